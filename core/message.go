@@ -1,0 +1,97 @@
+package core
+
+import "time"
+
+// Protocol names the front-end or bridge a message came from.
+type Protocol string
+
+// The protocols a message can come from.
+const (
+	ProtocolMQTT  Protocol = "mqtt"
+	ProtocolAMQP  Protocol = "amqp"
+	ProtocolNATS  Protocol = "nats"
+	ProtocolAdmin Protocol = "admin"
+)
+
+// Origin says where a message entered the topic space, so that it is never
+// sent back where it came from (the MQTT front-end's own fan-out, the bridge).
+type Origin struct {
+	Protocol Protocol // front-end that received it
+	Node     string   // node.id of the gateway that received it
+	Client   string   // client id / container id of the publisher, if known
+}
+
+// UserProperty is one MQTT 5 user property (an AMQP application property).
+// Order and duplicates are significant in MQTT 5, so this is a slice, not a map.
+type UserProperty struct {
+	Key, Value string
+}
+
+// Message is what every front-end publishes into and receives from the core.
+// A Message handed to Router.Publish must not be modified afterwards: the
+// router and subscribers may keep it (queues, retained store) and share it.
+type Message struct {
+	Topic   string
+	Payload []byte
+	QoS     byte
+	// Retain is the publisher's retain flag. On delivery it is true only for
+	// a stored copy sent to a late subscriber (decision 1 in docs).
+	Retain          bool
+	ContentType     string
+	CorrelationData []byte
+	ResponseTopic   string
+	UserProperties  []UserProperty
+	// PayloadFormat is the MQTT 5 payload format indicator (1 = UTF-8 text).
+	PayloadFormat byte
+	// Created is when the gateway received the message.
+	Created time.Time
+	// Expiry is when the message stops being deliverable; zero means never.
+	Expiry time.Time
+	Origin Origin
+}
+
+// Expired reports whether the message must no longer be delivered at now.
+func (m *Message) Expired(now time.Time) bool {
+	return !m.Expiry.IsZero() && !now.Before(m.Expiry)
+}
+
+// RemainingExpiry is the whole seconds left before expiry, rounded up, and
+// whether the message expires at all. MQTT 5 sends this remaining interval
+// [MQTT-3.3.2-6].
+func (m *Message) RemainingExpiry(now time.Time) (uint32, bool) {
+	if m.Expiry.IsZero() {
+		return 0, false
+	}
+	d := m.Expiry.Sub(now)
+	if d <= 0 {
+		return 0, true
+	}
+	s := (d + time.Second - 1) / time.Second
+	if s > 1<<32-1 {
+		s = 1<<32 - 1
+	}
+	return uint32(s), true
+}
+
+// Size is the approximate number of bytes the message occupies, for limits
+// and metrics.
+func (m *Message) Size() int {
+	n := len(m.Topic) + len(m.Payload) + len(m.ContentType) + len(m.CorrelationData) + len(m.ResponseTopic)
+	for _, p := range m.UserProperties {
+		n += len(p.Key) + len(p.Value)
+	}
+	return n
+}
+
+// Clone returns a copy that shares no slices with m.
+func (m *Message) Clone() *Message {
+	c := *m
+	c.Payload = append([]byte(nil), m.Payload...)
+	if m.CorrelationData != nil {
+		c.CorrelationData = append([]byte(nil), m.CorrelationData...)
+	}
+	if m.UserProperties != nil {
+		c.UserProperties = append([]UserProperty(nil), m.UserProperties...)
+	}
+	return &c
+}

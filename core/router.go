@@ -1,0 +1,364 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Subscriber receives messages from the Router. Front-ends implement it once
+// per consumer (an AMQP receiver link, a queue) or once for all their
+// sessions (the MQTT front-end, which fans out through mochi itself).
+type Subscriber interface {
+	// Deliver hands m to the subscriber. It runs on the publisher's
+	// goroutine, so it must not block on the network: buffer, or refuse.
+	// An error is the subscriber's refusal (a full queue, a closed link);
+	// the router reports it to the publisher. m is shared: do not modify it.
+	Deliver(m *Message, d Delivery) error
+}
+
+// Delivery says why a message reaches a subscriber.
+type Delivery struct {
+	Sub *Subscription // the subscription that matched (the highest QoS one)
+	QoS byte          // min(published QoS, subscribed QoS)
+}
+
+// SubOptions are the per-subscription settings.
+type SubOptions struct {
+	QoS byte
+	// SkipOrigin suppresses delivery of messages that entered through this
+	// protocol: the MQTT front-end's own MQTT→MQTT fan-out is done by mochi,
+	// and the bridge must never echo a message back to NATS.
+	SkipOrigin Protocol
+	// Group makes this a shared subscription: each message matching the
+	// filter goes to one member of the group (round robin).
+	Group string
+	// NoLocal suppresses messages whose Origin.Client equals Client.
+	NoLocal bool
+	Client  string
+}
+
+// Subscription is one filter held by one subscriber.
+type Subscription struct {
+	Filter     string
+	Subscriber Subscriber
+	Options    SubOptions
+	node       *snode
+	group      *subGroup
+}
+
+// Retainer stores retained messages. retain.Store satisfies it; core does not
+// import the retain package (dependencies point inward).
+type Retainer interface {
+	Retain(ctx context.Context, m *Message) error
+}
+
+// PublishResult is what a publish did, so that each front-end can answer its
+// publisher truthfully (PUBACK reason codes, AMQP outcomes, bridge acks).
+type PublishResult struct {
+	Matched   int   // subscribers the message was handed to
+	Failed    int   // subscribers that refused it
+	Err       error // the refusals, joined; nil when Failed == 0
+	Retained  bool  // the retained store took it (set or delete)
+	RetainErr error // the retained store refused or failed
+}
+
+// RouterOptions configure a Router. The zero value is usable.
+type RouterOptions struct {
+	// Retainer, when set, stores every message published with Retain.
+	Retainer Retainer
+	// Node is this gateway's node.id, stamped on messages without one.
+	Node string
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+}
+
+// Router fans messages out to subscribers of every front-end. It is safe for
+// concurrent use; Publish takes only a read lock on the subscription index.
+type Router struct {
+	opts RouterOptions
+	mu   sync.RWMutex
+	root snode
+	subs int
+
+	published atomic.Uint64
+	delivered atomic.Uint64
+}
+
+type snode struct {
+	name   string
+	parent *snode
+	kids   children[snode]
+	subs   []*Subscription // plain subscriptions whose filter ends here
+	groups []*subGroup     // shared subscriptions whose filter ends here
+}
+
+type subGroup struct {
+	name    string
+	members []*Subscription
+	next    atomic.Uint32
+}
+
+func sname(n *snode) string { return n.name }
+
+// NewRouter returns an empty router.
+func NewRouter(opts RouterOptions) *Router {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Router{opts: opts}
+}
+
+// ErrInvalidFilter wraps a filter grammar error from Subscribe.
+var ErrInvalidFilter = errors.New("invalid filter")
+
+// Subscribe registers filter (MQTT grammar; "$share/g/f" is taken as group g)
+// for s. The same subscriber may hold several filters; it still gets each
+// message once.
+func (r *Router) Subscribe(filter string, s Subscriber, opts SubOptions) (*Subscription, error) {
+	if err := ValidateFilter(filter); err != nil {
+		return nil, fmt.Errorf("%w %q: %w", ErrInvalidFilter, filter, err)
+	}
+	if g, f, ok := SplitShared(filter); ok {
+		opts.Group, filter = g, f
+	}
+	sub := &Subscription{Filter: filter, Subscriber: s, Options: opts}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := &r.root
+	rest := filter
+	for {
+		level, rst, more := cutLevel(rest)
+		c := n.kids.get(level, sname)
+		if c == nil {
+			c = &snode{name: level, parent: n}
+			n.kids.add(level, c, sname)
+		}
+		n = c
+		if !more {
+			break
+		}
+		rest = rst
+	}
+	sub.node = n
+	if opts.Group == "" {
+		n.subs = append(n.subs, sub)
+	} else {
+		var g *subGroup
+		for _, x := range n.groups {
+			if x.name == opts.Group {
+				g = x
+				break
+			}
+		}
+		if g == nil {
+			g = &subGroup{name: opts.Group}
+			n.groups = append(n.groups, g)
+		}
+		// Copy on write: Publish reads members under the read lock only.
+		g.members = append(g.members[:len(g.members):len(g.members)], sub)
+		sub.group = g
+	}
+	r.subs++
+	return sub, nil
+}
+
+// Unsubscribe removes sub. Removing a subscription twice is harmless.
+func (r *Router) Unsubscribe(sub *Subscription) {
+	if sub == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := sub.node
+	if n == nil {
+		return
+	}
+	sub.node = nil
+	if g := sub.group; g != nil {
+		g.members = removeSub(g.members, sub)
+		if len(g.members) == 0 {
+			for i, x := range n.groups {
+				if x == g {
+					n.groups = append(n.groups[:i:i], n.groups[i+1:]...)
+					break
+				}
+			}
+		}
+	} else {
+		n.subs = removeSub(n.subs, sub)
+	}
+	r.subs--
+	for n != &r.root && len(n.subs) == 0 && len(n.groups) == 0 && n.kids.len() == 0 {
+		p := n.parent
+		p.kids.remove(n.name, sname)
+		n = p
+	}
+}
+
+// removeSub returns s without x, never modifying s's backing array, because
+// Publish may be iterating it under the read lock.
+func removeSub(s []*Subscription, x *Subscription) []*Subscription {
+	for i, y := range s {
+		if y == x {
+			out := make([]*Subscription, 0, len(s)-1)
+			out = append(out, s[:i]...)
+			return append(out, s[i+1:]...)
+		}
+	}
+	return s
+}
+
+// Len is the number of subscriptions held.
+func (r *Router) Len() int {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.subs
+}
+
+// Counts returns how many messages were published and deliveries made.
+func (r *Router) Counts() (published, delivered uint64) {
+	return r.published.Load(), r.delivered.Load()
+}
+
+var matchPool = sync.Pool{New: func() any { s := make([]*Subscription, 0, 16); return &s }}
+
+// Publish stores m if retained, then hands it to every matching subscriber
+// exactly once. The caller must not modify m afterwards. A retained store
+// failure does not stop live delivery: the result reports both.
+func (r *Router) Publish(ctx context.Context, m *Message) PublishResult {
+	var res PublishResult
+	if m.Created.IsZero() {
+		m.Created = r.opts.Now()
+	}
+	if m.Origin.Node == "" {
+		m.Origin.Node = r.opts.Node
+	}
+	r.published.Add(1)
+	if m.Retain && r.opts.Retainer != nil {
+		if err := r.opts.Retainer.Retain(ctx, m); err != nil {
+			res.RetainErr = err
+		} else {
+			res.Retained = true
+		}
+	}
+	mp := matchPool.Get().(*[]*Subscription)
+	matches := (*mp)[:0]
+	r.mu.RLock()
+	matches = r.collect(&r.root, m.Topic, true, matches)
+	r.mu.RUnlock()
+	matches = dedupe(matches)
+	var errs []error
+	for _, sub := range matches {
+		o := &sub.Options
+		if o.SkipOrigin != "" && o.SkipOrigin == m.Origin.Protocol {
+			continue
+		}
+		if o.NoLocal && o.Client != "" && o.Client == m.Origin.Client {
+			continue
+		}
+		qos := m.QoS
+		if o.QoS < qos {
+			qos = o.QoS
+		}
+		res.Matched++
+		if err := sub.Subscriber.Deliver(m, Delivery{Sub: sub, QoS: qos}); err != nil {
+			res.Failed++
+			errs = append(errs, err)
+		}
+	}
+	r.delivered.Add(uint64(res.Matched - res.Failed))
+	clear(matches)
+	*mp = matches[:0]
+	matchPool.Put(mp)
+	if len(errs) > 0 {
+		res.Err = errors.Join(errs...)
+	}
+	return res
+}
+
+// collect appends the subscriptions matching topic below n.
+func (r *Router) collect(n *snode, topic string, root bool, out []*Subscription) []*Subscription {
+	level, rest, more := cutLevel(topic)
+	dollar := root && len(level) > 0 && level[0] == '$' // [MQTT-4.7.2-1]
+	if !dollar {
+		if h := n.kids.get("#", sname); h != nil {
+			out = appendSubs(h, out)
+		}
+	}
+	if c := n.kids.get(level, sname); c != nil {
+		out = r.descend(c, rest, more, out)
+	}
+	if !dollar {
+		if p := n.kids.get("+", sname); p != nil {
+			out = r.descend(p, rest, more, out)
+		}
+	}
+	return out
+}
+
+func (r *Router) descend(c *snode, rest string, more bool, out []*Subscription) []*Subscription {
+	if more {
+		return r.collect(c, rest, false, out)
+	}
+	out = appendSubs(c, out)
+	// "a/#" also matches "a" [MQTT-4.7.1-2].
+	if h := c.kids.get("#", sname); h != nil {
+		out = appendSubs(h, out)
+	}
+	return out
+}
+
+func appendSubs(n *snode, out []*Subscription) []*Subscription {
+	out = append(out, n.subs...)
+	for _, g := range n.groups {
+		if k := len(g.members); k > 0 {
+			out = append(out, g.members[int(g.next.Add(1)-1)%k])
+		}
+	}
+	return out
+}
+
+// dedupe keeps one subscription per subscriber: the one with the highest QoS
+// (MQTT 5 §3.3.4: overlapping subscriptions deliver once, at the max QoS).
+// Shared-group picks are independent of the subscriber's own plain filters,
+// as MQTT specifies, so only plain subscriptions are merged.
+func dedupe(s []*Subscription) []*Subscription {
+	if len(s) < 2 {
+		return s
+	}
+	if len(s) <= 16 {
+		out := s[:0]
+	next:
+		for _, x := range s {
+			for i, y := range out {
+				if y.Subscriber == x.Subscriber && y.group == nil && x.group == nil {
+					if x.Options.QoS > y.Options.QoS {
+						out[i] = x
+					}
+					continue next
+				}
+			}
+			out = append(out, x)
+		}
+		return out
+	}
+	seen := make(map[Subscriber]int, len(s))
+	out := s[:0]
+	for _, x := range s {
+		if x.group == nil {
+			if i, ok := seen[x.Subscriber]; ok {
+				if x.Options.QoS > out[i].Options.QoS {
+					out[i] = x
+				}
+				continue
+			}
+			seen[x.Subscriber] = len(out)
+		}
+		out = append(out, x)
+	}
+	return out
+}

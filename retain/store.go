@@ -1,0 +1,82 @@
+// Package retain owns the retained-message store: one Store interface, the
+// backends (embedded file store, memory, Redis) and the conformance suite
+// they all pass. It knows the core Message and the topic grammar; it must not
+// know about front-ends or wire protocols.
+//
+// Semantics shared by every backend (design decision 1): a new retained
+// message on a topic replaces the old one; an empty payload deletes; a
+// message past its expiry is never returned; lookups by wildcard filter cost
+// O(matches), through an in-process core.TopicIndex of retained topics.
+package retain
+
+import (
+	"context"
+	"errors"
+
+	"github.com/gatewayd/gateway/core"
+)
+
+// Errors a Store returns. Front-ends map them to protocol answers: MQTT 5
+// PUBACK 0x97 for ErrQuotaExceeded, 0x80 for ErrUnavailable.
+var (
+	// ErrQuotaExceeded: the message is over Limits.MaxPayload or the store
+	// already holds Limits.MaxMessages topics and this one would be new.
+	ErrQuotaExceeded = errors.New("retained store quota exceeded")
+	// ErrUnavailable: the backend cannot be reached (a Redis outage); the
+	// write was not stored. Wrapped with the cause.
+	ErrUnavailable = errors.New("retained store unavailable")
+	// ErrClosed: the store has been closed.
+	ErrClosed = errors.New("retained store closed")
+)
+
+// Store holds at most one retained message per topic.
+type Store interface {
+	// Set makes m the retained message of m.Topic, replacing any other.
+	// An empty payload deletes the topic's retained message. When Set
+	// returns nil the message is durable as far as the backend promises
+	// (embedded: fsynced; redis: acknowledged by Redis).
+	Set(ctx context.Context, m *core.Message) error
+	// Get returns the retained message of topic, or nil if there is none
+	// (or it has expired).
+	Get(ctx context.Context, topic string) (*core.Message, error)
+	// Match calls fn for every unexpired retained message whose topic
+	// matches filter (a valid MQTT filter, wildcards allowed), until fn
+	// returns false. Messages handed to fn are not modified by the store
+	// afterwards and may be kept. Its cost grows with the matches, not with
+	// the number of messages stored.
+	Match(ctx context.Context, filter string, fn func(*core.Message) bool) error
+	// Delete removes every retained message whose topic matches filter (an
+	// exact topic or a wildcard filter) and returns how many it removed.
+	Delete(ctx context.Context, filter string) (int, error)
+	// Stats reports how many retained messages are held and their bytes.
+	Stats() Stats
+	// Close flushes and releases the store.
+	Close() error
+}
+
+// Stats is a Store's size.
+type Stats struct {
+	Count int   // retained messages held
+	Bytes int64 // their Message.Size() summed
+}
+
+// Health is implemented by stores that can be unavailable (Redis). Ready
+// returns nil when the store is serving, otherwise the reason.
+type Health interface {
+	Ready() error
+}
+
+// Limits bound what a store accepts. Zero means unlimited.
+type Limits struct {
+	MaxPayload  int // bytes of payload in one retained message
+	MaxMessages int // retained topics held
+}
+
+// Retainer adapts a Store to core.Retainer, so that core.Router can store
+// retained publishes without importing this package.
+type Retainer struct{ Store Store }
+
+// Retain implements core.Retainer.
+func (r Retainer) Retain(ctx context.Context, m *core.Message) error { return r.Store.Set(ctx, m) }
+
+var _ core.Retainer = Retainer{}
