@@ -1,0 +1,118 @@
+// Package metrics holds the gateway's Prometheus collectors, shared by every
+// front-end, the retained store wiring and the admin API. Each gateway owns
+// its own registry (tests run several gateways in one process). A nil
+// *Metrics is valid and records nothing, so parts can run without one.
+package metrics
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the collectors of one gateway.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	Connections   *prometheus.GaugeVec   // by protocol
+	MessagesIn    *prometheus.CounterVec // by protocol
+	MessagesOut   *prometheus.CounterVec // by protocol
+	Dropped       *prometheus.CounterVec // by protocol and reason
+	StoreErrors   *prometheus.CounterVec // by operation
+	RetainRefused *prometheus.CounterVec // by reason (quota, unavailable)
+	Latency       *prometheus.HistogramVec
+}
+
+// New registers the collectors in a new registry.
+func New() *Metrics {
+	m := &Metrics{Registry: prometheus.NewRegistry()}
+	m.Connections = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "gateway_connections", Help: "Open client connections.",
+	}, []string{"protocol"})
+	m.MessagesIn = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gateway_messages_in_total", Help: "Messages published into the gateway.",
+	}, []string{"protocol"})
+	m.MessagesOut = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gateway_messages_out_total", Help: "Messages delivered to clients.",
+	}, []string{"protocol"})
+	m.Dropped = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gateway_messages_dropped_total", Help: "Messages not delivered to a subscriber (slow consumer, expired).",
+	}, []string{"protocol", "reason"})
+	m.StoreErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gateway_retained_store_errors_total", Help: "Retained store operations that failed.",
+	}, []string{"op"})
+	m.RetainRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gateway_retained_refused_total", Help: "Retained publishes not stored, by reason.",
+	}, []string{"reason"})
+	m.Latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "gateway_publish_to_deliver_seconds",
+		Help:    "Time from a message entering the gateway to its hand-off to a subscriber's connection.",
+		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+	}, []string{"protocol"})
+	m.Registry.MustRegister(m.Connections, m.MessagesIn, m.MessagesOut, m.Dropped,
+		m.StoreErrors, m.RetainRefused, m.Latency,
+		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	return m
+}
+
+// GaugeFunc registers a gauge read at scrape time (retained count, bytes).
+func (m *Metrics) GaugeFunc(name, help string, f func() float64) {
+	if m == nil {
+		return
+	}
+	m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f))
+}
+
+// CounterFunc registers a counter read at scrape time (counters kept by mochi).
+func (m *Metrics) CounterFunc(name, help string, labels prometheus.Labels, f func() float64) {
+	if m == nil {
+		return
+	}
+	m.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels}, f))
+}
+
+// In counts a message published through protocol.
+func (m *Metrics) In(protocol string) {
+	if m != nil {
+		m.MessagesIn.WithLabelValues(protocol).Inc()
+	}
+}
+
+// Out counts a delivery through protocol and observes its latency.
+func (m *Metrics) Out(protocol string, created time.Time) {
+	if m == nil {
+		return
+	}
+	m.MessagesOut.WithLabelValues(protocol).Inc()
+	if !created.IsZero() {
+		m.Latency.WithLabelValues(protocol).Observe(time.Since(created).Seconds())
+	}
+}
+
+// Drop counts a message a subscriber did not get.
+func (m *Metrics) Drop(protocol, reason string) {
+	if m != nil {
+		m.Dropped.WithLabelValues(protocol, reason).Inc()
+	}
+}
+
+// StoreError counts a failed retained store operation.
+func (m *Metrics) StoreError(op string) {
+	if m != nil {
+		m.StoreErrors.WithLabelValues(op).Inc()
+	}
+}
+
+// Refused counts a retained publish that was not stored.
+func (m *Metrics) Refused(reason string) {
+	if m != nil {
+		m.RetainRefused.WithLabelValues(reason).Inc()
+	}
+}
+
+// Conn adjusts the open connection gauge of protocol by delta.
+func (m *Metrics) Conn(protocol string, delta float64) {
+	if m != nil {
+		m.Connections.WithLabelValues(protocol).Add(delta)
+	}
+}

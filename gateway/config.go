@@ -1,0 +1,405 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/knadh/koanf/parsers/yaml"
+	"github.com/knadh/koanf/providers/confmap"
+	"github.com/knadh/koanf/providers/env/v2"
+	"github.com/knadh/koanf/providers/file"
+	"github.com/knadh/koanf/v2"
+	"github.com/spf13/pflag"
+)
+
+// keyKind is how a config value is parsed and checked.
+type keyKind int
+
+const (
+	kindString keyKind = iota
+	kindAddr           // host:port; empty allowed only where optional
+	kindInt            // non-negative integer
+	kindBytes          // non-negative integer with optional KiB/MiB/GiB suffix
+	kindDuration
+	kindEnum
+	kindBool
+)
+
+// keyDef documents and validates one configuration key. This table is the
+// single source for --help, flags, environment names, the sample YAML and
+// validation, so they cannot drift apart.
+type keyDef struct {
+	name     string
+	def      string
+	kind     keyKind
+	optional bool     // empty value allowed (disables the part)
+	enum     []string // for kindEnum
+	max      int64    // for kindInt/kindBytes; 0 = no upper bound
+	help     string
+}
+
+var keyDefs = []keyDef{
+	{name: "mqtt.listen", def: "127.0.0.1:1883", kind: kindAddr, help: "MQTT over TCP listen address (port 0 picks a free port)"},
+	{name: "mqtt.ws.listen", def: "", kind: kindAddr, optional: true, help: "MQTT over WebSocket listen address (path /mqtt and /); empty disables"},
+	{name: "mqtt.maxPendingWrites", def: "128", kind: kindInt, max: 1 << 20, help: "outgoing packets queued per MQTT client before new ones are dropped and counted (mochi default 8192 costs 64 KiB per connection)"},
+	{name: "mqtt.maxInflight", def: "1024", kind: kindInt, max: 65535, help: "QoS 1/2 messages held in flight per MQTT session"},
+	{name: "mqtt.receiveMaximum", def: "1024", kind: kindInt, max: 65535, help: "QoS 1/2 publishes a client may have unacknowledged towards the gateway (MQTT 5 Receive Maximum)"},
+	{name: "mqtt.maxPacketSize", def: "0", kind: kindBytes, max: 268435460, help: "largest MQTT packet accepted, bytes; 0 = protocol limit (256 MiB)"},
+	{name: "mqtt.maxMessageExpiry", def: "0", kind: kindDuration, help: "cap on how long queued session messages live (mochi's 24 h default would purge them); 0 = no cap beyond each message's own expiry"},
+	{name: "mqtt.maxSessionExpiry", def: "0", kind: kindDuration, help: "cap on MQTT 5 session expiry for disconnected persistent sessions; 0 = no cap"},
+	{name: "amqp.listen", def: "127.0.0.1:5672", kind: kindAddr, optional: true, help: "AMQP 1.0 listen address; empty disables"},
+	{name: "amqp.maxMessageSize", def: "16MiB", kind: kindBytes, help: "largest AMQP message accepted, bytes (link max-message-size); 0 = no limit"},
+	{name: "amqp.maxFrameSize", def: "65536", kind: kindBytes, max: 1 << 32, help: "largest AMQP frame the gateway accepts (open max-frame-size)"},
+	{name: "amqp.idleTimeout", def: "60s", kind: kindDuration, help: "AMQP idle timeout the gateway announces; 0 disables heartbeats"},
+	{name: "amqp.allowAnonymous", def: "true", kind: kindBool, help: "accept SASL ANONYMOUS and clients that skip SASL"},
+	{name: "amqp.users", def: "", kind: kindString, optional: true, help: "SASL PLAIN users as user:password,user2:password2 (until an auth issue lands)"},
+	{name: "admin.listen", def: "127.0.0.1:8088", kind: kindAddr, optional: true, help: "admin HTTP API listen address (/healthz, /readyz, /metrics, /api/v1/retained); empty disables"},
+	{name: "data.dir", def: "./data", kind: kindString, help: "directory for the embedded retained store"},
+	{name: "retain.backend", def: "embedded", kind: kindEnum, enum: []string{"embedded", "memory", "redis"}, help: "retained store: embedded (file, survives restart), memory, or redis (shared by many gateways)"},
+	{name: "retain.redis.url", def: "redis://127.0.0.1:6379/0", kind: kindString, help: "Redis URL for retain.backend=redis"},
+	{name: "retain.redis.prefix", def: "gateway:retained:", kind: kindString, help: "Redis key prefix; gateways sharing retained state use the same prefix"},
+	{name: "retain.maxPayload", def: "0", kind: kindBytes, help: "largest retained payload stored, bytes; 0 = no limit (over it: MQTT 5 PUBACK 0x97, live delivery still happens)"},
+	{name: "retain.maxMessages", def: "0", kind: kindInt, help: "most retained topics held; 0 = no limit (over it: MQTT 5 PUBACK 0x97)"},
+	{name: "node.id", def: "", kind: kindString, optional: true, help: "this gateway's identity in a cluster (loop prevention); default: the host name"},
+	{name: "log.format", def: "text", kind: kindEnum, enum: []string{"text", "json"}, help: "log format"},
+	{name: "log.level", def: "info", kind: kindEnum, enum: []string{"debug", "info", "warn", "error"}, help: "log level"},
+	{name: "shutdown.timeout", def: "10s", kind: kindDuration, help: "how long SIGINT/SIGTERM waits for in-flight work to drain"},
+}
+
+// Config is the validated configuration.
+type Config struct {
+	MQTT struct {
+		Listen           string
+		WSListen         string
+		MaxPendingWrites int
+		MaxInflight      int
+		ReceiveMaximum   int
+		MaxPacketSize    int64
+		MaxMessageExpiry time.Duration
+		MaxSessionExpiry time.Duration
+	}
+	AMQP struct {
+		Listen         string
+		MaxMessageSize int64
+		MaxFrameSize   int64
+		IdleTimeout    time.Duration
+		AllowAnonymous bool
+		Users          map[string]string
+	}
+	AdminListen       string
+	DataDir           string
+	RetainBackend     string
+	RedisURL          string
+	RedisPrefix       string
+	RetainMaxPayload  int64
+	RetainMaxMessages int
+	NodeID            string
+	LogFormat         string
+	LogLevel          string
+	ShutdownTimeout   time.Duration
+}
+
+// ConfigError is a configuration mistake; main exits 2 on it.
+type ConfigError struct {
+	Key string
+	Msg string
+}
+
+func (e *ConfigError) Error() string {
+	if e.Key == "" {
+		return "config: " + e.Msg
+	}
+	return fmt.Sprintf("config: %s: %s", e.Key, e.Msg)
+}
+
+// ErrHelp is returned by LoadConfig when --help was asked for; the help has
+// been written already.
+var ErrHelp = errors.New("help requested")
+
+// envName is the environment variable for key: GATEWAY_ + upper-cased, '.'→'_'.
+func envName(key string) string {
+	return "GATEWAY_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
+}
+
+// DefaultConfig returns the configuration with every default.
+func DefaultConfig() *Config {
+	c, err := LoadConfig(nil, nil, io.Discard)
+	if err != nil {
+		panic(err) // the defaults table is wrong: a programming error
+	}
+	return c
+}
+
+// LoadConfig builds the configuration from defaults, the YAML file named by
+// --config, GATEWAY_* environment variables and --key=value flags, in rising
+// order of precedence. help receives --help output.
+func LoadConfig(args, environ []string, help io.Writer) (*Config, error) {
+	byName := make(map[string]*keyDef, len(keyDefs))
+	byEnv := make(map[string]*keyDef, len(keyDefs))
+	defaults := make(map[string]any, len(keyDefs))
+	for i := range keyDefs {
+		d := &keyDefs[i]
+		byName[d.name] = d
+		byEnv[envName(d.name)] = d
+		defaults[d.name] = d.def
+	}
+
+	fs := pflag.NewFlagSet("gateway", pflag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	configFile := fs.String("config", "", "YAML configuration file")
+	showHelp := fs.BoolP("help", "h", false, "show this help")
+	for _, d := range keyDefs {
+		fs.String(d.name, d.def, d.help)
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, &ConfigError{Msg: err.Error()}
+	}
+	if *showHelp {
+		writeHelp(help)
+		return nil, ErrHelp
+	}
+	if fs.NArg() > 0 {
+		return nil, &ConfigError{Msg: fmt.Sprintf("unexpected argument %q (keys are given as --key=value)", fs.Arg(0))}
+	}
+
+	k := koanf.New(".")
+	if err := k.Load(confmap.Provider(defaults, "."), nil); err != nil {
+		return nil, &ConfigError{Msg: err.Error()}
+	}
+	if *configFile != "" {
+		fk := koanf.New(".")
+		if err := fk.Load(file.Provider(*configFile), yaml.Parser()); err != nil {
+			return nil, &ConfigError{Key: "config", Msg: err.Error()}
+		}
+		flat := fk.All()
+		for key, v := range flat {
+			if byName[key] == nil {
+				return nil, &ConfigError{Key: key, Msg: fmt.Sprintf("unknown key in %s", *configFile)}
+			}
+			if v == nil {
+				flat[key] = ""
+			} else {
+				flat[key] = fmt.Sprint(v)
+			}
+		}
+		if err := k.Load(confmap.Provider(flat, "."), nil); err != nil {
+			return nil, &ConfigError{Key: "config", Msg: err.Error()}
+		}
+	}
+	var envErr error
+	if err := k.Load(env.Provider(".", env.Opt{
+		Prefix:      "GATEWAY_",
+		EnvironFunc: func() []string { return environ },
+		TransformFunc: func(name, v string) (string, any) {
+			d := byEnv[strings.ToUpper(name)]
+			if d == nil {
+				if envErr == nil {
+					envErr = &ConfigError{Key: name, Msg: "unknown environment variable (see gateway --help for the keys)"}
+				}
+				return "", nil
+			}
+			return d.name, v
+		},
+	}), nil); err != nil {
+		return nil, &ConfigError{Msg: err.Error()}
+	}
+	if envErr != nil {
+		return nil, envErr
+	}
+	changed := map[string]any{}
+	fs.Visit(func(f *pflag.Flag) {
+		if byName[f.Name] != nil {
+			changed[f.Name] = f.Value.String()
+		}
+	})
+	if err := k.Load(confmap.Provider(changed, "."), nil); err != nil {
+		return nil, &ConfigError{Msg: err.Error()}
+	}
+	return buildConfig(k, byName)
+}
+
+func buildConfig(k *koanf.Koanf, byName map[string]*keyDef) (*Config, error) {
+	var firstErr error
+	get := func(key string) string {
+		d := byName[key]
+		v := strings.TrimSpace(k.String(key))
+		if firstErr != nil {
+			return v
+		}
+		if err := checkValue(d, v); err != nil {
+			firstErr = &ConfigError{Key: key, Msg: err.Error()}
+		}
+		return v
+	}
+	num := func(key string) int64 {
+		v := get(key)
+		n, _ := parseBytes(v)
+		return n
+	}
+	dur := func(key string) time.Duration {
+		d, _ := time.ParseDuration(normDuration(get(key)))
+		return d
+	}
+	c := &Config{}
+	c.MQTT.Listen = get("mqtt.listen")
+	c.MQTT.WSListen = get("mqtt.ws.listen")
+	c.MQTT.MaxPendingWrites = int(num("mqtt.maxPendingWrites"))
+	c.MQTT.MaxInflight = int(num("mqtt.maxInflight"))
+	c.MQTT.ReceiveMaximum = int(num("mqtt.receiveMaximum"))
+	c.MQTT.MaxPacketSize = num("mqtt.maxPacketSize")
+	c.MQTT.MaxMessageExpiry = dur("mqtt.maxMessageExpiry")
+	c.MQTT.MaxSessionExpiry = dur("mqtt.maxSessionExpiry")
+	c.AMQP.Listen = get("amqp.listen")
+	c.AMQP.MaxMessageSize = num("amqp.maxMessageSize")
+	c.AMQP.MaxFrameSize = num("amqp.maxFrameSize")
+	c.AMQP.IdleTimeout = dur("amqp.idleTimeout")
+	c.AMQP.AllowAnonymous = get("amqp.allowAnonymous") == "true"
+	c.AdminListen = get("admin.listen")
+	c.DataDir = get("data.dir")
+	c.RetainBackend = get("retain.backend")
+	c.RedisURL = get("retain.redis.url")
+	c.RedisPrefix = get("retain.redis.prefix")
+	c.RetainMaxPayload = num("retain.maxPayload")
+	c.RetainMaxMessages = int(num("retain.maxMessages"))
+	c.NodeID = get("node.id")
+	c.LogFormat = get("log.format")
+	c.LogLevel = get("log.level")
+	c.ShutdownTimeout = dur("shutdown.timeout")
+	users := get("amqp.users")
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	if c.MQTT.MaxPendingWrites < 1 {
+		return nil, &ConfigError{Key: "mqtt.maxPendingWrites", Msg: "must be at least 1"}
+	}
+	if c.AMQP.MaxFrameSize != 0 && c.AMQP.MaxFrameSize < 512 {
+		return nil, &ConfigError{Key: "amqp.maxFrameSize", Msg: "must be at least 512 (AMQP 1.0 §2.7.1 MIN-MAX-FRAME-SIZE)"}
+	}
+	if users != "" {
+		c.AMQP.Users = map[string]string{}
+		for _, u := range strings.Split(users, ",") {
+			name, pass, ok := strings.Cut(strings.TrimSpace(u), ":")
+			if !ok || name == "" {
+				return nil, &ConfigError{Key: "amqp.users", Msg: fmt.Sprintf("entry %q is not user:password", u)}
+			}
+			c.AMQP.Users[name] = pass
+		}
+	}
+	if c.NodeID == "" {
+		h, err := os.Hostname()
+		if err != nil || h == "" {
+			h = "gateway"
+		}
+		c.NodeID = h
+	}
+	return c, nil
+}
+
+func normDuration(v string) string {
+	if v == "0" {
+		return "0s"
+	}
+	return v
+}
+
+// parseBytes reads a byte count with an optional KiB/MiB/GiB (or K/M/G) suffix.
+func parseBytes(v string) (int64, error) {
+	mult := int64(1)
+	for _, s := range []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}} {
+		if strings.HasSuffix(v, s.suffix) {
+			v, mult = strings.TrimSuffix(v, s.suffix), s.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+	if err != nil || n < 0 {
+		return 0, errors.New("not a non-negative number")
+	}
+	return n * mult, nil
+}
+
+func checkValue(d *keyDef, v string) error {
+	if v == "" {
+		if d.optional {
+			return nil
+		}
+		return errors.New("must not be empty")
+	}
+	switch d.kind {
+	case kindAddr:
+		host, port, err := net.SplitHostPort(v)
+		if err != nil {
+			return fmt.Errorf("%q is not host:port", v)
+		}
+		_ = host
+		if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+			return fmt.Errorf("port %q is not 0-65535", port)
+		}
+	case kindInt, kindBytes:
+		if d.kind == kindInt {
+			if _, err := strconv.ParseInt(v, 10, 64); err != nil {
+				return fmt.Errorf("%q is not a whole number", v)
+			}
+		}
+		n, err := parseBytes(v)
+		if err != nil {
+			return fmt.Errorf("%q is not a non-negative number", v)
+		}
+		if d.max > 0 && n > d.max {
+			return fmt.Errorf("%d is over the maximum %d", n, d.max)
+		}
+	case kindDuration:
+		x, err := time.ParseDuration(normDuration(v))
+		if err != nil || x < 0 {
+			return fmt.Errorf("%q is not a duration (like 30s, 5m, 24h)", v)
+		}
+	case kindEnum:
+		for _, e := range d.enum {
+			if v == e {
+				return nil
+			}
+		}
+		return fmt.Errorf("%q is not one of %s", v, strings.Join(d.enum, ", "))
+	case kindBool:
+		if v != "true" && v != "false" {
+			return fmt.Errorf("%q is not true or false", v)
+		}
+	}
+	return nil
+}
+
+func writeHelp(w io.Writer) {
+	fmt.Fprintf(w, "Usage: gateway [--config FILE] [--key=value ...]\n\n")
+	fmt.Fprintf(w, "MQTT/AMQP gateway with a retained-message store. Every key can be set in the\n")
+	fmt.Fprintf(w, "YAML file, as an environment variable (GATEWAY_ + key upper-cased, '.' -> '_')\n")
+	fmt.Fprintf(w, "or as a flag; flag beats env beats file beats default.\n\nKeys:\n")
+	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
+	names := make([]string, 0, len(keyDefs))
+	idx := map[string]keyDef{}
+	for _, d := range keyDefs {
+		names = append(names, d.name)
+		idx[d.name] = d
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		d := idx[n]
+		def := d.def
+		if def == "" {
+			def = `""`
+		}
+		fmt.Fprintf(tw, "  --%s\t(default %s)\t%s\n", d.name, def, d.help)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "\n  --config FILE\tYAML configuration file\n  --help\tthis help\n")
+}

@@ -1,0 +1,323 @@
+package mqtt
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	mochi "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/gatewayd/gateway/core"
+	"github.com/gatewayd/gateway/retain"
+)
+
+// storeTimeout bounds one retained-store call made on a client's goroutine,
+// so a hung backend delays that client, never wedges it.
+const storeTimeout = 5 * time.Second
+
+// hook is the gateway's mochi hook and the MQTT front-end's core.Subscriber.
+type hook struct {
+	mochi.HookBase
+	s *Server
+
+	// PUBACK/PUBREC reason overrides for publishes whose retained write
+	// failed: the live delivery still happens, the ack tells the truth.
+	ackMu   sync.Mutex
+	acks    map[ackKey]packets.Code
+	ackWait atomic.Int32 // len(acks), read without the lock on every ack
+
+	// SUBSCRIBE packets between OnSubscribe and OnPacketProcessed: retained
+	// copies are sent after the SUBACK, which mochi writes in between.
+	subMu sync.Mutex
+	subs  map[*mochi.Client]*pendingSub
+}
+
+type ackKey struct {
+	cl *mochi.Client
+	id uint16
+}
+
+type pendingSub struct {
+	filters []packets.Subscription
+	existed []bool
+	codes   []byte
+}
+
+var _ core.Subscriber = (*hook)(nil)
+
+func newHook(s *Server) *hook {
+	return &hook{s: s, acks: map[ackKey]packets.Code{}, subs: map[*mochi.Client]*pendingSub{}}
+}
+
+func (h *hook) ID() string { return "gateway" }
+
+// provided is the set of mochi events the hook handles; mochi asks on
+// every event, so this is a table, not a search.
+var provided = func() (t [256]bool) {
+	for _, b := range []byte{
+		mochi.OnConnectAuthenticate, mochi.OnACLCheck, mochi.OnPublish,
+		mochi.OnRetainMessage, mochi.OnSubscribe, mochi.OnSubscribed,
+		mochi.OnPacketProcessed, mochi.OnPacketEncode, mochi.OnWillSent,
+		mochi.OnSessionEstablished, mochi.OnDisconnect,
+	} {
+		t[b] = true
+	}
+	return t
+}()
+
+func (h *hook) Provides(b byte) bool { return provided[b] }
+
+// OnConnectAuthenticate admits every client: authentication is a later issue.
+func (h *hook) OnConnectAuthenticate(*mochi.Client, packets.Packet) bool { return true }
+
+// OnACLCheck allows every topic: authorisation is a later issue.
+func (h *hook) OnACLCheck(*mochi.Client, string, bool) bool { return true }
+
+func (h *hook) OnSessionEstablished(cl *mochi.Client, _ packets.Packet) {
+	h.s.opts.Metrics.Conn("mqtt", 1)
+}
+
+func (h *hook) OnDisconnect(cl *mochi.Client, _ error, _ bool) {
+	h.s.opts.Metrics.Conn("mqtt", -1)
+	h.subMu.Lock()
+	delete(h.subs, cl)
+	h.subMu.Unlock()
+	if h.ackWait.Load() > 0 {
+		h.ackMu.Lock()
+		for k := range h.acks {
+			if k.cl == cl {
+				delete(h.acks, k)
+			}
+		}
+		h.ackWait.Store(int32(len(h.acks)))
+		h.ackMu.Unlock()
+	}
+}
+
+// OnPublish feeds an MQTT publish into the router: the retained store first
+// (before mochi acknowledges it, so an acknowledged retained publish is
+// durable), then every non-MQTT subscriber. mochi then delivers it to MQTT
+// subscribers itself.
+func (h *hook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
+	if cl.Net.Inline {
+		return pk, nil // injected by Deliver: already routed
+	}
+	h.s.opts.Metrics.In("mqtt")
+	m := toMessage(&pk, cl.ID, h.s.opts.Node, time.Now())
+	ctx := context.Background()
+	if m.Retain {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, storeTimeout)
+		defer cancel()
+	}
+	res := h.s.opts.Router.Publish(ctx, m)
+	if res.RetainErr != nil {
+		h.retainFailed(cl, &pk, res.RetainErr)
+	}
+	return pk, nil
+}
+
+// retainFailed records the PUBACK reason for a retained publish that was not
+// stored: 0x97 quota exceeded, or 0x80 when the store failed.
+func (h *hook) retainFailed(cl *mochi.Client, pk *packets.Packet, err error) {
+	code := packets.ErrUnspecifiedError
+	if errors.Is(err, retain.ErrQuotaExceeded) {
+		code = packets.ErrQuotaExceeded
+		h.s.opts.Metrics.Refused("quota")
+	} else {
+		h.s.opts.Metrics.StoreError("set")
+		h.s.opts.Metrics.Refused("store")
+		h.s.log.Warn("retained message not stored", "topic", pk.TopicName, "client", cl.ID, "error", err)
+	}
+	if cl.Properties.ProtocolVersion < 5 || pk.FixedHeader.Qos == 0 {
+		return // MQTT 3 acks carry no reason code; QoS 0 has no ack
+	}
+	h.ackMu.Lock()
+	h.acks[ackKey{cl, pk.PacketID}] = code
+	h.ackWait.Store(int32(len(h.acks)))
+	h.ackMu.Unlock()
+}
+
+// OnRetainMessage takes the message straight back out of mochi's own
+// retained index: the retained store is the only place retained messages
+// live (mochi would cost ~4.8 KiB per message, and would purge them).
+func (h *hook) OnRetainMessage(_ *mochi.Client, pk packets.Packet, _ int64) {
+	if len(pk.Payload) > 0 {
+		h.s.mochi.Topics.RetainMessage(packets.Packet{TopicName: pk.TopicName})
+	}
+}
+
+// OnWillSent routes a will message (mochi publishes wills without OnPublish).
+func (h *hook) OnWillSent(cl *mochi.Client, pk packets.Packet) {
+	m := toMessage(&pk, cl.ID, h.s.opts.Node, time.Now())
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	if res := h.s.opts.Router.Publish(ctx, m); res.RetainErr != nil {
+		h.s.opts.Metrics.StoreError("set")
+		h.s.log.Warn("retained will not stored", "topic", pk.TopicName, "client", cl.ID, "error", res.RetainErr)
+	}
+}
+
+// OnPacketEncode puts the reason code on acks of publishes whose retained
+// write failed, strips properties mochi copies onto SUBACK/UNSUBACK, and
+// drops the message expiry interval mochi adds to messages that had none.
+func (h *hook) OnPacketEncode(cl *mochi.Client, pk packets.Packet) packets.Packet {
+	switch pk.FixedHeader.Type {
+	case packets.Publish:
+		if pk.Properties.MessageExpiryInterval > noExpiryCap/2 {
+			pk.Properties.MessageExpiryInterval = 0
+		}
+	case packets.Puback, packets.Pubrec:
+		if h.ackWait.Load() == 0 || pk.ReasonCode >= packets.ErrUnspecifiedError.Code {
+			return pk
+		}
+		k := ackKey{cl, pk.PacketID}
+		h.ackMu.Lock()
+		code, ok := h.acks[k]
+		delete(h.acks, k)
+		h.ackWait.Store(int32(len(h.acks)))
+		h.ackMu.Unlock()
+		if !ok {
+			return pk
+		}
+		pk.ReasonCode = code.Code
+		pk.Properties.ReasonString = code.Reason
+		if pk.FixedHeader.Type == packets.Pubrec {
+			// A PUBREC >= 0x80 ends the QoS 2 flow [MQTT-4.3.3]: no PUBREL
+			// follows, so release what mochi holds for it.
+			if cl.State.Inflight.Delete(pk.PacketID) {
+				atomic.AddInt64(&h.s.mochi.Info.Inflight, -1)
+			}
+			cl.State.Inflight.IncreaseReceiveQuota()
+		}
+	case packets.Suback, packets.Unsuback:
+		pk.Properties.User = nil // mochi echoes the SUBSCRIBE's user properties
+	}
+	return pk
+}
+
+// OnSubscribe notes which filters the session held already (for Retain
+// Handling 1) before mochi adds them.
+func (h *hook) OnSubscribe(cl *mochi.Client, pk packets.Packet) packets.Packet {
+	if cl.Net.Inline {
+		return pk
+	}
+	p := &pendingSub{filters: pk.Filters, existed: make([]bool, len(pk.Filters))}
+	for i, f := range pk.Filters {
+		_, p.existed[i] = cl.State.Subscriptions.Get(f.Filter)
+	}
+	h.subMu.Lock()
+	h.subs[cl] = p
+	h.subMu.Unlock()
+	return pk
+}
+
+func (h *hook) OnSubscribed(cl *mochi.Client, pk packets.Packet, codes []byte) {
+	if cl.Net.Inline {
+		return
+	}
+	h.subMu.Lock()
+	if p := h.subs[cl]; p != nil {
+		p.codes = codes
+	}
+	h.subMu.Unlock()
+}
+
+// OnPacketProcessed runs after mochi has written the SUBACK: now the stored
+// retained messages go out, with RETAIN=1 [MQTT-3.3.1-9].
+func (h *hook) OnPacketProcessed(cl *mochi.Client, pk packets.Packet, err error) {
+	if pk.FixedHeader.Type != packets.Subscribe {
+		return
+	}
+	h.subMu.Lock()
+	p := h.subs[cl]
+	delete(h.subs, cl)
+	h.subMu.Unlock()
+	if p == nil || err != nil || len(p.codes) != len(p.filters) {
+		return
+	}
+	for i, sub := range p.filters {
+		if p.codes[i] >= packets.ErrUnspecifiedError.Code {
+			continue
+		}
+		sub.Qos = p.codes[i] // granted QoS
+		h.sendRetained(cl, sub, p.existed[i])
+	}
+}
+
+// sendRetained delivers the stored retained messages matching sub.
+func (h *hook) sendRetained(cl *mochi.Client, sub packets.Subscription, existed bool) {
+	if core.IsShared(sub.Filter) {
+		return // no retained messages for shared subscriptions [MQTT-4.8.2]
+	}
+	if sub.RetainHandling == 2 || (sub.RetainHandling == 1 && existed) {
+		return // [MQTT-3.3.1-10] [MQTT-3.3.1-11]
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	now := time.Now()
+	err := h.s.opts.Store.Match(ctx, sub.Filter, func(m *core.Message) bool {
+		if m.Expired(now) {
+			return true
+		}
+		pk := toPacket(m, true, now)
+		pk.FixedHeader.Qos = min(m.QoS, sub.Qos)
+		if sub.Identifier > 0 {
+			pk.Properties.SubscriptionIdentifier = []int{sub.Identifier}
+		}
+		if err := h.writeRetained(cl, pk); err != nil {
+			return !errors.Is(err, mochi.ErrConnectionClosed)
+		}
+		h.s.opts.Metrics.Out("mqtt", time.Time{})
+		return true
+	})
+	if err != nil {
+		h.s.opts.Metrics.StoreError("match")
+		h.s.log.Warn("retained messages not delivered", "filter", sub.Filter, "client", cl.ID, "error", err)
+	}
+}
+
+// writeRetained sends one retained copy, tracking QoS 1/2 in the session's
+// inflight store as mochi does for its own deliveries.
+func (h *hook) writeRetained(cl *mochi.Client, pk packets.Packet) error {
+	if pk.FixedHeader.Qos > 0 {
+		if cl.State.Inflight.Len() >= int(h.s.mochi.Options.Capabilities.MaximumInflight) {
+			h.s.opts.Metrics.Drop("mqtt", "inflight_full")
+			return packets.ErrQuotaExceeded
+		}
+		id, err := cl.NextPacketID()
+		if err != nil {
+			h.s.opts.Metrics.Drop("mqtt", "packet_ids_exhausted")
+			return packets.ErrQuotaExceeded
+		}
+		pk.PacketID = uint16(id)
+		if cl.State.Inflight.Set(pk) {
+			atomic.AddInt64(&h.s.mochi.Info.Inflight, 1)
+			cl.State.Inflight.DecreaseSendQuota()
+		}
+	}
+	return cl.WritePacket(pk)
+}
+
+// Deliver implements core.Subscriber: a message from another front-end is
+// injected through mochi's inline client, so mochi matches it against MQTT
+// subscriptions and handles QoS, sessions and offline queues as for its own.
+func (h *hook) Deliver(m *core.Message, _ core.Delivery) error {
+	if m.Expired(time.Now()) {
+		return nil
+	}
+	cl := h.s.inline()
+	if cl == nil {
+		return errors.New("mqtt front-end stopped")
+	}
+	pk := toPacket(m, m.Retain, time.Now())
+	pk.Expiry = 0 // processPublish derives it from the interval
+	if err := h.s.mochi.InjectPacket(cl, pk); err != nil {
+		return err
+	}
+	h.s.opts.Metrics.Out("mqtt", m.Created)
+	return nil
+}

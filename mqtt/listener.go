@@ -1,0 +1,166 @@
+package mqtt
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/mochi-mqtt/server/v2/listeners"
+)
+
+// tcpListener serves MQTT on a net.Listener the gateway bound itself, so the
+// actual address (port 0) is known before mochi starts serving. It replaces
+// mochi's listeners.Net, whose accept loop shares an error variable between
+// goroutines (a data race under -race).
+type tcpListener struct {
+	id   string
+	ln   net.Listener
+	log  *slog.Logger
+	once sync.Once
+	wg   sync.WaitGroup
+}
+
+var _ listeners.Listener = (*tcpListener)(nil)
+
+func (l *tcpListener) ID() string                  { return l.id }
+func (l *tcpListener) Address() string             { return l.ln.Addr().String() }
+func (l *tcpListener) Protocol() string            { return "tcp" }
+func (l *tcpListener) Init(log *slog.Logger) error { l.log = log; return nil }
+
+func (l *tcpListener) Serve(establish listeners.EstablishFn) {
+	for {
+		conn, err := l.ln.Accept()
+		if err != nil {
+			return
+		}
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			if err := establish(l.id, conn); err != nil && !errors.Is(err, io.EOF) {
+				l.log.Debug("mqtt connection ended", "listener", l.id, "error", err)
+			}
+		}()
+	}
+}
+
+func (l *tcpListener) Close(closeClients listeners.CloseFn) {
+	l.once.Do(func() {
+		_ = l.ln.Close()
+		closeClients(l.id)
+	})
+}
+
+// wait blocks until every connection goroutine has returned.
+func (l *tcpListener) wait() { l.wg.Wait() }
+
+// wsListener serves MQTT over WebSocket (subprotocol "mqtt", binary
+// messages) on paths / and /mqtt.
+type wsListener struct {
+	id       string
+	ln       net.Listener
+	log      *slog.Logger
+	srv      *http.Server
+	once     sync.Once
+	wg       sync.WaitGroup
+	upgrader websocket.Upgrader
+	est      listeners.EstablishFn
+}
+
+var _ listeners.Listener = (*wsListener)(nil)
+
+func (l *wsListener) ID() string                  { return l.id }
+func (l *wsListener) Address() string             { return l.ln.Addr().String() }
+func (l *wsListener) Protocol() string            { return "ws" }
+func (l *wsListener) Init(log *slog.Logger) error { l.log = log; return nil }
+
+func (l *wsListener) Serve(establish listeners.EstablishFn) {
+	l.est = establish
+	l.upgrader = websocket.Upgrader{
+		Subprotocols: []string{"mqtt", "mqttv3.1"},
+		// Devices and browser dashboards connect from any origin; access
+		// control is MQTT authentication, not the Origin header.
+		CheckOrigin: func(*http.Request) bool { return true },
+	}
+	l.srv = &http.Server{Handler: http.HandlerFunc(l.handle), ReadHeaderTimeout: 10 * time.Second}
+	_ = l.srv.Serve(l.ln)
+}
+
+func (l *wsListener) handle(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != "/" && r.URL.Path != "/mqtt" {
+		http.NotFound(w, r)
+		return
+	}
+	c, err := l.upgrader.Upgrade(w, r, nil)
+	if err != nil {
+		return // Upgrade has answered the client
+	}
+	l.wg.Add(1)
+	defer l.wg.Done()
+	if err := l.est(l.id, &wsConn{Conn: c.UnderlyingConn(), c: c}); err != nil && !errors.Is(err, io.EOF) {
+		l.log.Debug("mqtt websocket connection ended", "listener", l.id, "error", err)
+	}
+}
+
+func (l *wsListener) Close(closeClients listeners.CloseFn) {
+	l.once.Do(func() {
+		if l.srv != nil {
+			_ = l.srv.Close()
+		} else {
+			_ = l.ln.Close()
+		}
+		closeClients(l.id)
+	})
+}
+
+func (l *wsListener) wait() { l.wg.Wait() }
+
+// wsConn presents a WebSocket as the byte stream mochi reads MQTT from: an
+// MQTT packet may span WebSocket messages and one message may hold several
+// packets [MQTT-6.0.0-2].
+type wsConn struct {
+	net.Conn
+	c  *websocket.Conn
+	r  io.Reader
+	wm sync.Mutex
+}
+
+func (ws *wsConn) Read(p []byte) (int, error) {
+	for {
+		if ws.r == nil {
+			op, r, err := ws.c.NextReader()
+			if err != nil {
+				return 0, err
+			}
+			if op != websocket.BinaryMessage {
+				// [MQTT-6.0.0-1]: MQTT travels in binary messages only.
+				return 0, errors.New("websocket: non-binary message")
+			}
+			ws.r = r
+		}
+		n, err := ws.r.Read(p)
+		if errors.Is(err, io.EOF) {
+			ws.r = nil
+			if n > 0 {
+				return n, nil
+			}
+			continue
+		}
+		return n, err
+	}
+}
+
+func (ws *wsConn) Write(p []byte) (int, error) {
+	ws.wm.Lock()
+	defer ws.wm.Unlock()
+	if err := ws.c.WriteMessage(websocket.BinaryMessage, p); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+func (ws *wsConn) Close() error { return ws.c.Close() }

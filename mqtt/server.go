@@ -1,0 +1,270 @@
+// Package mqtt is the gateway's MQTT front-end (MQTT 3.1, 3.1.1 and 5 over
+// TCP and WebSocket) on mochi-mqtt. mochi owns sessions, QoS flows, wills and
+// keepalive, and fans MQTT→MQTT messages out itself; a hook feeds every MQTT
+// publish into core.Router (for AMQP, NATS and queues), keeps retained
+// messages out of mochi's own index (the retained store holds them, see
+// docs/retained.md) and delivers stored retained copies to late subscribers.
+// Messages from other front-ends reach MQTT sessions through mochi's inline
+// client.
+//
+// This package must not know about AMQP or NATS: it speaks core.Message.
+package mqtt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"time"
+
+	mochi "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+	"github.com/mochi-mqtt/server/v2/system"
+
+	"github.com/gatewayd/gateway/core"
+	"github.com/gatewayd/gateway/core/metrics"
+	"github.com/gatewayd/gateway/retain"
+)
+
+// Options configure the MQTT front-end. Zero values take the documented
+// defaults.
+type Options struct {
+	Listen   string // TCP address; required
+	WSListen string // WebSocket address; empty disables
+
+	Router  *core.Router // required
+	Store   retain.Store // required: late subscribers are served from it
+	Metrics *metrics.Metrics
+	Logger  *slog.Logger
+	Node    string
+
+	// MaxPendingWrites is the per-client outgoing queue (default 128; mochi's
+	// own 8192 costs 64 KiB per connection).
+	MaxPendingWrites int
+	MaxInflight      int // default 1024
+	ReceiveMaximum   int // default 1024
+	MaxPacketSize    int64
+	// MaxMessageExpiry caps queued session messages; 0 = no cap. mochi's
+	// default of 24 h would silently purge them.
+	MaxMessageExpiry time.Duration
+	MaxSessionExpiry time.Duration // 0 = no cap
+}
+
+// Server is the running MQTT front-end.
+type Server struct {
+	opts  Options
+	mochi *mochi.Server
+	hook  *hook
+	tcp   *tcpListener
+	ws    *wsListener
+	sub   *core.Subscription
+	log   *slog.Logger
+}
+
+// noExpiryCap stands for "no cap" in mochi, which reads 0 as "expire now"
+// for acknowledgements it holds in flight (buildAck sets Expiry = now + cap).
+const noExpiryCap = 100 * 365 * 24 * 3600
+
+// New builds the front-end; Start binds and serves.
+func New(opts Options) (*Server, error) {
+	if opts.Router == nil || opts.Store == nil {
+		return nil, errors.New("mqtt: Router and Store are required")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.MaxPendingWrites <= 0 {
+		opts.MaxPendingWrites = 128
+	}
+	if opts.MaxInflight <= 0 {
+		opts.MaxInflight = 1024
+	}
+	if opts.ReceiveMaximum <= 0 {
+		opts.ReceiveMaximum = 1024
+	}
+	caps := mochi.NewDefaultServerCapabilities()
+	caps.MaximumClientWritesPending = int32(opts.MaxPendingWrites)
+	caps.MaximumInflight = uint16(min(opts.MaxInflight, math.MaxUint16))
+	caps.ReceiveMaximum = uint16(min(opts.ReceiveMaximum, math.MaxUint16))
+	caps.MaximumPacketSize = uint32(min(opts.MaxPacketSize, math.MaxUint32))
+	caps.MaximumMessageExpiryInterval = noExpiryCap
+	if opts.MaxMessageExpiry > 0 {
+		caps.MaximumMessageExpiryInterval = int64(opts.MaxMessageExpiry / time.Second)
+	}
+	if opts.MaxSessionExpiry > 0 {
+		caps.MaximumSessionExpiryInterval = uint32(min(int64(opts.MaxSessionExpiry/time.Second), math.MaxUint32))
+	}
+	// Acknowledgements carry only what the spec calls for: mochi would
+	// otherwise copy the PUBLISH properties onto PUBACK/PUBREC.
+	caps.Compatibilities.NoInheritedPropertiesOnAck = true
+
+	ms := mochi.New(&mochi.Options{
+		Capabilities:             caps,
+		InlineClient:             true,
+		Logger:                   opts.Logger.With("part", "mochi"),
+		ClientNetWriteBufferSize: 2048,
+		ClientNetReadBufferSize:  2048,
+		SysTopicResendInterval:   0,
+	})
+	s := &Server{opts: opts, mochi: ms, log: opts.Logger.With("part", "mqtt")}
+	s.hook = newHook(s)
+	if err := ms.AddHook(s.hook, nil); err != nil {
+		return nil, fmt.Errorf("mqtt: add hook: %w", err)
+	}
+	return s, nil
+}
+
+// Start binds the listeners, subscribes the front-end to the router and
+// starts serving. Bound addresses are logged and available from Addr/WSAddr.
+func (s *Server) Start() error {
+	ln, err := net.Listen("tcp", s.opts.Listen)
+	if err != nil {
+		return fmt.Errorf("mqtt.listen %s: %w", s.opts.Listen, err)
+	}
+	s.tcp = &tcpListener{id: "mqtt-tcp", ln: ln}
+	if err := s.mochi.AddListener(s.tcp); err != nil {
+		ln.Close()
+		return fmt.Errorf("mqtt: %w", err)
+	}
+	if s.opts.WSListen != "" {
+		wl, err := net.Listen("tcp", s.opts.WSListen)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("mqtt.ws.listen %s: %w", s.opts.WSListen, err)
+		}
+		s.ws = &wsListener{id: "mqtt-ws", ln: wl}
+		if err := s.mochi.AddListener(s.ws); err != nil {
+			ln.Close()
+			wl.Close()
+			return fmt.Errorf("mqtt: %w", err)
+		}
+	}
+	// Everything published by other front-ends reaches MQTT sessions
+	// through mochi, which matches it against MQTT subscriptions itself.
+	// "#" does not match "$" topics [MQTT-4.7.2-1]; those stay MQTT-local.
+	s.sub, err = s.opts.Router.Subscribe("#", s.hook, core.SubOptions{QoS: 2, SkipOrigin: core.ProtocolMQTT})
+	if err != nil {
+		return err
+	}
+	if err := s.mochi.Serve(); err != nil {
+		return fmt.Errorf("mqtt: serve: %w", err)
+	}
+	s.log.Info("mqtt listening", "addr", s.Addr(), "transport", "tcp")
+	if s.ws != nil {
+		s.log.Info("mqtt listening", "addr", s.WSAddr(), "transport", "websocket")
+	}
+	return nil
+}
+
+// Addr is the bound TCP address.
+func (s *Server) Addr() string {
+	if s.tcp == nil {
+		return ""
+	}
+	return s.tcp.Address()
+}
+
+// WSAddr is the bound WebSocket address, or "" when disabled.
+func (s *Server) WSAddr() string {
+	if s.ws == nil {
+		return ""
+	}
+	return s.ws.Address()
+}
+
+// Clients is the number of connected MQTT clients.
+func (s *Server) Clients() int64 { return s.mochi.Info.ClientsConnected }
+
+// Shutdown stops accepting, disconnects clients (their in-flight QoS 1/2
+// state stays in their sessions for the next connection, as MQTT defines)
+// and waits for connection goroutines until ctx ends.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.opts.Router.Unsubscribe(s.sub)
+	err := s.mochi.Close()
+	done := make(chan struct{})
+	go func() {
+		if s.tcp != nil {
+			s.tcp.wait()
+		}
+		if s.ws != nil {
+			s.ws.wait()
+		}
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return err
+}
+
+// inline returns mochi's inline client, through which messages from other
+// front-ends are injected.
+func (s *Server) inline() *mochi.Client {
+	cl, _ := s.mochi.Clients.Get(mochi.InlineClientId)
+	return cl
+}
+
+// toMessage maps a PUBLISH to a core Message. The payload is not copied:
+// mochi allocates it per packet and never reuses it.
+func toMessage(pk *packets.Packet, clientID, node string, now time.Time) *core.Message {
+	m := &core.Message{
+		Topic:           pk.TopicName,
+		Payload:         pk.Payload,
+		QoS:             pk.FixedHeader.Qos,
+		Retain:          pk.FixedHeader.Retain,
+		ContentType:     pk.Properties.ContentType,
+		CorrelationData: pk.Properties.CorrelationData,
+		ResponseTopic:   pk.Properties.ResponseTopic,
+		Created:         now,
+		Origin:          core.Origin{Protocol: core.ProtocolMQTT, Node: node, Client: clientID},
+	}
+	if pk.Properties.PayloadFormatFlag {
+		m.PayloadFormat = pk.Properties.PayloadFormat
+	}
+	if n := len(pk.Properties.User); n > 0 {
+		m.UserProperties = make([]core.UserProperty, n)
+		for i, u := range pk.Properties.User {
+			m.UserProperties[i] = core.UserProperty{Key: u.Key, Value: u.Val}
+		}
+	}
+	if e := pk.Properties.MessageExpiryInterval; e > 0 {
+		m.Expiry = now.Add(time.Duration(e) * time.Second)
+	}
+	return m
+}
+
+// toPacket maps a core Message to a PUBLISH. The remaining expiry interval
+// is sent, not the original one [MQTT-3.3.2-6].
+func toPacket(m *core.Message, retain bool, now time.Time) packets.Packet {
+	pk := packets.Packet{
+		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: m.QoS, Retain: retain},
+		TopicName:   m.Topic,
+		Payload:     m.Payload,
+		Created:     now.Unix(),
+	}
+	p := &pk.Properties
+	p.ContentType = m.ContentType
+	p.CorrelationData = m.CorrelationData
+	p.ResponseTopic = m.ResponseTopic
+	if m.PayloadFormat != 0 {
+		p.PayloadFormat, p.PayloadFormatFlag = m.PayloadFormat, true
+	}
+	if n := len(m.UserProperties); n > 0 {
+		p.User = make([]packets.UserProperty, n)
+		for i, u := range m.UserProperties {
+			p.User[i] = packets.UserProperty{Key: u.Key, Val: u.Value}
+		}
+	}
+	if left, ok := m.RemainingExpiry(now); ok {
+		p.MessageExpiryInterval = left
+		pk.Expiry = now.Unix() + int64(left)
+	}
+	return pk
+}
+
+// Info is mochi's live counters (messages sent, dropped, inflight).
+func (s *Server) Info() *system.Info { return s.mochi.Info }
