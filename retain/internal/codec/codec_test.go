@@ -1,0 +1,213 @@
+package codec
+
+import (
+	"bytes"
+	"errors"
+	"math"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/gatewayd/gateway/core"
+)
+
+func full() *core.Message {
+	return &core.Message{
+		Topic:           "sensors/room1/temp",
+		Payload:         []byte("21.5"),
+		QoS:             1,
+		Retain:          true,
+		ContentType:     "text/plain",
+		CorrelationData: []byte{0, 1, 2},
+		ResponseTopic:   "replies/x",
+		UserProperties:  []core.UserProperty{{Key: "a", Value: "1"}, {Key: "a", Value: "2"}, {}},
+		PayloadFormat:   1,
+		Created:         time.Unix(1700000000, 123456789),
+		Expiry:          time.Unix(1700003600, 987654321),
+		Origin:          core.Origin{Protocol: core.ProtocolMQTT, Node: "n1", Client: "c1"},
+	}
+}
+
+// equal compares messages field by field; times by instant, not location.
+func equal(t *testing.T, want, got *core.Message) {
+	t.Helper()
+	if !want.Created.Equal(got.Created) || !want.Expiry.Equal(got.Expiry) {
+		t.Fatalf("times: want %v/%v got %v/%v", want.Created, want.Expiry, got.Created, got.Expiry)
+	}
+	w, g := *want, *got
+	w.Created, w.Expiry, g.Created, g.Expiry = time.Time{}, time.Time{}, time.Time{}, time.Time{}
+	if len(w.Payload) == 0 && len(g.Payload) == 0 {
+		w.Payload, g.Payload = nil, nil
+	}
+	if !reflect.DeepEqual(w, g) {
+		t.Fatalf("round trip:\nwant %#v\ngot  %#v", w, g)
+	}
+}
+
+func TestRoundTrip(t *testing.T) {
+	cases := map[string]*core.Message{
+		"full":    full(),
+		"minimal": {Topic: "a", Payload: []byte{1}},
+		"empty correlation and props": {Topic: "a", Payload: []byte{1},
+			CorrelationData: []byte{}, UserProperties: []core.UserProperty{}},
+		"far future":   {Topic: "$SYS/x", Payload: []byte("p"), Expiry: time.Date(9999, 1, 1, 0, 0, 0, 5, time.UTC)},
+		"before epoch": {Topic: "a/b", Payload: []byte("p"), Created: time.Date(1900, 1, 1, 0, 0, 0, 0, time.UTC)},
+	}
+	for name, m := range cases {
+		t.Run(name, func(t *testing.T) {
+			b := Encode(m)
+			if len(b) > EncodedSizeHint(m) {
+				t.Fatalf("encoded %d bytes, hint %d", len(b), EncodedSizeHint(m))
+			}
+			got, err := Decode(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			equal(t, m, got)
+			got2, err := DecodeString(string(b))
+			if err != nil {
+				t.Fatal(err)
+			}
+			equal(t, m, got2)
+			meta, err := ReadMeta(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := MetaOf(m); meta != want {
+				t.Fatalf("meta %+v, want %+v", meta, want)
+			}
+			// The decoded payload must not alias the input.
+			if len(got.Payload) > 0 {
+				for i := range b {
+					b[i] = 0xff
+				}
+				if !bytes.Equal(got.Payload, m.Payload) {
+					t.Fatal("decoded payload aliases the input buffer")
+				}
+			}
+		})
+	}
+}
+
+func TestDecodeRejects(t *testing.T) {
+	good := Encode(full())
+	if _, err := Decode(nil); !errors.Is(err, ErrTruncated) {
+		t.Errorf("nil: %v", err)
+	}
+	bad := append([]byte{}, good...)
+	bad[0] = 2
+	if _, err := Decode(bad); !errors.Is(err, ErrVersion) {
+		t.Errorf("version: %v", err)
+	}
+	if _, err := Decode(append(append([]byte{}, good...), 0)); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("trailing: %v", err)
+	}
+	for i := range len(good) {
+		if _, err := Decode(good[:i]); err == nil {
+			t.Errorf("truncated at %d decoded", i)
+		}
+		if _, err := ReadMeta(good[:i]); err == nil {
+			t.Errorf("meta truncated at %d decoded", i)
+		}
+	}
+	// A length that claims far more than the value holds: the memory-bomb
+	// attack. Must fail before allocating.
+	bomb := []byte{Version, 0, 0, 0, 1, 'a', 0xff, 0xff, 0xff, 0xff, 0x0f}
+	allocs := testing.AllocsPerRun(10, func() { _, _ = Decode(bomb) })
+	if _, err := Decode(bomb); !errors.Is(err, ErrTruncated) {
+		t.Errorf("bomb: %v", err)
+	}
+	if allocs > 2 {
+		t.Errorf("bomb allocated %v times", allocs)
+	}
+	// A property count beyond what the bytes can hold.
+	props := []byte{Version, flagProps, 0, 0, 1, 'a', 1, 'p', 0, 0, 0, 0xff, 0xff, 0x03, 0, 0}
+	if _, err := Decode(props); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("props: %v", err)
+	}
+}
+
+func TestExpiryNanos(t *testing.T) {
+	if ExpiryNanos(time.Time{}) != 0 {
+		t.Fatal("zero")
+	}
+	if ExpiryNanos(time.Unix(0, 0)) == 0 {
+		t.Fatal("epoch must not read as never")
+	}
+	if ExpiryNanos(time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)) != math.MaxInt64 {
+		t.Fatal("saturate")
+	}
+}
+
+func TestMetaAllocs(t *testing.T) {
+	b := Encode(full())
+	s := string(b)
+	if n := testing.AllocsPerRun(100, func() { _, _ = ReadMeta(b); _, _ = ReadMetaString(s) }); n != 0 {
+		t.Fatalf("ReadMeta allocates %v", n)
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	f.Add(Encode(full()))
+	f.Add(Encode(&core.Message{Topic: "a", Payload: []byte{1}}))
+	f.Add([]byte{Version, 0xff})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := Decode(b)
+		meta, merr := ReadMeta(b)
+		if (err == nil) != (merr == nil) {
+			t.Fatalf("Decode err %v, ReadMeta err %v", err, merr)
+		}
+		if err != nil {
+			return
+		}
+		if want := MetaOf(m); meta != want {
+			t.Fatalf("meta %+v want %+v", meta, want)
+		}
+		// Whatever decodes re-encodes to something that decodes the same.
+		m2, err := Decode(Encode(m))
+		if err != nil {
+			t.Fatal(err)
+		}
+		equal(t, m, m2)
+	})
+}
+
+func FuzzRoundTrip(f *testing.F) {
+	f.Add("a/b", []byte("p"), byte(1), true, "ct", []byte{1}, "rt", "k", "v", int64(1700000000), int64(5), "n")
+	f.Fuzz(func(t *testing.T, topic string, payload []byte, qos byte, retain bool, ct string, cd []byte,
+		rt, k, v string, sec, nsec int64, node string) {
+		m := &core.Message{Topic: topic, Payload: payload, QoS: qos, Retain: retain, ContentType: ct,
+			CorrelationData: cd, ResponseTopic: rt, UserProperties: []core.UserProperty{{Key: k, Value: v}},
+			Created: time.Unix(sec, nsec), Origin: core.Origin{Node: node}}
+		if sec%2 == 0 {
+			m.Expiry = time.Unix(sec/2, nsec)
+		}
+		if len(topic) > core.MaxTopicLength {
+			return
+		}
+		got, err := Decode(Encode(m))
+		if err != nil {
+			t.Fatal(err)
+		}
+		equal(t, m, got)
+	})
+}
+
+func BenchmarkEncode(b *testing.B) {
+	m := full()
+	buf := make([]byte, 0, 256)
+	b.ReportAllocs()
+	for b.Loop() {
+		buf = Append(buf[:0], m)
+	}
+}
+
+func BenchmarkDecodeString(b *testing.B) {
+	s := string(Encode(full()))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := DecodeString(s); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
