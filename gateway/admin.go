@@ -1,0 +1,187 @@
+package gateway
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/gatewayd/gateway/core"
+)
+
+// adminServer is the admin HTTP API: /healthz, /readyz, /metrics and
+// /api/v1/retained.
+type adminServer struct {
+	g   *Gateway
+	ln  net.Listener
+	srv *http.Server
+	wg  sync.WaitGroup
+}
+
+func newAdminServer(g *Gateway) *adminServer {
+	a := &adminServer{g: g}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", a.readyz)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(g.metrics.Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /api/v1/retained", a.listRetained)
+	mux.HandleFunc("DELETE /api/v1/retained", a.deleteRetained)
+	a.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	return a
+}
+
+func (a *adminServer) start(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return &ConfigError{Key: "admin.listen", Msg: err.Error()}
+	}
+	a.ln = ln
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		_ = a.srv.Serve(ln)
+	}()
+	return nil
+}
+
+func (a *adminServer) addr() string { return a.ln.Addr().String() }
+
+func (a *adminServer) stop(ctx context.Context) error {
+	err := a.srv.Shutdown(ctx)
+	a.wg.Wait()
+	return err
+}
+
+func (a *adminServer) readyz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if err := a.g.Ready(); err != nil {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte("not ready: " + err.Error() + "\n"))
+		return
+	}
+	_, _ = w.Write([]byte("ready\n"))
+}
+
+// retainedJSON is one retained message in the admin API. The payload is
+// given as text when it is UTF-8, otherwise base64 in payloadBase64.
+type retainedJSON struct {
+	Topic          string            `json:"topic"`
+	Payload        *string           `json:"payload,omitempty"`
+	PayloadBase64  string            `json:"payloadBase64,omitempty"`
+	Size           int               `json:"size"`
+	QoS            byte              `json:"qos"`
+	ContentType    string            `json:"contentType,omitempty"`
+	UserProperties map[string]string `json:"userProperties,omitempty"`
+	Created        time.Time         `json:"created"`
+	Expiry         *time.Time        `json:"expiry,omitempty"`
+	Origin         string            `json:"origin,omitempty"`
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func filterParam(w http.ResponseWriter, r *http.Request) (string, bool) {
+	f := r.URL.Query().Get("filter")
+	if f == "" {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "query parameter filter is required (a topic or an MQTT filter such as sensors/#)"})
+		return "", false
+	}
+	if err := core.ValidateFilter(f); err != nil || core.IsShared(f) {
+		msg := "shared subscription filters hold no retained messages"
+		if err != nil {
+			msg = err.Error()
+		}
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "invalid filter: " + msg})
+		return "", false
+	}
+	return f, true
+}
+
+func storeStatus(err error) int {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return http.StatusGatewayTimeout
+	}
+	return http.StatusServiceUnavailable
+}
+
+func (a *adminServer) listRetained(w http.ResponseWriter, r *http.Request) {
+	f, ok := filterParam(w, r)
+	if !ok {
+		return
+	}
+	limit := 1000
+	if s := r.URL.Query().Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "limit must be a positive whole number"})
+			return
+		}
+		limit = n
+	}
+	out := []retainedJSON{}
+	now := time.Now()
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	err := a.g.store.Match(ctx, f, func(m *core.Message) bool {
+		if m.Expired(now) {
+			return true
+		}
+		j := retainedJSON{Topic: m.Topic, Size: len(m.Payload), QoS: m.QoS, ContentType: m.ContentType,
+			Created: m.Created.UTC(), Origin: string(m.Origin.Protocol)}
+		if utf8.Valid(m.Payload) {
+			s := string(m.Payload)
+			j.Payload = &s
+		} else {
+			j.PayloadBase64 = base64.StdEncoding.EncodeToString(m.Payload)
+		}
+		if !m.Expiry.IsZero() {
+			e := m.Expiry.UTC()
+			j.Expiry = &e
+		}
+		if len(m.UserProperties) > 0 {
+			j.UserProperties = map[string]string{}
+			for _, p := range m.UserProperties {
+				j.UserProperties[p.Key] = p.Value
+			}
+		}
+		out = append(out, j)
+		return len(out) < limit
+	})
+	if err != nil {
+		a.g.metrics.StoreError("match")
+		writeJSON(w, storeStatus(err), map[string]string{"error": err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (a *adminServer) deleteRetained(w http.ResponseWriter, r *http.Request) {
+	f, ok := filterParam(w, r)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 60*time.Second)
+	defer cancel()
+	n, err := a.g.store.Delete(ctx, f)
+	if err != nil {
+		a.g.metrics.StoreError("delete")
+		writeJSON(w, storeStatus(err), map[string]any{"error": err.Error(), "deleted": n})
+		return
+	}
+	a.g.log.Info("retained messages cleared", "filter", f, "deleted", n)
+	writeJSON(w, http.StatusOK, map[string]int{"deleted": n})
+}

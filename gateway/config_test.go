@@ -1,0 +1,104 @@
+package gateway
+
+import (
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestConfigDefaults(t *testing.T) {
+	c := DefaultConfig()
+	if c.MQTT.Listen != "127.0.0.1:1883" || c.AMQP.Listen != "127.0.0.1:5672" || c.AdminListen != "127.0.0.1:8088" ||
+		c.DataDir != "./data" || c.RetainBackend != "embedded" || c.NodeID == "" || c.ShutdownTimeout != 10*time.Second {
+		t.Fatalf("defaults: %+v", c)
+	}
+}
+
+func TestConfigPrecedence(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "g.yaml")
+	os.WriteFile(f, []byte("mqtt:\n  listen: 127.0.0.1:1000\n  ws:\n    listen: 127.0.0.1:1001\nretain:\n  backend: memory\n  maxMessages: 7\nadmin:\n  listen: 127.0.0.1:1002\n"), 0o644)
+	env := []string{"GATEWAY_MQTT_LISTEN=127.0.0.1:2000", "GATEWAY_MQTT_WS_LISTEN=127.0.0.1:2001", "PATH=/bin", "GATEWAY_RETAIN_MAXPAYLOAD=1KiB"}
+	args := []string{"--config", f, "--mqtt.listen=127.0.0.1:3000"}
+	c, err := LoadConfig(args, env, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.MQTT.Listen != "127.0.0.1:3000" {
+		t.Errorf("flag must beat env and file: %s", c.MQTT.Listen)
+	}
+	if c.MQTT.WSListen != "127.0.0.1:2001" {
+		t.Errorf("env must beat file: %s", c.MQTT.WSListen)
+	}
+	if c.AdminListen != "127.0.0.1:1002" || c.RetainBackend != "memory" || c.RetainMaxMessages != 7 {
+		t.Errorf("file must beat default: %+v", c)
+	}
+	if c.RetainMaxPayload != 1024 {
+		t.Errorf("1KiB = %d", c.RetainMaxPayload)
+	}
+}
+
+func TestConfigErrorsNameTheKey(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(bad, []byte("mqtt:\n  lisen: x\n"), 0o644)
+	cases := []struct {
+		args []string
+		env  []string
+		key  string
+	}{
+		{args: []string{"--retain.backend=mongo"}, key: "retain.backend"},
+		{args: []string{"--mqtt.listen=nope"}, key: "mqtt.listen"},
+		{args: []string{"--mqtt.listen=127.0.0.1:70000"}, key: "mqtt.listen"},
+		{args: []string{"--retain.maxMessages=-1"}, key: "retain.maxMessages"},
+		{args: []string{"--shutdown.timeout=soon"}, key: "shutdown.timeout"},
+		{args: []string{"--amqp.maxFrameSize=100"}, key: "amqp.maxFrameSize"},
+		{args: []string{"--amqp.users=alice"}, key: "amqp.users"},
+		{args: []string{"--config", bad}, key: "mqtt.lisen"},
+		{env: []string{"GATEWAY_MQTT_LISEN=1"}, key: "GATEWAY_MQTT_LISEN"},
+		{env: []string{"GATEWAY_LOG_FORMAT=xml"}, key: "log.format"},
+		{args: []string{"--no.such.key=1"}, key: ""},
+	}
+	for _, c := range cases {
+		_, err := LoadConfig(c.args, c.env, io.Discard)
+		var ce *ConfigError
+		if !errors.As(err, &ce) {
+			t.Errorf("%v %v: want ConfigError, got %v", c.args, c.env, err)
+			continue
+		}
+		if ce.Key != c.key || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%v %v: error %q names key %q, want %q on one line", c.args, c.env, err, ce.Key, c.key)
+		}
+	}
+}
+
+func TestHelpListsEveryKey(t *testing.T) {
+	var b strings.Builder
+	if _, err := LoadConfig([]string{"--help"}, nil, &b); !errors.Is(err, ErrHelp) {
+		t.Fatal(err)
+	}
+	for _, d := range keyDefs {
+		if !strings.Contains(b.String(), "--"+d.name) {
+			t.Errorf("--help lacks %s", d.name)
+		}
+	}
+}
+
+// The sample config must document every key and load cleanly.
+func TestSampleConfigHasEveryKey(t *testing.T) {
+	path := "../deploy/gateway.yaml"
+	if _, err := LoadConfig([]string{"--config", path}, nil, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(path)
+	for _, d := range keyDefs {
+		leaf := d.name[strings.LastIndexByte(d.name, '.')+1:]
+		if !strings.Contains(string(b), leaf+":") {
+			t.Errorf("deploy/gateway.yaml lacks %s", d.name)
+		}
+	}
+}

@@ -1,0 +1,197 @@
+// Package gateway wires the parts together and owns their lifecycle: it
+// builds every part from Config, starts them in a fixed order (admin API,
+// retained store, router, MQTT, AMQP), stops them in reverse, and serves the
+// admin HTTP API. It is the only package that knows every part.
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+
+	"github.com/gatewayd/gateway/core"
+	"github.com/gatewayd/gateway/core/metrics"
+	"github.com/gatewayd/gateway/mqtt"
+	"github.com/gatewayd/gateway/retain"
+)
+
+// Gateway is one running gateway.
+type Gateway struct {
+	cfg     *Config
+	log     *slog.Logger
+	metrics *metrics.Metrics
+	store   retain.Store
+	router  *core.Router
+	mqtt    *mqtt.Server
+	admin   *adminServer
+
+	ready   atomic.Bool
+	stopped atomic.Bool
+	mu      sync.Mutex // guards stops
+	stops   []func(context.Context) error
+}
+
+// New builds a gateway from cfg; Start starts it.
+func New(cfg *Config, log *slog.Logger) *Gateway {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Gateway{cfg: cfg, log: log, metrics: metrics.New()}
+}
+
+// NewLogger builds the logger the config asks for.
+func NewLogger(cfg *Config) *slog.Logger {
+	var lvl slog.Level
+	_ = lvl.UnmarshalText([]byte(cfg.LogLevel))
+	o := &slog.HandlerOptions{Level: lvl}
+	if cfg.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(os.Stderr, o))
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, o))
+}
+
+// Start starts every part in order. When one fails, those already started
+// are stopped and the error is returned.
+func (g *Gateway) Start(ctx context.Context) (err error) {
+	defer func() {
+		if err != nil {
+			sctx, cancel := context.WithTimeout(context.Background(), g.cfg.ShutdownTimeout)
+			defer cancel()
+			_ = g.Stop(sctx)
+		}
+	}()
+	if g.cfg.AdminListen != "" {
+		g.admin = newAdminServer(g)
+		if err := g.admin.start(g.cfg.AdminListen); err != nil {
+			return err
+		}
+		g.onStop(g.admin.stop)
+		g.log.Info("admin API listening", "addr", g.admin.addr())
+	}
+
+	store, err := g.openStore(ctx)
+	if err != nil {
+		return err
+	}
+	g.store = store
+	g.onStop(func(context.Context) error { return store.Close() })
+	g.metrics.GaugeFunc("gateway_retained_messages", "Retained messages held by the store.",
+		func() float64 { return float64(store.Stats().Count) })
+	g.metrics.GaugeFunc("gateway_retained_bytes", "Bytes of retained messages held by the store.",
+		func() float64 { return float64(store.Stats().Bytes) })
+
+	g.router = core.NewRouter(core.RouterOptions{Retainer: retain.Retainer{Store: store}, Node: g.cfg.NodeID})
+
+	g.mqtt, err = mqtt.New(mqtt.Options{
+		Listen:           g.cfg.MQTT.Listen,
+		WSListen:         g.cfg.MQTT.WSListen,
+		Router:           g.router,
+		Store:            store,
+		Metrics:          g.metrics,
+		Logger:           g.log,
+		Node:             g.cfg.NodeID,
+		MaxPendingWrites: g.cfg.MQTT.MaxPendingWrites,
+		MaxInflight:      g.cfg.MQTT.MaxInflight,
+		ReceiveMaximum:   g.cfg.MQTT.ReceiveMaximum,
+		MaxPacketSize:    g.cfg.MQTT.MaxPacketSize,
+		MaxMessageExpiry: g.cfg.MQTT.MaxMessageExpiry,
+		MaxSessionExpiry: g.cfg.MQTT.MaxSessionExpiry,
+	})
+	if err != nil {
+		return err
+	}
+	if err := g.mqtt.Start(); err != nil {
+		return err
+	}
+	g.onStop(g.mqtt.Shutdown)
+	ms := g.mqtt
+	g.metrics.CounterFunc("gateway_mqtt_packets_sent_total", "MQTT packets sent by mochi.", nil,
+		func() float64 { return float64(atomic.LoadInt64(&ms.Info().PacketsSent)) })
+	g.metrics.CounterFunc("gateway_mqtt_messages_sent_total", "MQTT PUBLISH packets sent to clients.", nil,
+		func() float64 { return float64(atomic.LoadInt64(&ms.Info().MessagesSent)) })
+	g.metrics.CounterFunc("gateway_mqtt_messages_dropped_total", "MQTT messages dropped by mochi (client write queue full).", nil,
+		func() float64 { return float64(atomic.LoadInt64(&ms.Info().MessagesDropped)) })
+
+	if err := g.startAMQP(ctx); err != nil {
+		return err
+	}
+	g.ready.Store(true)
+	g.log.Info("gateway ready", "node", g.cfg.NodeID, "retain.backend", g.cfg.RetainBackend)
+	return nil
+}
+
+func (g *Gateway) onStop(f func(context.Context) error) {
+	g.mu.Lock()
+	g.stops = append(g.stops, f)
+	g.mu.Unlock()
+}
+
+// Stop stops the parts in reverse start order: listeners drain first, the
+// store is flushed and closed after the front-ends, the admin API last.
+func (g *Gateway) Stop(ctx context.Context) error {
+	if !g.stopped.CompareAndSwap(false, true) {
+		return nil
+	}
+	g.ready.Store(false)
+	g.mu.Lock()
+	stops := g.stops
+	g.stops = nil
+	g.mu.Unlock()
+	var errs []error
+	for i := len(stops) - 1; i >= 0; i-- {
+		if err := stops[i](ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Run starts the gateway, waits for ctx to end (SIGINT/SIGTERM in main),
+// then drains and stops within cfg.ShutdownTimeout.
+func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
+	g := New(cfg, log)
+	if err := g.Start(ctx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	log.Info("shutting down", "timeout", cfg.ShutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	if err := g.Stop(sctx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// Ready returns nil when every listener and the store are up.
+func (g *Gateway) Ready() error {
+	if !g.ready.Load() {
+		return errors.New("starting")
+	}
+	if h, ok := g.store.(retain.Health); ok {
+		if err := h.Ready(); err != nil {
+			return fmt.Errorf("retained store: %w", err)
+		}
+	}
+	return nil
+}
+
+// Addresses the gateway bound (useful with port 0).
+func (g *Gateway) MQTTAddr() string   { return g.mqtt.Addr() }
+func (g *Gateway) MQTTWSAddr() string { return g.mqtt.WSAddr() }
+func (g *Gateway) AdminAddr() string {
+	if g.admin == nil {
+		return ""
+	}
+	return g.admin.addr()
+}
+
+// Router and Store are exposed for tests and benchmarks in this module.
+func (g *Gateway) Router() *core.Router      { return g.router }
+func (g *Gateway) Store() retain.Store       { return g.store }
+func (g *Gateway) Metrics() *metrics.Metrics { return g.metrics }

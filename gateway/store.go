@@ -1,0 +1,41 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/gatewayd/gateway/retain"
+	"github.com/gatewayd/gateway/retain/embedded"
+	"github.com/gatewayd/gateway/retain/memory"
+	redisstore "github.com/gatewayd/gateway/retain/redis"
+)
+
+// openStore opens the retained store retain.backend names. A Redis store
+// opens even when Redis is down: the gateway serves live traffic, /readyz
+// reports the outage and the store reconnects by itself.
+func (g *Gateway) openStore(ctx context.Context) (retain.Store, error) {
+	limits := retain.Limits{MaxPayload: int(g.cfg.RetainMaxPayload), MaxMessages: g.cfg.RetainMaxMessages}
+	switch g.cfg.RetainBackend {
+	case "memory":
+		return memory.New(limits), nil
+	case "embedded":
+		if err := os.MkdirAll(g.cfg.DataDir, 0o755); err != nil {
+			return nil, &ConfigError{Key: "data.dir", Msg: err.Error()}
+		}
+		s, err := embedded.Open(g.cfg.DataDir, limits)
+		if err != nil {
+			return nil, fmt.Errorf("retained store (data.dir %s): %w", g.cfg.DataDir, err)
+		}
+		return s, nil
+	case "redis":
+		s, err := redisstore.Open(ctx, redisstore.Options{
+			URL: g.cfg.RedisURL, Prefix: g.cfg.RedisPrefix, Limits: limits, Logger: g.log.With("part", "retain.redis"),
+		})
+		if err != nil {
+			return nil, &ConfigError{Key: "retain.redis.url", Msg: err.Error()}
+		}
+		return s, nil
+	}
+	return nil, &ConfigError{Key: "retain.backend", Msg: fmt.Sprintf("unknown backend %q", g.cfg.RetainBackend)}
+}
