@@ -68,22 +68,28 @@ func PeekDescriptor(r *buffer.Buffer) (uint64, error) {
 // EncField is one field of a composite being written.
 //
 // Value is a pointer to the field (*bool, *uint32, *string, *Symbol,
-// *[]byte, *[]Symbol, *Fields, *any, **uint32, ...) or a Marshaler. Omit
-// marks a field that is absent or at its default. Omitted fields at the end
-// of the list are trimmed; an omitted field before a present one is written
-// as null, except that booleans and integers are written as their value
-// (false, 0): the same length as null, and what Proton writes.
+// *[]byte, *[]Symbol, *Fields, *any, **uint32, ...) or a Marshaler; a
+// pointer-to-pointer (**uint32) is how a field without a usable zero value
+// says "absent" (nil), and must then be marked Omit.
+//
+// Omit marks an absent field: written as null, or trimmed when no present
+// field follows it. Default marks a field holding its spec default (false,
+// 0): trimmed when nothing follows it, otherwise written as its value
+// (42 for false, 43 for 0 — the same length as null, and what Proton
+// writes). The two differ where a type's zero value is not its default:
+// max-frame-size 0 must go out as null, never as 0.
 type EncField struct {
-	Value any
-	Omit  bool
+	Value   any
+	Omit    bool
+	Default bool
 }
 
 // WriteComposite writes the descriptor and the field list, trimming trailing
-// omitted fields and back-patching the list size.
+// omitted or defaulted fields and back-patching the list size.
 func WriteComposite(w *buffer.Buffer, code uint64, fields []EncField) error {
 	WriteDescriptor(w, code)
 	n := len(fields)
-	for n > 0 && fields[n-1].Omit {
+	for n > 0 && (fields[n-1].Omit || fields[n-1].Default) {
 		n--
 	}
 	c := beginCompound(w, codeList8, codeList32)
@@ -96,34 +102,31 @@ func WriteComposite(w *buffer.Buffer, code uint64, fields []EncField) error {
 }
 
 func writeField(w *buffer.Buffer, f *EncField) error {
-	switch v := f.Value.(type) {
-	case *bool:
-		WriteBool(w, *v)
-		return nil
-	case *uint8:
-		WriteUbyte(w, *v)
-		return nil
-	case *uint16:
-		WriteUshort(w, *v)
-		return nil
-	case *uint32:
-		WriteUint(w, *v)
-		return nil
-	case *uint64:
-		WriteUlong(w, *v)
-		return nil
-	case *int32:
-		WriteInt(w, *v)
-		return nil
-	case *int64:
-		WriteLong(w, *v)
-		return nil
-	}
 	if f.Omit {
 		WriteNull(w)
 		return nil
 	}
 	switch v := f.Value.(type) {
+	case *bool:
+		WriteBool(w, *v)
+	case *uint8:
+		WriteUbyte(w, *v)
+	case *uint16:
+		WriteUshort(w, *v)
+	case *uint32:
+		WriteUint(w, *v)
+	case *uint64:
+		WriteUlong(w, *v)
+	case *int32:
+		WriteInt(w, *v)
+	case *int64:
+		WriteLong(w, *v)
+	case **bool:
+		WriteBool(w, **v)
+	case **uint8:
+		WriteUbyte(w, **v)
+	case **uint16:
+		WriteUshort(w, **v)
 	case **uint32:
 		WriteUint(w, **v)
 	case **uint64:
@@ -259,6 +262,21 @@ func readField(r *buffer.Buffer, f *DecField) (err error) {
 	case **uint64:
 		var x uint64
 		if x, err = ReadUlong(r); err == nil {
+			*v = &x
+		}
+	case **bool:
+		var x bool
+		if x, err = ReadBool(r); err == nil {
+			*v = &x
+		}
+	case **uint8:
+		var x uint8
+		if x, err = ReadUbyte(r); err == nil {
+			*v = &x
+		}
+	case **uint16:
+		var x uint16
+		if x, err = ReadUshort(r); err == nil {
 			*v = &x
 		}
 	case *int32:
