@@ -10,12 +10,14 @@ import (
 
 /*
 <type name="header" class="composite" source="list" provides="section">
-    <descriptor name="amqp:header:list" code="0x00000000:0x00000070"/>
-    <field name="durable" type="boolean" default="false"/>
-    <field name="priority" type="ubyte" default="4"/>
-    <field name="ttl" type="milliseconds"/>
-    <field name="first-acquirer" type="boolean" default="false"/>
-    <field name="delivery-count" type="uint" default="0"/>
+
+	<descriptor name="amqp:header:list" code="0x00000000:0x00000070"/>
+	<field name="durable" type="boolean" default="false"/>
+	<field name="priority" type="ubyte" default="4"/>
+	<field name="ttl" type="milliseconds"/>
+	<field name="first-acquirer" type="boolean" default="false"/>
+	<field name="delivery-count" type="uint" default="0"/>
+
 </type>
 */
 type MessageHeader struct {
@@ -48,20 +50,22 @@ func (h *MessageHeader) UnmarshalAMQP(r *buffer.Buffer) error {
 
 /*
 <type name="properties" class="composite" source="list" provides="section">
-    <descriptor name="amqp:properties:list" code="0x00000000:0x00000073"/>
-    <field name="message-id" type="*" requires="message-id"/>
-    <field name="user-id" type="binary"/>
-    <field name="to" type="*" requires="address"/>
-    <field name="subject" type="string"/>
-    <field name="reply-to" type="*" requires="address"/>
-    <field name="correlation-id" type="*" requires="message-id"/>
-    <field name="content-type" type="symbol"/>
-    <field name="content-encoding" type="symbol"/>
-    <field name="absolute-expiry-time" type="timestamp"/>
-    <field name="creation-time" type="timestamp"/>
-    <field name="group-id" type="string"/>
-    <field name="group-sequence" type="sequence-no"/>
-    <field name="reply-to-group-id" type="string"/>
+
+	<descriptor name="amqp:properties:list" code="0x00000000:0x00000073"/>
+	<field name="message-id" type="*" requires="message-id"/>
+	<field name="user-id" type="binary"/>
+	<field name="to" type="*" requires="address"/>
+	<field name="subject" type="string"/>
+	<field name="reply-to" type="*" requires="address"/>
+	<field name="correlation-id" type="*" requires="message-id"/>
+	<field name="content-type" type="symbol"/>
+	<field name="content-encoding" type="symbol"/>
+	<field name="absolute-expiry-time" type="timestamp"/>
+	<field name="creation-time" type="timestamp"/>
+	<field name="group-id" type="string"/>
+	<field name="group-sequence" type="sequence-no"/>
+	<field name="reply-to-group-id" type="string"/>
+
 </type>
 */
 type MessageProperties struct {

@@ -17,17 +17,19 @@ type Performative interface {
 
 /*
 <type name="open" class="composite" source="list" provides="frame">
-    <descriptor name="amqp:open:list" code="0x00000000:0x00000010"/>
-    <field name="container-id" type="string" mandatory="true"/>
-    <field name="hostname" type="string"/>
-    <field name="max-frame-size" type="uint" default="4294967295"/>
-    <field name="channel-max" type="ushort" default="65535"/>
-    <field name="idle-time-out" type="milliseconds"/>
-    <field name="outgoing-locales" type="ietf-language-tag" multiple="true"/>
-    <field name="incoming-locales" type="ietf-language-tag" multiple="true"/>
-    <field name="offered-capabilities" type="symbol" multiple="true"/>
-    <field name="desired-capabilities" type="symbol" multiple="true"/>
-    <field name="properties" type="fields"/>
+
+	<descriptor name="amqp:open:list" code="0x00000000:0x00000010"/>
+	<field name="container-id" type="string" mandatory="true"/>
+	<field name="hostname" type="string"/>
+	<field name="max-frame-size" type="uint" default="4294967295"/>
+	<field name="channel-max" type="ushort" default="65535"/>
+	<field name="idle-time-out" type="milliseconds"/>
+	<field name="outgoing-locales" type="ietf-language-tag" multiple="true"/>
+	<field name="incoming-locales" type="ietf-language-tag" multiple="true"/>
+	<field name="offered-capabilities" type="symbol" multiple="true"/>
+	<field name="desired-capabilities" type="symbol" multiple="true"/>
+	<field name="properties" type="fields"/>
+
 </type>
 */
 type Open struct {
@@ -75,15 +77,17 @@ func (o *Open) UnmarshalAMQP(r *buffer.Buffer) error {
 
 /*
 <type name="begin" class="composite" source="list" provides="frame">
-    <descriptor name="amqp:begin:list" code="0x00000000:0x00000011"/>
-    <field name="remote-channel" type="ushort"/>
-    <field name="next-outgoing-id" type="transfer-number" mandatory="true"/>
-    <field name="incoming-window" type="uint" mandatory="true"/>
-    <field name="outgoing-window" type="uint" mandatory="true"/>
-    <field name="handle-max" type="handle" default="4294967295"/>
-    <field name="offered-capabilities" type="symbol" multiple="true"/>
-    <field name="desired-capabilities" type="symbol" multiple="true"/>
-    <field name="properties" type="fields"/>
+
+	<descriptor name="amqp:begin:list" code="0x00000000:0x00000011"/>
+	<field name="remote-channel" type="ushort"/>
+	<field name="next-outgoing-id" type="transfer-number" mandatory="true"/>
+	<field name="incoming-window" type="uint" mandatory="true"/>
+	<field name="outgoing-window" type="uint" mandatory="true"/>
+	<field name="handle-max" type="handle" default="4294967295"/>
+	<field name="offered-capabilities" type="symbol" multiple="true"/>
+	<field name="desired-capabilities" type="symbol" multiple="true"/>
+	<field name="properties" type="fields"/>
+
 </type>
 */
 type Begin struct {
@@ -125,21 +129,23 @@ func (b *Begin) UnmarshalAMQP(r *buffer.Buffer) error {
 
 /*
 <type name="attach" class="composite" source="list" provides="frame">
-    <descriptor name="amqp:attach:list" code="0x00000000:0x00000012"/>
-    <field name="name" type="string" mandatory="true"/>
-    <field name="handle" type="handle" mandatory="true"/>
-    <field name="role" type="role" mandatory="true"/>
-    <field name="snd-settle-mode" type="sender-settle-mode" default="mixed"/>
-    <field name="rcv-settle-mode" type="receiver-settle-mode" default="first"/>
-    <field name="source" type="*" requires="source"/>
-    <field name="target" type="*" requires="target"/>
-    <field name="unsettled" type="map"/>
-    <field name="incomplete-unsettled" type="boolean" default="false"/>
-    <field name="initial-delivery-count" type="sequence-no"/>
-    <field name="max-message-size" type="ulong"/>
-    <field name="offered-capabilities" type="symbol" multiple="true"/>
-    <field name="desired-capabilities" type="symbol" multiple="true"/>
-    <field name="properties" type="fields"/>
+
+	<descriptor name="amqp:attach:list" code="0x00000000:0x00000012"/>
+	<field name="name" type="string" mandatory="true"/>
+	<field name="handle" type="handle" mandatory="true"/>
+	<field name="role" type="role" mandatory="true"/>
+	<field name="snd-settle-mode" type="sender-settle-mode" default="mixed"/>
+	<field name="rcv-settle-mode" type="receiver-settle-mode" default="first"/>
+	<field name="source" type="*" requires="source"/>
+	<field name="target" type="*" requires="target"/>
+	<field name="unsettled" type="map"/>
+	<field name="incomplete-unsettled" type="boolean" default="false"/>
+	<field name="initial-delivery-count" type="sequence-no"/>
+	<field name="max-message-size" type="ulong"/>
+	<field name="offered-capabilities" type="symbol" multiple="true"/>
+	<field name="desired-capabilities" type="symbol" multiple="true"/>
+	<field name="properties" type="fields"/>
+
 </type>
 */
 type Attach struct {
@@ -199,18 +205,20 @@ func (a *Attach) UnmarshalAMQP(r *buffer.Buffer) error {
 
 /*
 <type name="flow" class="composite" source="list" provides="frame">
-    <descriptor name="amqp:flow:list" code="0x00000000:0x00000013"/>
-    <field name="next-incoming-id" type="transfer-number"/>
-    <field name="incoming-window" type="uint" mandatory="true"/>
-    <field name="next-outgoing-id" type="transfer-number" mandatory="true"/>
-    <field name="outgoing-window" type="uint" mandatory="true"/>
-    <field name="handle" type="handle"/>
-    <field name="delivery-count" type="sequence-no"/>
-    <field name="link-credit" type="uint"/>
-    <field name="available" type="uint"/>
-    <field name="drain" type="boolean" default="false"/>
-    <field name="echo" type="boolean" default="false"/>
-    <field name="properties" type="fields"/>
+
+	<descriptor name="amqp:flow:list" code="0x00000000:0x00000013"/>
+	<field name="next-incoming-id" type="transfer-number"/>
+	<field name="incoming-window" type="uint" mandatory="true"/>
+	<field name="next-outgoing-id" type="transfer-number" mandatory="true"/>
+	<field name="outgoing-window" type="uint" mandatory="true"/>
+	<field name="handle" type="handle"/>
+	<field name="delivery-count" type="sequence-no"/>
+	<field name="link-credit" type="uint"/>
+	<field name="available" type="uint"/>
+	<field name="drain" type="boolean" default="false"/>
+	<field name="echo" type="boolean" default="false"/>
+	<field name="properties" type="fields"/>
+
 </type>
 */
 type Flow struct {
@@ -261,18 +269,20 @@ func (f *Flow) UnmarshalAMQP(r *buffer.Buffer) error {
 
 /*
 <type name="transfer" class="composite" source="list" provides="frame">
-    <descriptor name="amqp:transfer:list" code="0x00000000:0x00000014"/>
-    <field name="handle" type="handle" mandatory="true"/>
-    <field name="delivery-id" type="delivery-number"/>
-    <field name="delivery-tag" type="delivery-tag"/>
-    <field name="message-format" type="message-format"/>
-    <field name="settled" type="boolean"/>
-    <field name="more" type="boolean" default="false"/>
-    <field name="rcv-settle-mode" type="receiver-settle-mode"/>
-    <field name="state" type="*" requires="delivery-state"/>
-    <field name="resume" type="boolean" default="false"/>
-    <field name="aborted" type="boolean" default="false"/>
-    <field name="batchable" type="boolean" default="false"/>
+
+	<descriptor name="amqp:transfer:list" code="0x00000000:0x00000014"/>
+	<field name="handle" type="handle" mandatory="true"/>
+	<field name="delivery-id" type="delivery-number"/>
+	<field name="delivery-tag" type="delivery-tag"/>
+	<field name="message-format" type="message-format"/>
+	<field name="settled" type="boolean"/>
+	<field name="more" type="boolean" default="false"/>
+	<field name="rcv-settle-mode" type="receiver-settle-mode"/>
+	<field name="state" type="*" requires="delivery-state"/>
+	<field name="resume" type="boolean" default="false"/>
+	<field name="aborted" type="boolean" default="false"/>
+	<field name="batchable" type="boolean" default="false"/>
+
 </type>
 */
 type Transfer struct {
@@ -330,13 +340,15 @@ func (t *Transfer) unmarshal(r *buffer.Buffer, deliveryID, messageFormat *uint32
 
 /*
 <type name="disposition" class="composite" source="list" provides="frame">
-    <descriptor name="amqp:disposition:list" code="0x00000000:0x00000015"/>
-    <field name="role" type="role" mandatory="true"/>
-    <field name="first" type="delivery-number" mandatory="true"/>
-    <field name="last" type="delivery-number"/>
-    <field name="settled" type="boolean" default="false"/>
-    <field name="state" type="*" requires="delivery-state"/>
-    <field name="batchable" type="boolean" default="false"/>
+
+	<descriptor name="amqp:disposition:list" code="0x00000000:0x00000015"/>
+	<field name="role" type="role" mandatory="true"/>
+	<field name="first" type="delivery-number" mandatory="true"/>
+	<field name="last" type="delivery-number"/>
+	<field name="settled" type="boolean" default="false"/>
+	<field name="state" type="*" requires="delivery-state"/>
+	<field name="batchable" type="boolean" default="false"/>
+
 </type>
 */
 type Disposition struct {
@@ -372,10 +384,12 @@ func (d *Disposition) UnmarshalAMQP(r *buffer.Buffer) error {
 
 /*
 <type name="detach" class="composite" source="list" provides="frame">
-    <descriptor name="amqp:detach:list" code="0x00000000:0x00000016"/>
-    <field name="handle" type="handle" mandatory="true"/>
-    <field name="closed" type="boolean" default="false"/>
-    <field name="error" type="error"/>
+
+	<descriptor name="amqp:detach:list" code="0x00000000:0x00000016"/>
+	<field name="handle" type="handle" mandatory="true"/>
+	<field name="closed" type="boolean" default="false"/>
+	<field name="error" type="error"/>
+
 </type>
 */
 type Detach struct {
@@ -402,8 +416,10 @@ func (d *Detach) UnmarshalAMQP(r *buffer.Buffer) error {
 
 /*
 <type name="end" class="composite" source="list" provides="frame">
-    <descriptor name="amqp:end:list" code="0x00000000:0x00000017"/>
-    <field name="error" type="error"/>
+
+	<descriptor name="amqp:end:list" code="0x00000000:0x00000017"/>
+	<field name="error" type="error"/>
+
 </type>
 */
 type End struct {
@@ -424,8 +440,10 @@ func (e *End) UnmarshalAMQP(r *buffer.Buffer) error {
 
 /*
 <type name="close" class="composite" source="list" provides="frame">
-    <descriptor name="amqp:close:list" code="0x00000000:0x00000018"/>
-    <field name="error" type="error"/>
+
+	<descriptor name="amqp:close:list" code="0x00000000:0x00000018"/>
+	<field name="error" type="error"/>
+
 </type>
 */
 type Close struct {

@@ -7,8 +7,10 @@ import (
 
 /*
 <type name="sasl-mechanisms" class="composite" source="list" provides="sasl-frame">
-    <descriptor name="amqp:sasl-mechanisms:list" code="0x00000000:0x00000040"/>
-    <field name="sasl-server-mechanisms" type="symbol" multiple="true" mandatory="true"/>
+
+	<descriptor name="amqp:sasl-mechanisms:list" code="0x00000000:0x00000040"/>
+	<field name="sasl-server-mechanisms" type="symbol" multiple="true" mandatory="true"/>
+
 </type>
 */
 type SASLMechanisms struct {
@@ -29,10 +31,12 @@ func (m *SASLMechanisms) UnmarshalAMQP(r *buffer.Buffer) error {
 
 /*
 <type name="sasl-init" class="composite" source="list" provides="sasl-frame">
-    <descriptor name="amqp:sasl-init:list" code="0x00000000:0x00000041"/>
-    <field name="mechanism" type="symbol" mandatory="true"/>
-    <field name="initial-response" type="binary"/>
-    <field name="hostname" type="string"/>
+
+	<descriptor name="amqp:sasl-init:list" code="0x00000000:0x00000041"/>
+	<field name="mechanism" type="symbol" mandatory="true"/>
+	<field name="initial-response" type="binary"/>
+	<field name="hostname" type="string"/>
+
 </type>
 */
 type SASLInit struct {
@@ -59,8 +63,10 @@ func (i *SASLInit) UnmarshalAMQP(r *buffer.Buffer) error {
 
 /*
 <type name="sasl-challenge" class="composite" source="list" provides="sasl-frame">
-    <descriptor name="amqp:sasl-challenge:list" code="0x00000000:0x00000042"/>
-    <field name="challenge" type="binary" mandatory="true"/>
+
+	<descriptor name="amqp:sasl-challenge:list" code="0x00000000:0x00000042"/>
+	<field name="challenge" type="binary" mandatory="true"/>
+
 </type>
 */
 type SASLChallenge struct {
@@ -81,8 +87,10 @@ func (c *SASLChallenge) UnmarshalAMQP(r *buffer.Buffer) error {
 
 /*
 <type name="sasl-response" class="composite" source="list" provides="sasl-frame">
-    <descriptor name="amqp:sasl-response:list" code="0x00000000:0x00000043"/>
-    <field name="response" type="binary" mandatory="true"/>
+
+	<descriptor name="amqp:sasl-response:list" code="0x00000000:0x00000043"/>
+	<field name="response" type="binary" mandatory="true"/>
+
 </type>
 */
 type SASLResponse struct {
@@ -103,11 +111,13 @@ func (c *SASLResponse) UnmarshalAMQP(r *buffer.Buffer) error {
 
 /*
 <type name="sasl-code" class="restricted" source="ubyte">
-    <choice name="ok" value="0"/>
-    <choice name="auth" value="1"/>
-    <choice name="sys" value="2"/>
-    <choice name="sys-perm" value="3"/>
-    <choice name="sys-temp" value="4"/>
+
+	<choice name="ok" value="0"/>
+	<choice name="auth" value="1"/>
+	<choice name="sys" value="2"/>
+	<choice name="sys-perm" value="3"/>
+	<choice name="sys-temp" value="4"/>
+
 </type>
 */
 type SASLCode uint8
@@ -122,9 +132,11 @@ const (
 
 /*
 <type name="sasl-outcome" class="composite" source="list" provides="sasl-frame">
-    <descriptor name="amqp:sasl-outcome:list" code="0x00000000:0x00000044"/>
-    <field name="code" type="sasl-code" mandatory="true"/>
-    <field name="additional-data" type="binary"/>
+
+	<descriptor name="amqp:sasl-outcome:list" code="0x00000000:0x00000044"/>
+	<field name="code" type="sasl-code" mandatory="true"/>
+	<field name="additional-data" type="binary"/>
+
 </type>
 */
 type SASLOutcome struct {

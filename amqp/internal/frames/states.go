@@ -16,9 +16,11 @@ type DeliveryState interface {
 
 /*
 <type name="received" class="composite" source="list" provides="delivery-state">
-    <descriptor name="amqp:received:list" code="0x00000000:0x00000023"/>
-    <field name="section-number" type="uint" mandatory="true"/>
-    <field name="section-offset" type="ulong" mandatory="true"/>
+
+	<descriptor name="amqp:received:list" code="0x00000000:0x00000023"/>
+	<field name="section-number" type="uint" mandatory="true"/>
+	<field name="section-offset" type="ulong" mandatory="true"/>
+
 </type>
 */
 type Received struct {
@@ -28,15 +30,19 @@ type Received struct {
 
 /*
 <type name="accepted" class="composite" source="list" provides="delivery-state, outcome">
-    <descriptor name="amqp:accepted:list" code="0x00000000:0x00000024"/>
+
+	<descriptor name="amqp:accepted:list" code="0x00000000:0x00000024"/>
+
 </type>
 */
 type Accepted struct{}
 
 /*
 <type name="rejected" class="composite" source="list" provides="delivery-state, outcome">
-    <descriptor name="amqp:rejected:list" code="0x00000000:0x00000025"/>
-    <field name="error" type="error"/>
+
+	<descriptor name="amqp:rejected:list" code="0x00000000:0x00000025"/>
+	<field name="error" type="error"/>
+
 </type>
 */
 type Rejected struct {
@@ -45,17 +51,21 @@ type Rejected struct {
 
 /*
 <type name="released" class="composite" source="list" provides="delivery-state, outcome">
-    <descriptor name="amqp:released:list" code="0x00000000:0x00000026"/>
+
+	<descriptor name="amqp:released:list" code="0x00000000:0x00000026"/>
+
 </type>
 */
 type Released struct{}
 
 /*
 <type name="modified" class="composite" source="list" provides="delivery-state, outcome">
-    <descriptor name="amqp:modified:list" code="0x00000000:0x00000027"/>
-    <field name="delivery-failed" type="boolean"/>
-    <field name="undeliverable-here" type="boolean"/>
-    <field name="message-annotations" type="fields"/>
+
+	<descriptor name="amqp:modified:list" code="0x00000000:0x00000027"/>
+	<field name="delivery-failed" type="boolean"/>
+	<field name="undeliverable-here" type="boolean"/>
+	<field name="message-annotations" type="fields"/>
+
 </type>
 */
 type Modified struct {

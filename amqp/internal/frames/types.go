@@ -46,8 +46,10 @@ const (
 
 /*
 <type name="role" class="restricted" source="boolean">
-    <choice name="sender" value="false"/>
-    <choice name="receiver" value="true"/>
+
+	<choice name="sender" value="false"/>
+	<choice name="receiver" value="true"/>
+
 </type>
 */
 type Role bool
@@ -74,9 +76,11 @@ func (r *Role) UnmarshalAMQP(b *buffer.Buffer) error {
 
 /*
 <type name="sender-settle-mode" class="restricted" source="ubyte">
-    <choice name="unsettled" value="0"/>
-    <choice name="settled" value="1"/>
-    <choice name="mixed" value="2"/>
+
+	<choice name="unsettled" value="0"/>
+	<choice name="settled" value="1"/>
+	<choice name="mixed" value="2"/>
+
 </type>
 */
 type SenderSettleMode uint8
@@ -115,8 +119,10 @@ func (m *SenderSettleMode) UnmarshalAMQP(r *buffer.Buffer) error {
 
 /*
 <type name="receiver-settle-mode" class="restricted" source="ubyte">
-    <choice name="first" value="0"/>
-    <choice name="second" value="1"/>
+
+	<choice name="first" value="0"/>
+	<choice name="second" value="1"/>
+
 </type>
 */
 type ReceiverSettleMode uint8
@@ -184,10 +190,12 @@ const (
 
 /*
 <type name="error" class="composite" source="list">
-    <descriptor name="amqp:error:list" code="0x00000000:0x0000001d"/>
-    <field name="condition" type="symbol" requires="error-condition" mandatory="true"/>
-    <field name="description" type="string"/>
-    <field name="info" type="fields"/>
+
+	<descriptor name="amqp:error:list" code="0x00000000:0x0000001d"/>
+	<field name="condition" type="symbol" requires="error-condition" mandatory="true"/>
+	<field name="description" type="string"/>
+	<field name="info" type="fields"/>
+
 </type>
 */
 type Error struct {
@@ -233,18 +241,20 @@ const (
 
 /*
 <type name="source" class="composite" source="list" provides="source">
-    <descriptor name="amqp:source:list" code="0x00000000:0x00000028"/>
-    <field name="address" type="*" requires="address"/>
-    <field name="durable" type="terminus-durability" default="none"/>
-    <field name="expiry-policy" type="terminus-expiry-policy" default="session-end"/>
-    <field name="timeout" type="seconds" default="0"/>
-    <field name="dynamic" type="boolean" default="false"/>
-    <field name="dynamic-node-properties" type="node-properties"/>
-    <field name="distribution-mode" type="symbol" requires="distribution-mode"/>
-    <field name="filter" type="filter-set"/>
-    <field name="default-outcome" type="*" requires="outcome"/>
-    <field name="outcomes" type="symbol" multiple="true"/>
-    <field name="capabilities" type="symbol" multiple="true"/>
+
+	<descriptor name="amqp:source:list" code="0x00000000:0x00000028"/>
+	<field name="address" type="*" requires="address"/>
+	<field name="durable" type="terminus-durability" default="none"/>
+	<field name="expiry-policy" type="terminus-expiry-policy" default="session-end"/>
+	<field name="timeout" type="seconds" default="0"/>
+	<field name="dynamic" type="boolean" default="false"/>
+	<field name="dynamic-node-properties" type="node-properties"/>
+	<field name="distribution-mode" type="symbol" requires="distribution-mode"/>
+	<field name="filter" type="filter-set"/>
+	<field name="default-outcome" type="*" requires="outcome"/>
+	<field name="outcomes" type="symbol" multiple="true"/>
+	<field name="capabilities" type="symbol" multiple="true"/>
+
 </type>
 */
 type Source struct {
@@ -295,14 +305,16 @@ func (s *Source) UnmarshalAMQP(r *buffer.Buffer) error {
 
 /*
 <type name="target" class="composite" source="list" provides="target">
-    <descriptor name="amqp:target:list" code="0x00000000:0x00000029"/>
-    <field name="address" type="*" requires="address"/>
-    <field name="durable" type="terminus-durability" default="none"/>
-    <field name="expiry-policy" type="terminus-expiry-policy" default="session-end"/>
-    <field name="timeout" type="seconds" default="0"/>
-    <field name="dynamic" type="boolean" default="false"/>
-    <field name="dynamic-node-properties" type="node-properties"/>
-    <field name="capabilities" type="symbol" multiple="true"/>
+
+	<descriptor name="amqp:target:list" code="0x00000000:0x00000029"/>
+	<field name="address" type="*" requires="address"/>
+	<field name="durable" type="terminus-durability" default="none"/>
+	<field name="expiry-policy" type="terminus-expiry-policy" default="session-end"/>
+	<field name="timeout" type="seconds" default="0"/>
+	<field name="dynamic" type="boolean" default="false"/>
+	<field name="dynamic-node-properties" type="node-properties"/>
+	<field name="capabilities" type="symbol" multiple="true"/>
+
 </type>
 */
 type Target struct {
