@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,6 +13,8 @@ import (
 // Subscriber receives messages from the Router. Front-ends implement it once
 // per consumer (an AMQP receiver link, a queue) or once for all their
 // sessions (the MQTT front-end, which fans out through mochi itself).
+// Implementations must be comparable, in practice pointers: the router tells
+// subscribers apart with ==.
 type Subscriber interface {
 	// Deliver hands m to the subscriber. It runs on the publisher's
 	// goroutine, so it must not block on the network: buffer, or refuse.
@@ -121,6 +124,11 @@ var ErrInvalidFilter = errors.New("invalid filter")
 func (r *Router) Subscribe(filter string, s Subscriber, opts SubOptions) (*Subscription, error) {
 	if err := ValidateFilter(filter); err != nil {
 		return nil, fmt.Errorf("%w %q: %w", ErrInvalidFilter, filter, err)
+	}
+	// Publish merges a subscriber's overlapping subscriptions with ==, which
+	// panics on uncomparable dynamic types (a func adapter): refuse them here.
+	if s == nil || !reflect.TypeOf(s).Comparable() {
+		return nil, fmt.Errorf("core: subscriber %T must be non-nil and comparable (use a pointer)", s)
 	}
 	if g, f, ok := SplitShared(filter); ok {
 		opts.Group, filter = g, f
@@ -250,19 +258,16 @@ func (r *Router) Publish(ctx context.Context, m *Message) PublishResult {
 	r.mu.RLock()
 	matches = r.collect(&r.root, m.Topic, true, matches)
 	r.mu.RUnlock()
-	matches = dedupe(matches)
+	all := matches
+	// Drop suppressed subscriptions before merging overlaps, so that a
+	// subscriber whose highest-QoS match is suppressed still gets the
+	// message through another of its matching subscriptions.
+	matches = dedupe(eligible(matches, m))
 	var errs []error
 	for _, sub := range matches {
-		o := &sub.Options
-		if o.SkipOrigin != "" && o.SkipOrigin == m.Origin.Protocol {
-			continue
-		}
-		if o.NoLocal && o.Client != "" && o.Client == m.Origin.Client {
-			continue
-		}
 		qos := m.QoS
-		if o.QoS < qos {
-			qos = o.QoS
+		if sub.Options.QoS < qos {
+			qos = sub.Options.QoS
 		}
 		res.Matched++
 		if err := sub.Subscriber.Deliver(m, Delivery{Sub: sub, QoS: qos}); err != nil {
@@ -271,8 +276,8 @@ func (r *Router) Publish(ctx context.Context, m *Message) PublishResult {
 		}
 	}
 	r.delivered.Add(uint64(res.Matched - res.Failed))
-	clear(matches)
-	*mp = matches[:0]
+	clear(all) // dedupe shrank matches; drop every pointer before pooling
+	*mp = all[:0]
 	matchPool.Put(mp)
 	if len(errs) > 0 {
 		res.Err = errors.Join(errs...)
@@ -322,6 +327,29 @@ func appendSubs(n *snode, out []*Subscription) []*Subscription {
 	return out
 }
 
+// eligible removes, in place, the subscriptions that must not receive m:
+// those skipping its origin protocol and NoLocal ones of its publisher.
+func eligible(s []*Subscription, m *Message) []*Subscription {
+	out := s[:0]
+	for _, x := range s {
+		o := &x.Options
+		if o.SkipOrigin != "" && o.SkipOrigin == m.Origin.Protocol {
+			continue
+		}
+		if o.NoLocal && o.Client != "" && o.Client == m.Origin.Client {
+			continue
+		}
+		out = append(out, x)
+	}
+	return out
+}
+
+// seenPool recycles dedupe's maps so that a publish with many matches does
+// not allocate one per call.
+var seenPool = sync.Pool{New: func() any { return make(map[Subscriber]int, 64) }}
+
+const maxPooledSeen = 1024
+
 // dedupe keeps one subscription per subscriber: the one with the highest QoS
 // (MQTT 5 §3.3.4: overlapping subscriptions deliver once, at the max QoS).
 // Shared-group picks are independent of the subscriber's own plain filters,
@@ -346,7 +374,15 @@ func dedupe(s []*Subscription) []*Subscription {
 		}
 		return out
 	}
-	seen := make(map[Subscriber]int, len(s))
+	seen := seenPool.Get().(map[Subscriber]int)
+	defer func() {
+		// A map grown by a huge fan-out is left to the GC: clear costs
+		// its capacity, not its length, on every later reuse.
+		if len(seen) <= maxPooledSeen {
+			clear(seen)
+			seenPool.Put(seen)
+		}
+	}()
 	out := s[:0]
 	for _, x := range s {
 		if x.group == nil {

@@ -176,7 +176,7 @@ func (x *TopicIndex[V]) Delete(topic string) (v V, ok bool) {
 	return x.deleteLocked(topic)
 }
 
-// DeleteIf removes topic only if keep returns false for its current value.
+// DeleteIf removes topic only if remove returns true for its current value.
 func (x *TopicIndex[V]) DeleteIf(topic string, remove func(V) bool) bool {
 	x.mu.Lock()
 	defer x.mu.Unlock()
