@@ -217,7 +217,13 @@ func readArray(r *buffer.Buffer, code byte, depth int) (any, error) {
 	}
 	// Bound the count by what the elements must occupy before allocating:
 	// an array32 claiming 2^32 ulongs must carry 2^35 bytes, which we check
-	// against the bytes that remain rather than trusting the count.
+	// against the bytes that remain rather than trusting the count. The
+	// constructor itself may already lie past the declared size (size 4,
+	// count "unit", constructor after it): then nothing remains.
+	left := end - r.Offset()
+	if left < 0 {
+		return nil, ErrTooLarge
+	}
 	min := minWidth(ctor)
 	switch {
 	case min < 0:
@@ -226,7 +232,7 @@ func readArray(r *buffer.Buffer, code byte, depth int) (any, error) {
 		if count > MaxZeroWidthElements {
 			return nil, ErrTooLarge
 		}
-	case uint64(count)*uint64(min) > uint64(end-r.Offset()):
+	case uint64(count)*uint64(min) > uint64(left):
 		return nil, ErrTooLarge
 	}
 	if ctor == codeSym8 || ctor == codeSym32 {

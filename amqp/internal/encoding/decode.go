@@ -9,9 +9,13 @@ import (
 // MaxZeroWidthElements bounds the element count of an array whose element
 // constructor takes no bytes per element (null, true, false, uint0, ulong0,
 // list0). It blocks memory amplification: "f0 00000005 ffffffff 40" is ten
-// bytes claiming four billion nulls, and every other bound (count against
-// bytes left) is useless when elements are zero bytes wide.
-const MaxZeroWidthElements = 1024
+// bytes claiming four billion nulls, and the usual bound (count against the
+// bytes left) is useless when elements are zero bytes wide. It is small
+// because such arrays nest: an array of array32 elements spends 9 bytes per
+// inner array, so a larger cap would let each 9 input bytes cost cap×16
+// bytes of []any. Real peers don't send long arrays of identical
+// zero-width values (Proton writes boolean arrays with the 0x56 form).
+const MaxZeroWidthElements = 16
 
 // fixedWidth is the body size of each fixed-width constructor, -1 for
 // variable-width or compound ones and -2 for unknown codes.

@@ -276,6 +276,14 @@ func TestBoundsBeforeAllocation(t *testing.T) {
 		{"array32 of 2^32 ulongs", "f0 00000005 ffffffff 80", ErrTooLarge},
 		{"array8 of 200 uuids", "e0 03 c8 98 00", ErrTooLarge},
 		{"array of list8 elements", "e0 03 ff c0 00", ErrTooLarge},
+		{"array8 of 17 nulls", "e0 02 11 40", ErrTooLarge},
+		// Nested amplification: an array of array32 elements, each 9 bytes
+		// claiming 2^32 nulls.
+		{"array of arrays of nulls", "e0 14 02 f0 00000005 ffffffff 40 00000005 ffffffff 40", ErrTooLarge},
+		// Found by FuzzReader: the element constructor lies past the
+		// declared size, and "bytes left" went negative.
+		{"array32 constructor past its size", "f0 00000004 756e6974 a1 0143 0000", ErrTooLarge},
+		{"array8 descriptor past its size", "e0 01 ff 00 53 01 a1 00", ErrTooLarge},
 		{"list size below count width", "d0 00000002 0000", ErrTooLarge},
 		{"list elements overrun size", "c0 02 01 a1 05 6162636465", ErrTooLarge},
 		{"truncated ulong", "80 0001", ErrShort},

@@ -103,11 +103,11 @@ func (r *Reader) ReadFrame() (Frame, error) {
 		return Frame{}, err
 	}
 	h, err := ParseHeader(r.buf[r.start : r.start+HeaderSize])
-	if err != nil {
-		return Frame{}, err
-	}
 	if h.Size > r.MaxFrameSize {
 		return Frame{}, fmt.Errorf("%w: %d > %d", ErrFrameTooLarge, h.Size, r.MaxFrameSize)
+	}
+	if err != nil {
+		return Frame{}, err
 	}
 	if err := r.fill(int(h.Size)); err != nil {
 		return Frame{}, err
