@@ -142,7 +142,8 @@ type Writer struct {
 	w   io.Writer
 	buf buffer.Buffer
 	// MaxFrameSize is the peer's max-frame-size; larger frames are refused
-	// (splitting a message over transfers is the link layer's job).
+	// (splitting a message over transfers is the link layer's job). 0
+	// means no limit: the peer's open left max-frame-size absent.
 	MaxFrameSize uint32
 }
 
@@ -168,7 +169,7 @@ func (w *Writer) WriteFrame(channel uint16, body Performative, payload []byte) e
 	if err := AppendFrame(&w.buf, typ, channel, body, payload); err != nil {
 		return err
 	}
-	if uint64(w.buf.Size()) > uint64(w.MaxFrameSize) {
+	if w.MaxFrameSize != 0 && uint64(w.buf.Size()) > uint64(w.MaxFrameSize) {
 		return fmt.Errorf("%w: %d > %d", ErrFrameTooLarge, w.buf.Size(), w.MaxFrameSize)
 	}
 	_, err := w.w.Write(w.buf.Written())
