@@ -33,7 +33,16 @@ type hook struct {
 	// copies are sent after the SUBACK, which mochi writes in between.
 	subMu sync.Mutex
 	subs  map[*mochi.Client]*pendingSub
+	// gates hold back live PUBLISHes to a client while its retained copies
+	// are written, so a stale retained copy never lands after a newer live
+	// message on the same topic. Closed when the retained copies are out.
+	gates map[*mochi.Client]chan struct{}
+	gateN atomic.Int32 // len(gates), read without the lock on every PUBLISH
 }
+
+// retainedOrigin marks the retained copies the hook writes itself, so that
+// the gate lets them through.
+const retainedOrigin = "\x00retained"
 
 type ackKey struct {
 	cl *mochi.Client
@@ -44,12 +53,14 @@ type pendingSub struct {
 	filters []packets.Subscription
 	existed []bool
 	codes   []byte
+	at      time.Time // when mochi had added the subscriptions
 }
 
 var _ core.Subscriber = (*hook)(nil)
 
 func newHook(s *Server) *hook {
-	return &hook{s: s, acks: map[ackKey]packets.Code{}, subs: map[*mochi.Client]*pendingSub{}}
+	return &hook{s: s, acks: map[ackKey]packets.Code{}, subs: map[*mochi.Client]*pendingSub{},
+		gates: map[*mochi.Client]chan struct{}{}}
 }
 
 func (h *hook) ID() string { return "gateway" }
@@ -85,6 +96,7 @@ func (h *hook) OnDisconnect(cl *mochi.Client, _ error, _ bool) {
 	h.subMu.Lock()
 	delete(h.subs, cl)
 	h.subMu.Unlock()
+	h.openGate(cl)
 	if h.ackWait.Load() > 0 {
 		h.ackMu.Lock()
 		for k := range h.acks {
@@ -170,6 +182,14 @@ func (h *hook) OnPacketEncode(cl *mochi.Client, pk packets.Packet) packets.Packe
 		if pk.Properties.MessageExpiryInterval > noExpiryCap/2 {
 			pk.Properties.MessageExpiryInterval = 0
 		}
+		if h.gateN.Load() > 0 && pk.Origin != retainedOrigin {
+			h.subMu.Lock()
+			g := h.gates[cl]
+			h.subMu.Unlock()
+			if g != nil {
+				<-g // the client's retained copies go first
+			}
+		}
 	case packets.Puback, packets.Pubrec:
 		if h.ackWait.Load() == 0 || pk.ReasonCode >= packets.ErrUnspecifiedError.Code {
 			return pk
@@ -211,8 +231,26 @@ func (h *hook) OnSubscribe(cl *mochi.Client, pk packets.Packet) packets.Packet {
 	}
 	h.subMu.Lock()
 	h.subs[cl] = p
+	if h.gates[cl] == nil {
+		h.gates[cl] = make(chan struct{})
+		h.gateN.Add(1)
+	}
 	h.subMu.Unlock()
 	return pk
+}
+
+// openGate releases live PUBLISHes held back for cl.
+func (h *hook) openGate(cl *mochi.Client) {
+	h.subMu.Lock()
+	g := h.gates[cl]
+	if g != nil {
+		delete(h.gates, cl)
+		h.gateN.Add(-1)
+	}
+	h.subMu.Unlock()
+	if g != nil {
+		close(g)
+	}
 }
 
 func (h *hook) OnSubscribed(cl *mochi.Client, pk packets.Packet, codes []byte) {
@@ -221,7 +259,7 @@ func (h *hook) OnSubscribed(cl *mochi.Client, pk packets.Packet, codes []byte) {
 	}
 	h.subMu.Lock()
 	if p := h.subs[cl]; p != nil {
-		p.codes = codes
+		p.codes, p.at = codes, time.Now()
 	}
 	h.subMu.Unlock()
 }
@@ -232,6 +270,7 @@ func (h *hook) OnPacketProcessed(cl *mochi.Client, pk packets.Packet, err error)
 	if pk.FixedHeader.Type != packets.Subscribe {
 		return
 	}
+	defer h.openGate(cl)
 	h.subMu.Lock()
 	p := h.subs[cl]
 	delete(h.subs, cl)
@@ -244,12 +283,15 @@ func (h *hook) OnPacketProcessed(cl *mochi.Client, pk packets.Packet, err error)
 			continue
 		}
 		sub.Qos = p.codes[i] // granted QoS
-		h.sendRetained(cl, sub, p.existed[i])
+		h.sendRetained(cl, sub, p.existed[i], p.at)
 	}
 }
 
 // sendRetained delivers the stored retained messages matching sub.
-func (h *hook) sendRetained(cl *mochi.Client, sub packets.Subscription, existed bool) {
+// A message this gateway received after the subscription was in place
+// reaches the client live; its stored copy is skipped so the client does
+// not get it twice.
+func (h *hook) sendRetained(cl *mochi.Client, sub packets.Subscription, existed bool, subscribed time.Time) {
 	if core.IsShared(sub.Filter) {
 		return // no retained messages for shared subscriptions [MQTT-4.8.2]
 	}
@@ -260,10 +302,11 @@ func (h *hook) sendRetained(cl *mochi.Client, sub packets.Subscription, existed 
 	defer cancel()
 	now := time.Now()
 	err := h.s.opts.Store.Match(ctx, sub.Filter, func(m *core.Message) bool {
-		if m.Expired(now) {
+		if m.Expired(now) || (m.Created.After(subscribed) && m.Origin.Node == h.s.opts.Node) {
 			return true
 		}
 		pk := toPacket(m, true, now)
+		pk.Origin = retainedOrigin
 		pk.FixedHeader.Qos = min(m.QoS, sub.Qos)
 		if sub.Identifier > 0 {
 			pk.Properties.SubscriptionIdentifier = []int{sub.Identifier}

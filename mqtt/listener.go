@@ -76,10 +76,9 @@ var _ listeners.Listener = (*wsListener)(nil)
 func (l *wsListener) ID() string                  { return l.id }
 func (l *wsListener) Address() string             { return l.ln.Addr().String() }
 func (l *wsListener) Protocol() string            { return "ws" }
-func (l *wsListener) Init(log *slog.Logger) error { l.log = log; return nil }
-
-func (l *wsListener) Serve(establish listeners.EstablishFn) {
-	l.est = establish
+// Init runs in AddListener, before Serve and Close can run concurrently.
+func (l *wsListener) Init(log *slog.Logger) error {
+	l.log = log
 	l.upgrader = websocket.Upgrader{
 		Subprotocols: []string{"mqtt", "mqttv3.1"},
 		// Devices and browser dashboards connect from any origin; access
@@ -87,6 +86,11 @@ func (l *wsListener) Serve(establish listeners.EstablishFn) {
 		CheckOrigin: func(*http.Request) bool { return true },
 	}
 	l.srv = &http.Server{Handler: http.HandlerFunc(l.handle), ReadHeaderTimeout: 10 * time.Second}
+	return nil
+}
+
+func (l *wsListener) Serve(establish listeners.EstablishFn) {
+	l.est = establish // handle runs only on connections Serve accepts below
 	_ = l.srv.Serve(l.ln)
 }
 
@@ -108,11 +112,7 @@ func (l *wsListener) handle(w http.ResponseWriter, r *http.Request) {
 
 func (l *wsListener) Close(closeClients listeners.CloseFn) {
 	l.once.Do(func() {
-		if l.srv != nil {
-			_ = l.srv.Close()
-		} else {
-			_ = l.ln.Close()
-		}
+		_ = l.srv.Close()
 		closeClients(l.id)
 	})
 }

@@ -63,7 +63,14 @@ func TestRetainReplaceDeleteAndQoS(t *testing.T) {
 		late := connect5(t, g.MQTTAddr(), "late")
 		late.subscribe(t, paho.SubscribeOptions{Topic: "dev/#", QoS: 1}, paho.SubscribeOptions{Topic: "fence", QoS: 0})
 		pub.publish(t, &paho.Publish{Topic: "fence", QoS: 1})
-		got := late.until(t, "fence")
+		var got []*paho.Publish
+		for _, m := range late.until(t, "fence") {
+			// mochi fans a QoS 1 publish out after its PUBACK, so the live
+			// (RETAIN=0) copy of the delete may still be on its way.
+			if m.Retain {
+				got = append(got, m)
+			}
+		}
 		sort.Slice(got, func(i, j int) bool { return got[i].Topic < got[j].Topic })
 		if topics(got) != "dev/1/state=new(rtrue),dev/3/state=three(rtrue)" {
 			t.Fatalf("late subscriber got %s", topics(got))
