@@ -73,9 +73,10 @@ type wsListener struct {
 
 var _ listeners.Listener = (*wsListener)(nil)
 
-func (l *wsListener) ID() string                  { return l.id }
-func (l *wsListener) Address() string             { return l.ln.Addr().String() }
-func (l *wsListener) Protocol() string            { return "ws" }
+func (l *wsListener) ID() string       { return l.id }
+func (l *wsListener) Address() string  { return l.ln.Addr().String() }
+func (l *wsListener) Protocol() string { return "ws" }
+
 // Init runs in AddListener, before Serve and Close can run concurrently.
 func (l *wsListener) Init(log *slog.Logger) error {
 	l.log = log

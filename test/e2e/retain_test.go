@@ -88,10 +88,10 @@ func TestRetainWildcardsAndDollarTopics(t *testing.T) {
 		pub.publish(t, &paho.Publish{Topic: tp, QoS: 1, Retain: true, Payload: []byte(tp)})
 	}
 	cases := map[string]string{
-		"a/#":   "a,a/b,a/b/c,a//c",
-		"+/b/+": "a/b/c,x/b/c",
-		"a/+/c": "a/b/c,a//c",
-		"#":     "a,a/b,a/b/c,a//c,x/b/c",
+		"a/#":         "a,a/b,a/b/c,a//c",
+		"+/b/+":       "a/b/c,x/b/c",
+		"a/+/c":       "a/b/c,a//c",
+		"#":           "a,a/b,a/b/c,a//c,x/b/c",
 		"$internal/#": "$internal/a",
 	}
 	i := 0
