@@ -27,7 +27,7 @@ type Catalog[V any] struct {
 
 	mu       sync.Mutex // serializes mutations so bytes and exp follow idx
 	exp      expiryHeap // guarded by mu
-	reserved int        // guarded by mu: new topics admitted but not yet Put
+	reserved map[string]int // guarded by mu: new topics admitted, not yet Put
 	bytes    atomic.Int64
 }
 
@@ -54,8 +54,9 @@ func (c *Catalog[V]) Match(filter string, fn func(topic string, v V) bool) {
 // Reserve admits topic against a limit of max topics (0: unlimited).
 // Replacing a topic already held is always admitted [Limits]. A new topic
 // takes a reservation, so that concurrent Sets cannot overshoot the limit
-// while their writes are in flight; release returns it once the topic has
-// been Put (or the write failed).
+// while their writes are in flight; concurrent Sets of the same new topic
+// share one. release returns it once the topic has been Put (or the write
+// failed).
 func (c *Catalog[V]) Reserve(topic string, max int) (release func(), ok bool) {
 	if max <= 0 {
 		return func() {}, true
@@ -65,16 +66,21 @@ func (c *Catalog[V]) Reserve(topic string, max int) (release func(), ok bool) {
 	if _, held := c.idx.Get(topic); held {
 		return func() {}, true
 	}
-	if c.idx.Len()+c.reserved >= max {
+	if c.reserved[topic] == 0 && c.idx.Len()+len(c.reserved) >= max {
 		return nil, false
 	}
-	c.reserved++
+	if c.reserved == nil {
+		c.reserved = make(map[string]int)
+	}
+	c.reserved[topic]++
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			c.mu.Lock()
-			c.reserved--
-			c.mu.Unlock()
+			defer c.mu.Unlock()
+			if c.reserved[topic]--; c.reserved[topic] == 0 {
+				delete(c.reserved, topic)
+			}
 		})
 	}, true
 }
