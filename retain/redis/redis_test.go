@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -23,6 +24,7 @@ import (
 
 func TestMain(m *testing.M) {
 	// go-redis logs every failed dial; the outage tests make many on purpose.
+	flag.Parse()
 	if !testing.Verbose() {
 		goredis.SetLogger(voidLogger{})
 	}

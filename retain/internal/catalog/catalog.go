@@ -25,8 +25,8 @@ type Catalog[V any] struct {
 	meta func(V) codec.Meta
 	idx  core.TopicIndex[V]
 
-	mu       sync.Mutex // serializes mutations so bytes and exp follow idx
-	exp      expiryHeap // guarded by mu
+	mu       sync.Mutex     // serializes mutations so bytes and exp follow idx
+	exp      expiryHeap     // guarded by mu
 	reserved map[string]int // guarded by mu: new topics admitted, not yet Put
 	bytes    atomic.Int64
 }
