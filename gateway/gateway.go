@@ -158,7 +158,7 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		return err
 	}
 	<-ctx.Done()
-	log.Info("shutting down", "timeout", cfg.ShutdownTimeout)
+	log.Info("shutting down", "timeout", cfg.ShutdownTimeout.String())
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
 	if err := g.Stop(sctx); err != nil {
