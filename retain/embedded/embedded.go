@@ -13,6 +13,7 @@
 package embedded
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -319,6 +320,7 @@ func (s *Store) Match(ctx context.Context, filter string, fn func(*core.Message)
 		s.wake()
 	}
 	msgs := make([]*core.Message, 0, min(len(topics), matchChunk))
+	var key []byte
 	for len(topics) > 0 {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -327,10 +329,13 @@ func (s *Store) Match(ctx context.Context, filter string, fn func(*core.Message)
 		topics = topics[len(chunk):]
 		msgs = msgs[:0]
 		err := s.db.View(func(tx *bolt.Tx) error {
-			b := tx.Bucket(bucketMessages)
+			// One cursor reused for every seek: Bucket.Get would build a
+			// cursor (and allocate its stack) per key.
+			c := tx.Bucket(bucketMessages).Cursor()
 			for _, t := range chunk {
-				v := b.Get([]byte(t))
-				if v == nil {
+				key = append(key[:0], t...)
+				k, v := c.Seek(key)
+				if v == nil || !bytes.Equal(k, key) {
 					continue // deleted since the index walk
 				}
 				m, err := codec.Decode(v)

@@ -97,7 +97,7 @@ func (s *Store) connect(ctx context.Context) (*goredis.PubSub, error) {
 	pattern := escapeGlob(s.keys) + "*"
 	var cursor uint64
 	for {
-		keys, next, err := s.client.Scan(ctx, cursor, pattern, 1000).Result()
+		keys, next, err := s.client.Scan(ctx, cursor, pattern, scanCount).Result()
 		if err != nil {
 			return fail(err)
 		}
@@ -230,3 +230,7 @@ func escapeGlob(s string) string {
 	}
 	return b.String()
 }
+
+// scanCount is the SCAN COUNT hint of the rebuild: large pages mean fewer
+// round trips (each page is followed by one MGET).
+const scanCount = 1000

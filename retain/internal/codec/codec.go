@@ -267,9 +267,11 @@ func (r *reader[T]) header() byte {
 	return flags
 }
 
-// Decode decodes a message. Every slice and string of the result is a copy:
-// b may be reused (a bbolt value is valid only inside its transaction).
-func Decode(b []byte) (*core.Message, error) { return decode(b) }
+// Decode decodes a message. Nothing of the result aliases b, which may be
+// reused (a bbolt value is valid only inside its transaction): b is copied
+// once into a string that all the message's strings share, and the byte
+// slices are copies of their own.
+func Decode(b []byte) (*core.Message, error) { return decode(string(b)) }
 
 // DecodeString decodes a message from a string (a Redis reply). Strings of
 // the result share s's memory, which is immutable; byte slices are copies.
