@@ -117,7 +117,9 @@ func (x *TopicIndex[V]) Len() int {
 	return x.count
 }
 
-// Set stores v for topic and reports whether the topic was new.
+// Set stores v for topic and reports whether the topic was new. The index
+// keeps topic (and substrings of it as level names): pass a string that does
+// not share memory with a large buffer.
 func (x *TopicIndex[V]) Set(topic string, v V) (added bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
