@@ -118,6 +118,20 @@ func (r *Reader) ReadFrame() (Frame, error) {
 	return f, nil
 }
 
+// FrameBuffered reports whether a whole frame is already buffered, so that
+// the next ReadFrame returns without reading the stream. The connection
+// layer uses it to batch its answers (dispositions, flows) to a burst of
+// pipelined frames and send them just before it would block.
+func (r *Reader) FrameBuffered() bool {
+	n := r.end - r.start
+	if n < HeaderSize {
+		return false
+	}
+	b := r.buf[r.start:]
+	size := int(b[0])<<24 | int(b[1])<<16 | int(b[2])<<8 | int(b[3])
+	return size <= n
+}
+
 // Next reads whatever comes next: a protocol header where one may appear
 // (at the start of the stream, and after SASL frames) and the bytes are
 // "AMQP", otherwise a frame. Where a frame is expected, "AMQP" is read as a

@@ -1,0 +1,106 @@
+package amqp
+
+import (
+	"strings"
+
+	"github.com/gatewayd/gateway/amqp/internal/encoding"
+)
+
+// Addressing (design decision 3, issue 3 "Addressing"): a terminus address
+// names a topic (an MQTT topic string, wildcards allowed in a receiver's
+// source) or a queue. Capability "topic" or prefix "topic://" says topic;
+// capability "queue" or prefix "queue://" says queue; a bare address is a
+// queue of that name if one exists, otherwise a topic. Queues are not
+// built yet, so a bare address is always a topic for now.
+//
+// Dynamic nodes get an address under "$tmp/": a "$" topic, so "#" and "+"
+// at the first level never match it [MQTT-4.7.2-1]. Such an address is a
+// topic whatever capability names it (Qpid JMS says "temporary-queue").
+
+type nodeKind uint8
+
+const (
+	nodeTopic nodeKind = iota
+	nodeQueue
+)
+
+const (
+	prefixTopic = "topic://"
+	prefixQueue = "queue://"
+	tmpPrefix   = "$tmp/"
+)
+
+// Terminus capabilities and connection capabilities we read or offer.
+const (
+	capTopic          encoding.Symbol = "topic"
+	capQueue          encoding.Symbol = "queue"
+	capTempTopic      encoding.Symbol = "temporary-topic"
+	capTempQueue      encoding.Symbol = "temporary-queue"
+	capAnonymousRelay encoding.Symbol = "ANONYMOUS-RELAY"
+)
+
+// x-opt-jms-dest / x-opt-jms-reply-to values (Qpid JMS).
+const (
+	jmsQueue     int8 = 0
+	jmsTopic     int8 = 1
+	jmsTempQueue int8 = 2
+	jmsTempTopic int8 = 3
+)
+
+// resolveAddress names the node a terminus address refers to.
+func resolveAddress(addr string, caps []encoding.Symbol) (string, nodeKind) {
+	switch {
+	case strings.HasPrefix(addr, prefixTopic):
+		return addr[len(prefixTopic):], nodeTopic
+	case strings.HasPrefix(addr, prefixQueue):
+		name := addr[len(prefixQueue):]
+		if isTemp(name) {
+			return name, nodeTopic
+		}
+		return name, nodeQueue
+	}
+	if isTemp(addr) {
+		return addr, nodeTopic
+	}
+	for _, c := range caps {
+		switch c {
+		case capQueue, capTempQueue:
+			return addr, nodeQueue
+		case capTopic, capTempTopic:
+			return addr, nodeTopic
+		}
+	}
+	return addr, nodeTopic // no queues exist yet: a bare address is a topic
+}
+
+// resolveTo names the node of an anonymous-relay message: its "to"
+// property, typed by prefix or by the x-opt-jms-dest annotation Qpid JMS
+// puts on messages of an anonymous producer.
+func resolveTo(to string, jmsDest int8) (string, nodeKind) {
+	switch {
+	case strings.HasPrefix(to, prefixTopic), strings.HasPrefix(to, prefixQueue), isTemp(to):
+		return resolveAddress(to, nil)
+	case jmsDest == jmsQueue:
+		return to, nodeQueue
+	}
+	return to, nodeTopic
+}
+
+func isTemp(topic string) bool { return strings.HasPrefix(topic, tmpPrefix) }
+
+func hasCap(caps []encoding.Symbol, c encoding.Symbol) bool {
+	for _, x := range caps {
+		if x == c {
+			return true
+		}
+	}
+	return false
+}
+
+// tempKind is the JMS destination type of a dynamic node created with caps.
+func tempKind(caps []encoding.Symbol) int8 {
+	if hasCap(caps, capTempQueue) || hasCap(caps, capQueue) {
+		return jmsTempQueue
+	}
+	return jmsTempTopic
+}

@@ -1,0 +1,318 @@
+package amqp
+
+import (
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/gatewayd/gateway/amqp/internal/buffer"
+	"github.com/gatewayd/gateway/amqp/internal/encoding"
+	"github.com/gatewayd/gateway/amqp/internal/frames"
+	"github.com/gatewayd/gateway/core"
+)
+
+// The mapping between AMQP messages and core.Message, both ways. The user
+// documentation of every rule is docs/mapping.md: change both together.
+
+// Message annotations we read or write.
+const (
+	annRetain     encoding.Symbol = "x-opt-retain"
+	annJMSDest    encoding.Symbol = "x-opt-jms-dest"
+	annJMSReplyTo encoding.Symbol = "x-opt-jms-reply-to"
+	annJMSMsgType encoding.Symbol = "x-opt-jms-msg-type"
+)
+
+// x-opt-jms-msg-type values (Qpid JMS).
+const (
+	jmsBytesMessage int8 = 3
+	jmsTextMessage  int8 = 5
+)
+
+// inbound is an AMQP message mapped to the core, with what routing needs.
+type inbound struct {
+	msg     *core.Message
+	to      string // properties.to (anonymous relay)
+	jmsDest int8   // x-opt-jms-dest, or -1 when absent
+}
+
+// toCore maps a decoded AMQP message. Bytes kept by the result are copied
+// (am aliases the frame or reassembly buffer). A message whose body has no
+// mapping is refused with a description for the rejected outcome.
+func toCore(am *frames.Message, now time.Time) (inbound, error) {
+	in := inbound{jmsDest: -1}
+	m := &core.Message{Created: now}
+	in.msg = m
+	switch {
+	case am.Sequence != nil:
+		return in, fmt.Errorf("amqp-sequence bodies are not supported: send the payload as one data section (bytes) or an amqp-value string or binary")
+	case am.Data != nil:
+		n := 0
+		for _, d := range am.Data {
+			n += len(d)
+		}
+		p := make([]byte, 0, n)
+		for _, d := range am.Data {
+			p = append(p, d...)
+		}
+		m.Payload = p
+	case am.Value != nil:
+		switch v := am.Value.(type) {
+		case string:
+			m.Payload = []byte(v)
+			m.PayloadFormat = 1 // UTF-8 text [MQTT-3.3.2-4]
+		case []byte:
+			m.Payload = append([]byte(nil), v...)
+		default:
+			return in, fmt.Errorf("amqp-value of type %s is not supported: send the payload as one data section (bytes) or an amqp-value string or binary", amqpTypeName(v))
+		}
+	default:
+		m.Payload = []byte{}
+	}
+	if h := am.Header; h != nil {
+		if h.Durable {
+			m.QoS = 1
+		}
+		if h.TTL != nil && *h.TTL > 0 {
+			m.Expiry = now.Add(time.Duration(*h.TTL) * time.Millisecond)
+		}
+	}
+	if p := am.Properties; p != nil {
+		m.ContentType = string(p.ContentType)
+		m.ResponseTopic = strings.TrimPrefix(p.ReplyTo, prefixTopic)
+		in.to = p.To
+		switch id := p.CorrelationID.(type) {
+		case []byte:
+			m.CorrelationData = append([]byte(nil), id...)
+		case string:
+			m.CorrelationData = []byte(id)
+		case encoding.UUID:
+			m.CorrelationData = append([]byte(nil), id[:]...)
+		case uint64:
+			m.CorrelationData = binary.BigEndian.AppendUint64(nil, id)
+		}
+		if p.AbsoluteExpiryTime != 0 {
+			if t := p.AbsoluteExpiryTime.Time(); m.Expiry.IsZero() || t.Before(m.Expiry) {
+				m.Expiry = t
+			}
+		}
+	}
+	if n := len(am.ApplicationProperties); n > 0 {
+		m.UserProperties = make([]core.UserProperty, n)
+		for i, p := range am.ApplicationProperties {
+			m.UserProperties[i] = core.UserProperty{Key: p.Key, Value: formatValue(p.Value)}
+		}
+	}
+	if v, ok := am.MessageAnnotations.Get(annRetain); ok {
+		if b, ok := v.(bool); ok && b {
+			m.Retain = true
+		}
+	}
+	if v, ok := am.MessageAnnotations.Get(annJMSDest); ok {
+		if d, ok := toInt8(v); ok {
+			in.jmsDest = d
+		}
+	}
+	return in, nil
+}
+
+// formatValue renders a non-string application property as text.
+func formatValue(v any) string {
+	switch v := v.(type) {
+	case nil:
+		return ""
+	case string:
+		return v
+	case encoding.Symbol:
+		return string(v)
+	case bool:
+		return strconv.FormatBool(v)
+	case uint8, uint16, uint32, uint64, int8, int16, int32, int64:
+		return fmt.Sprint(v)
+	case float32:
+		return strconv.FormatFloat(float64(v), 'g', -1, 32)
+	case float64:
+		return strconv.FormatFloat(v, 'g', -1, 64)
+	case encoding.Char:
+		return string(rune(v))
+	case encoding.Timestamp:
+		return v.Time().Format(time.RFC3339Nano)
+	case encoding.UUID:
+		return v.String()
+	case []byte:
+		return base64.StdEncoding.EncodeToString(v)
+	case encoding.Decimal32:
+		return "0x" + hex.EncodeToString(v[:])
+	case encoding.Decimal64:
+		return "0x" + hex.EncodeToString(v[:])
+	case encoding.Decimal128:
+		return "0x" + hex.EncodeToString(v[:])
+	}
+	return fmt.Sprint(v)
+}
+
+func toInt8(v any) (int8, bool) {
+	switch v := v.(type) {
+	case int8:
+		return v, true
+	case uint8:
+		return int8(v), true
+	case int16:
+		return int8(v), true
+	case int32:
+		return int8(v), true
+	case int64:
+		return int8(v), true
+	}
+	return 0, false
+}
+
+func amqpTypeName(v any) string {
+	switch v.(type) {
+	case encoding.Map:
+		return "map"
+	case []any:
+		return "list"
+	case encoding.Array, []encoding.Symbol:
+		return "array"
+	case encoding.Described:
+		return "described"
+	case encoding.Symbol:
+		return "symbol"
+	case bool:
+		return "boolean"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+// isTextual reports whether a content type names text (so that Qpid JMS
+// should see a TextMessage): text/*, JSON, XML and JavaScript types.
+func isTextual(ct string) bool {
+	if ct == "" {
+		return false
+	}
+	if i := strings.IndexByte(ct, ';'); i >= 0 {
+		ct = ct[:i]
+	}
+	ct = strings.ToLower(strings.TrimSpace(ct))
+	switch {
+	case strings.HasPrefix(ct, "text/"),
+		strings.HasSuffix(ct, "+json"), strings.HasSuffix(ct, "+xml"):
+		return true
+	}
+	switch ct {
+	case "application/json", "application/xml", "application/javascript", "application/ecmascript":
+		return true
+	}
+	return false
+}
+
+// textBody writes its bytes as an AMQP string without converting them to
+// a Go string first (the payload is shared and never modified).
+type textBody []byte
+
+func (t textBody) MarshalAMQP(w *buffer.Buffer) error {
+	if len(t) <= 255 {
+		w.AppendByte(0xa1) // str8-utf8
+		w.AppendByte(byte(len(t)))
+	} else {
+		w.AppendByte(0xb1) // str32-utf8
+		w.AppendUint32(uint32(len(t)))
+	}
+	w.Append(t)
+	return nil
+}
+
+// encoder writes core messages as AMQP messages. It is owned by one
+// connection's writer goroutine and reuses its section structs, so that
+// encoding a delivery allocates little.
+type encoder struct {
+	hdr   frames.MessageHeader
+	ttl   uint32
+	props frames.MessageProperties
+	ann   encoding.Annotations
+	app   encoding.ApplicationProperties
+	msg   frames.Message
+	data  [1][]byte
+}
+
+// encode appends m as an AMQP message to w. retained marks a stored copy
+// sent to a late subscriber (x-opt-retain = true; live messages never carry
+// it, design decision 1). dest and replyTo are x-opt-jms-dest and
+// x-opt-jms-reply-to (-1: omit).
+func (e *encoder) encode(w *buffer.Buffer, m *core.Message, retained bool, dest, replyTo int8, now time.Time) error {
+	e.msg = frames.Message{}
+	if m.QoS > 0 || !m.Expiry.IsZero() {
+		e.hdr = frames.MessageHeader{Durable: m.QoS > 0}
+		if left := m.Expiry.Sub(now); !m.Expiry.IsZero() {
+			ms := max(left.Milliseconds(), 1)
+			e.ttl = uint32(min(ms, int64(^uint32(0))))
+			e.hdr.TTL = &e.ttl
+		}
+		e.msg.Header = &e.hdr
+	}
+
+	text := (m.PayloadFormat == 1 || isTextual(m.ContentType)) && utf8.Valid(m.Payload)
+	e.ann = e.ann[:0]
+	if dest >= 0 {
+		e.ann = append(e.ann, encoding.Annotation{Key: annJMSDest, Value: dest})
+	}
+	if text {
+		e.ann = append(e.ann, encoding.Annotation{Key: annJMSMsgType, Value: jmsTextMessage})
+	} else {
+		e.ann = append(e.ann, encoding.Annotation{Key: annJMSMsgType, Value: jmsBytesMessage})
+	}
+	if replyTo >= 0 && m.ResponseTopic != "" {
+		e.ann = append(e.ann, encoding.Annotation{Key: annJMSReplyTo, Value: replyTo})
+	}
+	if retained {
+		e.ann = append(e.ann, encoding.Annotation{Key: annRetain, Value: true})
+	}
+	e.msg.MessageAnnotations = e.ann
+
+	e.props = frames.MessageProperties{
+		To:          m.Topic,
+		ReplyTo:     m.ResponseTopic,
+		ContentType: encoding.Symbol(m.ContentType),
+	}
+	if m.CorrelationData != nil {
+		e.props.CorrelationID = m.CorrelationData
+	}
+	if !m.Created.IsZero() {
+		e.props.CreationTime = encoding.TimestampOf(m.Created)
+	}
+	if !m.Expiry.IsZero() {
+		e.props.AbsoluteExpiryTime = encoding.TimestampOf(m.Expiry)
+	}
+	e.msg.Properties = &e.props
+
+	if len(m.UserProperties) > 0 {
+		e.app = e.app[:0]
+	next:
+		for _, u := range m.UserProperties {
+			// AMQP map keys are unique; MQTT allows repeats: keep the first.
+			for _, have := range e.app {
+				if have.Key == u.Key {
+					continue next
+				}
+			}
+			e.app = append(e.app, encoding.Property{Key: u.Key, Value: u.Value})
+		}
+		e.msg.ApplicationProperties = e.app
+	}
+
+	if text {
+		e.msg.Value = textBody(m.Payload)
+	} else {
+		e.data[0] = m.Payload
+		e.msg.Data = e.data[:]
+	}
+	err := e.msg.MarshalAMQP(w)
+	e.data[0] = nil
+	e.msg = frames.Message{}
+	return err
+}

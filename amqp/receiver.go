@@ -1,0 +1,303 @@
+package amqp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gatewayd/gateway/amqp/internal/frames"
+	"github.com/gatewayd/gateway/core"
+	"github.com/gatewayd/gateway/retain"
+)
+
+// inLink is a link the client sends on and the gateway receives on. It is
+// owned by the connection's reader goroutine: messages are published on
+// it, and answered with their outcome once the router is done.
+type inLink struct {
+	linkBase
+
+	anonymous bool   // null target: each message is routed by its "to" (ANONYMOUS-RELAY)
+	topic     string // the target topic otherwise
+	second    bool   // rcv-settle-mode second: the peer settles after our outcome
+	maxSize   uint64 // max-message-size we announced; 0 = none
+
+	deliveryCount uint32 // the sender's delivery-count as we know it
+	creditEnd     uint32 // the delivery-count at which our credit runs out
+	creditQueued  bool   // on session.credit
+	unsettled     int    // deliveries in session.second
+
+	// The delivery being received over several transfers (more=true).
+	cur        bool
+	curID      uint32
+	curSettled bool
+	curTooBig  bool
+	buf        frames.PayloadBuffer
+}
+
+var _ endpoint = (*inLink)(nil)
+
+// Shared outcome states: equal pointers let dispositions batch as ranges.
+var stateAccepted frames.DeliveryState = &frames.Accepted{}
+
+// maxUnsettledSecond bounds the deliveries a link may leave unsettled in
+// rcv-settle-mode second before we stop granting it credit.
+const maxUnsettledSecond = 2 * creditBatch
+
+func (s *session) attachIn(a *frames.Attach) error {
+	l := &inLink{linkBase: linkBase{sess: s, name: a.Name, handle: a.Handle}, maxSize: s.c.s.opts.MaxMessageSize}
+	l.buf.Max = l.maxSize
+	if a.InitialDeliveryCount != nil {
+		l.deliveryCount = *a.InitialDeliveryCount
+	}
+	l.second = a.RcvSettleMode != nil && *a.RcvSettleMode == frames.ReceiverSettleModeSecond
+	reply := &frames.Attach{
+		Name:           a.Name,
+		Handle:         a.Handle,
+		Role:           frames.RoleReceiver,
+		SndSettleMode:  a.SndSettleMode, // echoed: go-amqp refuses a link whose modes are not
+		RcvSettleMode:  a.RcvSettleMode,
+		Source:         a.Source,
+		MaxMessageSize: l.maxSize,
+	}
+	t := a.Target
+	switch {
+	case t != nil && t.Dynamic:
+		addr := s.c.newTemp(t.Capabilities)
+		l.topic = addr
+		reply.Target = &frames.Target{Address: addr, Dynamic: true, Capabilities: t.Capabilities, ExpiryPolicy: t.ExpiryPolicy}
+	case t == nil || t.Address == "":
+		l.anonymous = true
+		reply.Target = &frames.Target{}
+		if t != nil {
+			tc := *t
+			reply.Target = &tc
+		}
+	default:
+		name, kind := resolveAddress(t.Address, t.Capabilities)
+		if kind == nodeQueue {
+			return s.refuse(l, reply, linkErr(frames.ErrCondNotFound, "queue %q does not exist", name))
+		}
+		if err := core.ValidateTopic(name); err != nil {
+			return s.refuse(l, reply, linkErr(frames.ErrCondInvalidField, "target %q is not a topic name: %v", t.Address, err))
+		}
+		l.topic = name
+		tc := *t
+		reply.Target = &tc
+	}
+	s.links[a.Handle] = l
+	if err := s.c.send(outItem{sess: s, body: reply}); err != nil {
+		return err
+	}
+	l.creditEnd = l.deliveryCount + creditBatch
+	return s.c.send(outItem{sess: s, body: l.flowFrame()})
+}
+
+// flowFrame is this link's flow: the credit we grant, with our session
+// incoming half (the writer adds the outgoing half).
+func (l *inLink) flowFrame() *frames.Flow {
+	f := l.sess.flowFrame()
+	f.Handle = ptr(l.handle)
+	f.DeliveryCount = ptr(l.deliveryCount)
+	f.LinkCredit = ptr(l.creditEnd - l.deliveryCount)
+	return f
+}
+
+func (l *inLink) credit() uint32 {
+	c := l.creditEnd - l.deliveryCount
+	if int32(c) < 0 {
+		return 0
+	}
+	return c
+}
+
+// maybeCredit tops the credit up when half of it is used, unless too many
+// deliveries wait for the peer's settlement.
+func (l *inLink) maybeCredit() {
+	if l.detachSent || l.credit() > creditBatch/2 || l.unsettled >= maxUnsettledSecond {
+		return
+	}
+	l.creditEnd = l.deliveryCount + creditBatch
+	if !l.creditQueued {
+		l.creditQueued = true
+		l.sess.credit = append(l.sess.credit, l)
+		l.sess.c.markDirty(l.sess)
+	}
+}
+
+// peerFlow takes the sender's view of the link: its delivery-count (a
+// sender may advance it when it has nothing to send) and echo requests.
+func (l *inLink) peerFlow(f *frames.Flow) {
+	if f.DeliveryCount != nil {
+		l.deliveryCount = *f.DeliveryCount
+	}
+	if f.Echo && !l.creditQueued {
+		l.creditQueued = true
+		l.sess.credit = append(l.sess.credit, l)
+		l.sess.c.markDirty(l.sess)
+	}
+	l.maybeCredit()
+}
+
+func (l *inLink) teardown() {
+	l.cur = false
+	l.buf = frames.PayloadBuffer{}
+}
+
+// transfer takes one transfer frame (part 2 section 2.6.12, 2.7.5).
+func (l *inLink) transfer(t *frames.Transfer, payload []byte) error {
+	if !l.cur {
+		if t.DeliveryID == nil {
+			return linkErr(frames.ErrCondNotAllowed, "first transfer of a delivery without delivery-id")
+		}
+		if l.credit() == 0 {
+			return linkErr(frames.ErrCondTransferLimitExceeded, "transfer without link credit")
+		}
+		l.deliveryCount++
+		l.cur, l.curID, l.curSettled, l.curTooBig = true, *t.DeliveryID, t.Settled, false
+		if !t.More && !t.Aborted {
+			// A whole message in one frame: decode it where it lies.
+			l.cur = false
+			if l.maxSize != 0 && uint64(len(payload)) > l.maxSize {
+				l.tooBig(len(payload))
+			} else {
+				l.deliver(payload)
+			}
+			l.maybeCredit()
+			return nil
+		}
+	} else {
+		if t.DeliveryID != nil && *t.DeliveryID != l.curID {
+			return linkErr(frames.ErrCondNotAllowed, "transfer for delivery %d while delivery %d is incomplete", *t.DeliveryID, l.curID)
+		}
+		l.curSettled = l.curSettled || t.Settled
+	}
+	if t.Aborted {
+		// Discarded, and implicitly settled [2.6.14]: no outcome.
+		l.cur = false
+		l.resetBuf()
+		l.maybeCredit()
+		return nil
+	}
+	if !l.curTooBig {
+		if err := l.buf.Append(payload); errors.Is(err, frames.ErrMessageTooLarge) {
+			l.curTooBig = true
+			l.buf.Reset() // the rest of this delivery is read and dropped
+		}
+	}
+	if t.More {
+		return nil
+	}
+	l.cur = false
+	if l.curTooBig {
+		l.tooBig(-1)
+	} else {
+		l.deliver(l.buf.Bytes())
+	}
+	l.resetBuf()
+	l.maybeCredit()
+	return nil
+}
+
+// resetBuf empties the reassembly buffer, giving back the memory of an
+// unusually large message.
+func (l *inLink) resetBuf() {
+	if cap(l.buf.Bytes()) > 1<<20 {
+		l.buf = frames.PayloadBuffer{Max: l.maxSize}
+		return
+	}
+	l.buf.Reset()
+}
+
+func (l *inLink) tooBig(n int) {
+	desc := fmt.Sprintf("message larger than max-message-size %d", l.maxSize)
+	if n >= 0 {
+		desc = fmt.Sprintf("message of %d bytes is larger than max-message-size %d", n, l.maxSize)
+	}
+	l.outcome(&frames.Rejected{Error: wireError(frames.ErrCondMessageSizeExceeded, desc)})
+}
+
+// deliver decodes, maps and publishes one whole message, then settles it
+// with the outcome (design decision 4).
+func (l *inLink) deliver(payload []byte) {
+	c := l.sess.c
+	opts := &c.s.opts
+	now := time.Now()
+	var am frames.Message
+	if err := am.Decode(payload); err != nil {
+		l.outcome(&frames.Rejected{Error: wireError(frames.ErrCondDecodeError, "malformed message: "+err.Error())})
+		return
+	}
+	in, err := toCore(&am, now)
+	if err != nil {
+		l.outcome(&frames.Rejected{Error: wireError(frames.ErrCondDecodeError, err.Error())})
+		return
+	}
+	m := in.msg
+	m.Topic = l.topic
+	if l.anonymous {
+		if in.to == "" {
+			l.outcome(&frames.Rejected{Error: wireError(frames.ErrCondInvalidField, `anonymous relay: the message has no "to" address`)})
+			return
+		}
+		name, kind := resolveTo(in.to, in.jmsDest)
+		if kind == nodeQueue {
+			l.outcome(&frames.Rejected{Error: wireError(frames.ErrCondNotFound, fmt.Sprintf("queue %q does not exist", name))})
+			return
+		}
+		if err := core.ValidateTopic(name); err != nil {
+			l.outcome(&frames.Rejected{Error: wireError(frames.ErrCondInvalidField, fmt.Sprintf("%q is not a topic name: %v", in.to, err))})
+			return
+		}
+		m.Topic = name
+	}
+	m.Origin = core.Origin{Protocol: core.ProtocolAMQP, Node: opts.Node, Client: c.containerID}
+	opts.Metrics.In("amqp")
+	ctx := context.Background()
+	if m.Retain {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, storeTimeout)
+		defer cancel()
+	}
+	res := opts.Router.Publish(ctx, m)
+	l.outcome(l.result(m, res))
+}
+
+// result turns what the router did into the outcome the publisher sees.
+func (l *inLink) result(m *core.Message, res core.PublishResult) frames.DeliveryState {
+	opts := &l.sess.c.s.opts
+	switch {
+	case res.Err != nil:
+		// A subscriber that must not lose messages (a queue) refused it.
+		return &frames.Rejected{Error: wireError(frames.ErrCondResourceLimitExceeded, res.Err.Error())}
+	case res.RetainErr != nil && errors.Is(res.RetainErr, retain.ErrQuotaExceeded):
+		opts.Metrics.Refused("quota")
+		return &frames.Rejected{Error: wireError(frames.ErrCondResourceLimitExceeded,
+			"delivered to current subscribers but not retained: retained store quota exceeded")}
+	case res.RetainErr != nil:
+		opts.Metrics.StoreError("set")
+		opts.Metrics.Refused("store")
+		l.sess.c.log.Warn("retained message not stored", "topic", m.Topic, "error", res.RetainErr)
+		return &frames.Rejected{Error: wireError(frames.ErrCondInternalError,
+			"delivered to current subscribers but not retained: "+res.RetainErr.Error())}
+	}
+	// No subscriber is fine: a topic publish with nobody listening is
+	// accepted, never released (design decision 4).
+	return stateAccepted
+}
+
+// outcome answers the current delivery, unless the sender settled it.
+func (l *inLink) outcome(state frames.DeliveryState) {
+	if l.curSettled {
+		return
+	}
+	s := l.sess
+	if l.second {
+		// Our outcome now, our settlement after the peer's [2.6.12].
+		s.second[l.curID] = l
+		l.unsettled++
+		s.settle(l.curID, state, false)
+		return
+	}
+	s.settle(l.curID, state, true)
+}

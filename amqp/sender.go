@@ -1,0 +1,316 @@
+package amqp
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/gatewayd/gateway/amqp/internal/encoding"
+	"github.com/gatewayd/gateway/amqp/internal/frames"
+	"github.com/gatewayd/gateway/core"
+)
+
+// outLink is a link the client receives on and the gateway sends on: one
+// router subscription (it is the core.Subscriber) with a bounded queue.
+// Deliver runs on publishers' goroutines and never blocks: when the queue
+// is full the message is dropped and counted. The writer goroutine sends
+// from the queue as the link credit and the session window allow.
+type outLink struct {
+	linkBase
+	c      *conn
+	filter string
+
+	// Fixed at attach.
+	sndMode frames.SenderSettleMode // settled: all presettled; unsettled: none; mixed: QoS 0 presettled
+	second  bool                    // the peer's rcv-settle-mode is second
+
+	// Owned by the reader goroutine.
+	sub *core.Subscription
+
+	// Shared by Deliver, the retained feeder and the writer.
+	mu           sync.Mutex
+	live         msgQueue // live messages; at most LinkBuffer
+	retained     msgQueue // stored copies for this late subscriber, sent first
+	retainedDone bool     // every stored copy is in retained: live may follow
+	ready        bool     // on conn.ready
+	closed       bool
+	cancelFeed   context.CancelFunc
+	space        chan struct{} // cap 1: the writer took a retained copy
+	done         chan struct{} // closed with the link
+
+	// Owned by the writer goroutine.
+	attached, detached bool
+	credit             uint32
+	deliveryCount      uint32
+	drainPending       bool
+	unsettled          int    // our unsettled deliveries on this link
+	partial            []byte // the rest of a delivery cut short by the session window
+	partialSettled     bool
+}
+
+var (
+	_ endpoint        = (*outLink)(nil)
+	_ core.Subscriber = (*outLink)(nil)
+)
+
+// queued is one message waiting for credit.
+type queued struct {
+	m        *core.Message
+	retained bool // a stored copy for a late subscriber: x-opt-retain = true
+}
+
+// msgQueue is a FIFO of messages.
+type msgQueue struct {
+	items []queued
+	head  int
+}
+
+func (q *msgQueue) len() int { return len(q.items) - q.head }
+
+func (q *msgQueue) push(x queued) {
+	if q.head > 0 && len(q.items) == cap(q.items) {
+		n := copy(q.items, q.items[q.head:])
+		clear(q.items[n:])
+		q.items, q.head = q.items[:n], 0
+	}
+	q.items = append(q.items, x)
+}
+
+func (q *msgQueue) pop() (queued, bool) {
+	if q.head == len(q.items) {
+		return queued{}, false
+	}
+	x := q.items[q.head]
+	q.items[q.head] = queued{}
+	q.head++
+	if q.head == len(q.items) {
+		q.items, q.head = q.items[:0], 0
+	}
+	return x, true
+}
+
+func (q *msgQueue) reset() { *q = msgQueue{} }
+
+// JMS no-local filter (Qpid JMS): the subscriber does not want messages
+// its own connection published. Other filters (selectors) are not
+// supported and are left out of our attach, so the client knows.
+const (
+	noLocalFilterName encoding.Symbol = "apache.org:no-local-filter:list"
+	noLocalFilterCode uint64          = 0x0000468C00000003
+)
+
+func supportedFilters(f encoding.Fields) (kept encoding.Fields, noLocal bool) {
+	for _, e := range f {
+		if d, ok := e.Value.(encoding.Described); ok && (d.Descriptor == noLocalFilterName || d.Descriptor == noLocalFilterCode) {
+			kept = append(kept, e)
+			noLocal = true
+		}
+	}
+	return kept, noLocal
+}
+
+func (s *session) attachOut(a *frames.Attach) error {
+	c := s.c
+	l := &outLink{
+		linkBase: linkBase{sess: s, name: a.Name, handle: a.Handle},
+		c:        c,
+		sndMode:  frames.SenderSettleModeMixed,
+		second:   a.RcvSettleMode != nil && *a.RcvSettleMode == frames.ReceiverSettleModeSecond,
+		space:    make(chan struct{}, 1),
+		done:     make(chan struct{}),
+	}
+	if a.SndSettleMode != nil {
+		l.sndMode = *a.SndSettleMode
+	}
+	reply := &frames.Attach{
+		Name:                 a.Name,
+		Handle:               a.Handle,
+		Role:                 frames.RoleSender,
+		SndSettleMode:        a.SndSettleMode, // echoed: go-amqp refuses a link whose modes are not
+		RcvSettleMode:        a.RcvSettleMode,
+		Target:               a.Target,
+		InitialDeliveryCount: ptr(uint32(0)),
+	}
+	src := a.Source
+	if src == nil {
+		return s.refuse(l, reply, linkErr(frames.ErrCondNotFound, "no source, and no durable subscription named %q", a.Name))
+	}
+	sc := *src
+	if src.Dynamic {
+		sc.Address = c.newTemp(src.Capabilities)
+		l.filter = sc.Address
+	} else {
+		name, kind := resolveAddress(src.Address, src.Capabilities)
+		if kind == nodeQueue {
+			return s.refuse(l, reply, linkErr(frames.ErrCondNotFound, "queue %q does not exist", name))
+		}
+		if err := core.ValidateFilter(name); err != nil {
+			return s.refuse(l, reply, linkErr(frames.ErrCondInvalidField, "source %q is not a topic filter: %v", src.Address, err))
+		}
+		l.filter = name
+	}
+	var noLocal bool
+	sc.Filter, noLocal = supportedFilters(src.Filter)
+	// Stored retained copies go to a late subscriber first; not for a
+	// dynamic node (nothing is retained there) nor a shared subscription
+	// (design decision 1).
+	l.retainedDone = src.Dynamic || core.IsShared(l.filter)
+	sub, err := c.s.opts.Router.Subscribe(l.filter, l, core.SubOptions{QoS: 2, NoLocal: noLocal, Client: c.containerID})
+	if err != nil {
+		return s.refuse(l, reply, linkErr(frames.ErrCondInvalidField, "%v", err))
+	}
+	l.sub = sub
+	since := time.Now()
+	reply.Source = &sc
+	s.links[a.Handle] = l
+	if err := c.send(outItem{sess: s, body: reply, do: func(w *writer) { w.attachOut(l) }}); err != nil {
+		return err
+	}
+	if !l.retainedDone {
+		ctx, cancel := context.WithCancel(context.Background())
+		l.mu.Lock()
+		l.cancelFeed = cancel
+		l.mu.Unlock()
+		if !c.s.spawn(func() { l.feedRetained(ctx, since) }) {
+			cancel()
+			l.finishRetained()
+		}
+	}
+	return nil
+}
+
+// Deliver implements core.Subscriber. It must not block.
+func (l *outLink) Deliver(m *core.Message, _ core.Delivery) error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	if l.live.len() >= l.c.s.opts.LinkBuffer {
+		l.mu.Unlock()
+		l.c.s.opts.Metrics.Drop("amqp", "slow_consumer")
+		return nil
+	}
+	l.live.push(queued{m: m})
+	wake := !l.ready
+	l.ready = true
+	l.mu.Unlock()
+	if wake {
+		l.c.markReady(l)
+	}
+	return nil
+}
+
+// feedRetained queues the stored retained messages matching the filter
+// for this late subscriber, ahead of live ones. A message this gateway
+// received after the subscription was in place reaches the link live; its
+// stored copy is skipped so the client does not get it twice (as the MQTT
+// front-end does). It waits while LinkBuffer copies are queued, so a
+// million retained messages never sit in memory at once.
+func (l *outLink) feedRetained(ctx context.Context, since time.Time) {
+	defer l.finishRetained()
+	opts := &l.c.s.opts
+	err := opts.Store.Match(ctx, l.filter, func(m *core.Message) bool {
+		if m.Expired(time.Now()) || (m.Created.After(since) && m.Origin.Node == opts.Node) {
+			return true
+		}
+		return l.pushRetained(m)
+	})
+	if err != nil && ctx.Err() == nil {
+		opts.Metrics.StoreError("match")
+		l.c.log.Warn("retained messages not delivered", "filter", l.filter, "error", err)
+	}
+}
+
+func (l *outLink) pushRetained(m *core.Message) bool {
+	for {
+		l.mu.Lock()
+		if l.closed {
+			l.mu.Unlock()
+			return false
+		}
+		if l.retained.len() < l.c.s.opts.LinkBuffer {
+			l.retained.push(queued{m: m, retained: true})
+			wake := !l.ready
+			l.ready = true
+			l.mu.Unlock()
+			if wake {
+				l.c.markReady(l)
+			}
+			return true
+		}
+		l.mu.Unlock()
+		select {
+		case <-l.space:
+		case <-l.done:
+			return false
+		}
+	}
+}
+
+func (l *outLink) finishRetained() {
+	l.mu.Lock()
+	l.retainedDone = true
+	wake := !l.ready && !l.closed
+	l.ready = l.ready || wake
+	l.mu.Unlock()
+	if wake {
+		l.c.markReady(l)
+	}
+}
+
+// pop takes the next message to send: stored copies first, then (once
+// every stored copy is queued) live ones. Called by the writer.
+func (l *outLink) pop() (queued, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if q, ok := l.retained.pop(); ok {
+		select {
+		case l.space <- struct{}{}:
+		default:
+		}
+		return q, true
+	}
+	if !l.retainedDone {
+		return queued{}, false
+	}
+	return l.live.pop()
+}
+
+// queuedLen is the number of messages waiting (flow "available").
+func (l *outLink) queuedLen() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.retained.len() + l.live.len()
+}
+
+// teardown takes the link out of the router and empties its queue. Called
+// by the reader.
+func (l *outLink) teardown() {
+	l.c.s.opts.Router.Unsubscribe(l.sub)
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return
+	}
+	l.closed = true
+	l.live.reset()
+	l.retained.reset()
+	cancel := l.cancelFeed
+	l.mu.Unlock()
+	close(l.done)
+	if cancel != nil {
+		cancel()
+	}
+}
+
+// presettle says whether a delivery of m goes out settled.
+func (l *outLink) presettle(m *core.Message) bool {
+	switch l.sndMode {
+	case frames.SenderSettleModeSettled:
+		return true
+	case frames.SenderSettleModeUnsettled:
+		return false
+	}
+	return m.QoS == 0 // mixed: at most once for QoS 0, acknowledged otherwise
+}

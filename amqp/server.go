@@ -1,0 +1,268 @@
+package amqp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gatewayd/gateway/core"
+	"github.com/gatewayd/gateway/core/metrics"
+	"github.com/gatewayd/gateway/retain"
+)
+
+// Options configure the AMQP front-end. Zero values take the documented
+// defaults.
+type Options struct {
+	Listen string // TCP address; required
+
+	Router  *core.Router // required
+	Store   retain.Store // required: late subscribers are served from it
+	Metrics *metrics.Metrics
+	Logger  *slog.Logger
+	Node    string // node.id, stamped on messages and used to skip duplicate retained copies
+
+	// MaxMessageSize is the largest message accepted, announced as the
+	// receiving links' max-message-size; 0 = no limit.
+	MaxMessageSize uint64
+	// MaxFrameSize is the max-frame-size announced in open (default 65536,
+	// at least 512).
+	MaxFrameSize uint32
+	// IdleTimeout is announced in open; a peer silent for longer is
+	// disconnected with amqp:resource-limit-exceeded. 0 disables it.
+	IdleTimeout time.Duration
+	// AllowAnonymous accepts SASL ANONYMOUS and clients that skip SASL.
+	AllowAnonymous bool
+	// Users are the SASL PLAIN credentials, user → password.
+	Users map[string]string
+	// LinkBuffer bounds the messages queued for one receiving client link
+	// (default 1000). Beyond it new messages for that link are dropped and
+	// counted (gateway_messages_dropped_total{reason="slow_consumer"}).
+	LinkBuffer int
+}
+
+// Defaults and fixed limits.
+const (
+	defaultMaxFrameSize = 65536
+	defaultLinkBuffer   = 1000
+
+	// channelMax bounds sessions per connection and handleMax links per
+	// session, so that one client cannot make the gateway hold unbounded
+	// state (each receiving link is a router subscription).
+	channelMax = 255
+	handleMax  = 1023
+
+	// sessionWindow is the incoming-window announced in begin, in
+	// transfer frames; it is topped up when half is used.
+	sessionWindow = 5000
+	// outgoingWindow is announced and never enforced on ourselves: we send
+	// as the peer's incoming window and link credit allow.
+	outgoingWindow = 1 << 30
+
+	// creditBatch is the credit granted to a client's sending link and
+	// topped up when half is used.
+	creditBatch = 500
+
+	handshakeTimeout = 10 * time.Second // header, SASL and open must be done by then
+	closeTimeout     = 2 * time.Second  // how long a closing connection lingers for the peer
+	storeTimeout     = 5 * time.Second  // one retained-store call
+)
+
+// Server is the running AMQP front-end.
+type Server struct {
+	opts Options
+	log  *slog.Logger
+	ln   net.Listener
+
+	mu       sync.Mutex
+	closing  bool             // Shutdown has begun: spawn refuses
+	conns    map[*conn]struct{}
+	wg       sync.WaitGroup   // every goroutine started by spawn
+	connSeq  atomic.Uint64    // connection numbers (temporary addresses, logs)
+	tmpMu    sync.Mutex       // guards tmp
+	tmp      map[string]int8  // temporary address → x-opt-jms-dest kind
+}
+
+// New builds the front-end; Start binds and serves.
+func New(opts Options) (*Server, error) {
+	if opts.Router == nil || opts.Store == nil {
+		return nil, errors.New("amqp: Router and Store are required")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.MaxFrameSize == 0 {
+		opts.MaxFrameSize = defaultMaxFrameSize
+	}
+	if opts.MaxFrameSize < 512 {
+		return nil, fmt.Errorf("amqp: MaxFrameSize %d is below 512 (AMQP 1.0 §2.7.1 MIN-MAX-FRAME-SIZE)", opts.MaxFrameSize)
+	}
+	if opts.LinkBuffer <= 0 {
+		opts.LinkBuffer = defaultLinkBuffer
+	}
+	return &Server{
+		opts:  opts,
+		log:   opts.Logger.With("part", "amqp"),
+		conns: map[*conn]struct{}{},
+		tmp:   map[string]int8{},
+	}, nil
+}
+
+// Start binds the listener and starts accepting. The bound address is
+// logged and available from Addr.
+func (s *Server) Start() error {
+	ln, err := net.Listen("tcp", s.opts.Listen)
+	if err != nil {
+		return fmt.Errorf("amqp.listen %s: %w", s.opts.Listen, err)
+	}
+	s.ln = ln
+	if !s.spawn(s.accept) {
+		ln.Close()
+		return errors.New("amqp: server is shut down")
+	}
+	s.log.Info("amqp listening", "addr", s.Addr())
+	return nil
+}
+
+// Addr is the bound address, or "" before Start.
+func (s *Server) Addr() string {
+	if s.ln == nil {
+		return ""
+	}
+	return s.ln.Addr().String()
+}
+
+// spawn runs f on a tracked goroutine, unless Shutdown has begun. Every
+// goroutine of this package starts here, so Shutdown can wait for all.
+func (s *Server) spawn(f func()) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return false
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		f()
+	}()
+	return true
+}
+
+func (s *Server) accept() {
+	var backoff time.Duration
+	for {
+		nc, err := s.ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// Out of file descriptors and the like: wait, as net/http does.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			s.log.Warn("accept failed", "error", err, "retry", backoff)
+			time.Sleep(backoff)
+			continue
+		}
+		backoff = 0
+		c := newConn(s, nc)
+		s.mu.Lock()
+		if s.closing {
+			s.mu.Unlock()
+			nc.Close()
+			continue
+		}
+		s.conns[c] = struct{}{}
+		s.mu.Unlock()
+		if !s.spawn(c.serve) {
+			s.forget(c)
+			nc.Close()
+		}
+	}
+}
+
+func (s *Server) forget(c *conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+}
+
+// Shutdown stops accepting, closes every connection with
+// amqp:connection:forced and waits for every goroutine until ctx ends; then
+// it drops the sockets that are still open and waits for the rest.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closing = true
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	if s.ln != nil {
+		s.ln.Close()
+	}
+	for _, c := range conns {
+		c.forceClose()
+	}
+	done := make(chan struct{})
+	go func() { // not spawned: spawn refuses now, and this one ends with the others
+		s.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+	}
+	s.mu.Lock()
+	for c := range s.conns {
+		c.nc.Close()
+	}
+	s.mu.Unlock()
+	<-done
+	return ctx.Err()
+}
+
+// Connections is the number of open AMQP connections.
+func (s *Server) Connections() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
+}
+
+// Temporary addresses (dynamic nodes) live in one registry so that a
+// delivery to one can say which JMS destination type it is.
+
+// jmsKindFor is the x-opt-jms-dest / x-opt-jms-reply-to value of a topic:
+// 1 topic, 2 temporary queue, 3 temporary topic.
+func (s *Server) jmsKindFor(topic string) int8 {
+	if !isTemp(topic) {
+		return jmsTopic
+	}
+	s.tmpMu.Lock()
+	k, ok := s.tmp[topic]
+	s.tmpMu.Unlock()
+	if !ok {
+		return jmsTempTopic
+	}
+	return k
+}
+
+func (s *Server) addTemp(addr string, kind int8) {
+	s.tmpMu.Lock()
+	s.tmp[addr] = kind
+	s.tmpMu.Unlock()
+}
+
+func (s *Server) removeTemp(addrs []string) {
+	if len(addrs) == 0 {
+		return
+	}
+	s.tmpMu.Lock()
+	for _, a := range addrs {
+		delete(s.tmp, a)
+	}
+	s.tmpMu.Unlock()
+}

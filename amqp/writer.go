@@ -1,0 +1,431 @@
+package amqp
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"time"
+
+	"github.com/gatewayd/gateway/amqp/internal/buffer"
+	"github.com/gatewayd/gateway/amqp/internal/frames"
+)
+
+// writer is a connection's writer goroutine. It owns the socket's write
+// side (through a buffered frames.Writer, flushed when it runs out of
+// work), heartbeats, and the outgoing half of every session: transfer
+// ids, the peer's incoming window, delivery ids, link credit and our
+// unsettled deliveries.
+type writer struct {
+	c         *conn
+	bw        *bufio.Writer
+	fw        *frames.Writer
+	maxFrame  uint32        // the largest frame we send: min(ours, the peer's)
+	heartbeat time.Duration // half the peer's idle time-out; 0: none asked
+	wrote     bool          // a frame went out since the last heartbeat tick
+	closed    bool          // close is written: nothing more goes out
+	err       error         // the socket failed
+	now       time.Time
+
+	enc   encoder
+	msg   buffer.Buffer // the encoded message being sent
+	tr    frames.Transfer
+	trID  uint32
+	trFmt uint32 // message-format 0
+	tag   [4]byte
+	spare []*outLink
+}
+
+// transferOverhead bounds the frame header plus a transfer performative
+// with every field we set (see TestTransferOverhead).
+const transferOverhead = 64
+
+func newWriter(c *conn, peer *frames.Open) *writer {
+	maxFrame := c.s.opts.MaxFrameSize
+	peerMax := uint32(frames.MinMaxFrameSize) // before the peer's open, 512 [2.7.1]
+	var hb time.Duration
+	if peer != nil {
+		peerMax = peer.MaxFrameSize // 0: absent, no limit
+		if peerMax != 0 && peerMax < frames.MinMaxFrameSize {
+			peerMax = frames.MinMaxFrameSize
+		}
+		if peer.IdleTimeOut > 0 {
+			// Heartbeats at half the peer's time-out, but never a storm.
+			hb = max(time.Duration(peer.IdleTimeOut)*time.Millisecond/2, 100*time.Millisecond)
+		}
+	}
+	if peerMax != 0 && peerMax < maxFrame {
+		maxFrame = peerMax
+	}
+	bw := bufio.NewWriterSize(c.nc, 64<<10)
+	return &writer{c: c, bw: bw, fw: frames.NewWriter(bw, maxFrame), maxFrame: maxFrame, heartbeat: hb}
+}
+
+func (w *writer) run() {
+	c := w.c
+	defer close(c.wdone)
+	var tick <-chan time.Time
+	if w.heartbeat > 0 {
+		t := time.NewTicker(w.heartbeat)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case it := <-c.out:
+			w.now = time.Now()
+			w.item(it)
+		case <-c.wake:
+		case <-tick:
+			if !w.wrote {
+				w.write(0, nil, nil) // an empty frame [2.4.5]
+			}
+			w.wrote = false
+		case <-c.stop:
+			w.drainQueue()
+			w.flush()
+			return
+		}
+		w.now = time.Now()
+		w.drainQueue()
+		w.pumpReady()
+		w.flush()
+		if w.err != nil {
+			c.log.Debug("amqp write failed", "error", w.err)
+			c.nc.Close() // the reader notices and finishes
+			return
+		}
+	}
+}
+
+// drainQueue handles what is queued without blocking.
+func (w *writer) drainQueue() {
+	for {
+		select {
+		case it := <-w.c.out:
+			w.item(it)
+		default:
+			return
+		}
+	}
+}
+
+func (w *writer) item(it outItem) {
+	if w.closed || w.err != nil {
+		return
+	}
+	if it.do != nil {
+		it.do(w)
+	}
+	if it.body == nil {
+		return
+	}
+	var ch uint16
+	if s := it.sess; s != nil {
+		ch = s.ch
+		if f, ok := it.body.(*frames.Flow); ok {
+			f.NextOutgoingID = s.w.nextOutgoingID
+			f.OutgoingWindow = outgoingWindow
+		}
+	}
+	w.write(ch, it.body, nil)
+	if it.close {
+		w.flush()
+		w.closed = true
+	}
+}
+
+func (w *writer) write(ch uint16, body frames.Performative, payload []byte) {
+	if w.err != nil || w.closed {
+		return
+	}
+	if err := w.fw.WriteFrame(ch, body, payload); err != nil {
+		w.err = err
+		return
+	}
+	w.wrote = true
+}
+
+func (w *writer) flush() {
+	if w.err == nil && w.bw.Buffered() > 0 {
+		w.err = w.bw.Flush()
+	}
+}
+
+// pumpReady sends from every link that got new messages.
+func (w *writer) pumpReady() {
+	c := w.c
+	c.readyMu.Lock()
+	list := c.ready
+	c.ready = w.spare
+	c.readyMu.Unlock()
+	for i, l := range list {
+		l.mu.Lock()
+		l.ready = false
+		l.mu.Unlock()
+		w.pump(l)
+		list[i] = nil
+	}
+	w.spare = list[:0]
+}
+
+// attachOut starts sending on l (its attach answer is written next).
+func (w *writer) attachOut(l *outLink) {
+	l.attached = true
+	l.sess.w.links = append(l.sess.w.links, l)
+}
+
+// detachOut stops sending on l (its detach is written next).
+func (w *writer) detachOut(l *outLink) {
+	if l.detached {
+		return
+	}
+	l.detached = true
+	s := l.sess
+	for i, x := range s.w.links {
+		if x == l {
+			s.w.links = append(s.w.links[:i], s.w.links[i+1:]...)
+			break
+		}
+	}
+	if l.unsettled > 0 {
+		for id, x := range s.w.unsettled {
+			if x == l {
+				delete(s.w.unsettled, id)
+			}
+		}
+		l.unsettled = 0
+	}
+	if l.partial != nil {
+		// A delivery cut short: abort it rather than leave it dangling [2.6.14].
+		w.tr = frames.Transfer{Handle: l.handle, Settled: true, Aborted: true}
+		w.write(s.ch, &w.tr, nil)
+		l.partial = nil
+	}
+}
+
+// endSession stops sending on every link of s (its end is written next).
+func (w *writer) endSession(s *session) {
+	for _, l := range s.w.links {
+		l.detached = true
+		l.partial = nil
+	}
+	s.w.links = nil
+	clear(s.w.unsettled)
+	s.w.ended = true
+}
+
+// peerFlow applies a flow from the peer: its session window, and the
+// credit of the link we send on (out, when the flow names one).
+func (w *writer) peerFlow(s *session, f *frames.Flow, out *outLink) {
+	if s.w.ended {
+		return
+	}
+	var nextIn uint32 // the peer's next-incoming-id; absent: our initial id, 0
+	if f.NextIncomingID != nil {
+		nextIn = *f.NextIncomingID
+	}
+	s.w.remoteIncomingWindow = nextIn + f.IncomingWindow - s.w.nextOutgoingID
+	if int32(s.w.remoteIncomingWindow) < 0 {
+		s.w.remoteIncomingWindow = 0
+	}
+	switch {
+	case out != nil && out.attached && !out.detached:
+		if f.LinkCredit != nil {
+			var dc uint32 // the receiver's delivery-count; absent: our initial, 0
+			if f.DeliveryCount != nil {
+				dc = *f.DeliveryCount
+			}
+			// link-credit(snd) = delivery-count(rcv) + link-credit(rcv) - delivery-count(snd) [2.6.7]
+			out.credit = dc + *f.LinkCredit - out.deliveryCount
+			if int32(out.credit) < 0 {
+				out.credit = 0
+			}
+		}
+		if f.Drain {
+			out.drainPending = true
+		}
+		if f.Echo {
+			w.linkFlow(out, false)
+		}
+	case f.Handle == nil && f.Echo:
+		w.sessionFlow(s)
+	}
+	// The window may have opened: every link of the session may send.
+	for _, l := range s.w.links {
+		w.pump(l)
+	}
+}
+
+// peerDisposition applies the peer's disposition of deliveries we sent.
+func (w *writer) peerDisposition(s *session, d *frames.Disposition) {
+	if s.w.ended {
+		return
+	}
+	last := d.First
+	if d.Last != nil {
+		last = *d.Last
+	}
+	var settleBack bool
+	var freed []*outLink
+	eachID(d.First, last, s.w.unsettled, func(id uint32, l *outLink) {
+		if !d.Settled && !l.second {
+			return // a state without settlement (received): the peer settles later
+		}
+		settleBack = settleBack || !d.Settled
+		delete(s.w.unsettled, id)
+		if l.unsettled == w.c.s.opts.LinkBuffer {
+			freed = append(freed, l)
+		}
+		l.unsettled--
+		w.countOutcome(d.State)
+	})
+	if settleBack {
+		// rcv-settle-mode second: the peer told its outcome; now we
+		// settle, and it settles after us [2.6.12].
+		w.write(s.ch, &frames.Disposition{Role: frames.RoleSender, First: d.First, Last: d.Last, Settled: true, State: d.State}, nil)
+	}
+	for _, l := range freed {
+		w.pump(l)
+	}
+}
+
+// countOutcome counts a delivery the client did not accept: for a topic
+// there is nobody to give it back to.
+func (w *writer) countOutcome(st frames.DeliveryState) {
+	switch st.(type) {
+	case *frames.Rejected:
+		w.c.s.opts.Metrics.Drop("amqp", "rejected")
+	case *frames.Released:
+		w.c.s.opts.Metrics.Drop("amqp", "released")
+	case *frames.Modified:
+		w.c.s.opts.Metrics.Drop("amqp", "modified")
+	}
+}
+
+// pump sends from l's queue as credit, the session window and the
+// unsettled bound allow, then answers a drain.
+func (w *writer) pump(l *outLink) {
+	if !l.attached || l.detached || w.closed || w.err != nil {
+		return
+	}
+	s := l.sess
+	maxUnsettled := w.c.s.opts.LinkBuffer
+	for s.w.remoteIncomingWindow > 0 {
+		if l.partial != nil {
+			w.transfers(l, 0, false, l.partial, l.partialSettled, true)
+			continue
+		}
+		if l.credit == 0 || l.unsettled >= maxUnsettled {
+			break
+		}
+		q, ok := l.pop()
+		if !ok {
+			break
+		}
+		if q.m.Expired(w.now) {
+			w.c.s.opts.Metrics.Drop("amqp", "expired")
+			continue
+		}
+		w.sendDelivery(l, q)
+	}
+	if l.drainPending && l.partial == nil && (l.credit == 0 || l.queuedLen() == 0) {
+		// Drain: use up the credit we cannot fill [2.6.7].
+		l.deliveryCount += l.credit
+		l.credit = 0
+		l.drainPending = false
+		w.linkFlow(l, true)
+	}
+}
+
+func (w *writer) sendDelivery(l *outLink, q queued) {
+	s := l.sess
+	m := q.m
+	srv := w.c.s
+	replyKind := int8(-1)
+	if m.ResponseTopic != "" {
+		replyKind = srv.jmsKindFor(m.ResponseTopic)
+	}
+	w.msg.Reset()
+	if err := w.enc.encode(&w.msg, m, q.retained, srv.jmsKindFor(m.Topic), replyKind, w.now); err != nil {
+		w.c.log.Warn("amqp message not encodable", "topic", m.Topic, "error", err)
+		srv.opts.Metrics.Drop("amqp", "encode")
+		return
+	}
+	settled := l.presettle(m)
+	id := s.w.nextDeliveryID
+	s.w.nextDeliveryID++
+	l.credit--
+	l.deliveryCount++
+	if !settled {
+		s.w.unsettled[id] = l
+		l.unsettled++
+	}
+	if q.retained {
+		srv.opts.Metrics.Out("amqp", time.Time{})
+	} else {
+		srv.opts.Metrics.Out("amqp", m.Created)
+	}
+	w.transfers(l, id, true, w.msg.Written(), settled, false)
+}
+
+// transfers writes a delivery's payload in frames of at most maxFrame.
+// When the peer's session window runs out mid-message, the rest waits in
+// l.partial (copied unless it already is l.partial: owned).
+func (w *writer) transfers(l *outLink, id uint32, first bool, payload []byte, settled, owned bool) {
+	s := l.sess
+	room := int(w.maxFrame) - transferOverhead
+	for {
+		n := min(len(payload), room)
+		more := n < len(payload)
+		w.tr = frames.Transfer{Handle: l.handle, Settled: settled, More: more}
+		if first {
+			w.trID = id
+			binary.BigEndian.PutUint32(w.tag[:], id)
+			w.tr.DeliveryID, w.tr.DeliveryTag, w.tr.MessageFormat = &w.trID, w.tag[:], &w.trFmt
+			first = false
+		}
+		w.write(s.ch, &w.tr, payload[:n])
+		s.w.nextOutgoingID++
+		if s.w.remoteIncomingWindow > 0 {
+			s.w.remoteIncomingWindow--
+		}
+		payload = payload[n:]
+		if !more {
+			l.partial = nil
+			return
+		}
+		if s.w.remoteIncomingWindow == 0 || w.err != nil {
+			if !owned {
+				payload = bytes.Clone(payload)
+			}
+			l.partial, l.partialSettled = payload, settled
+			return
+		}
+	}
+}
+
+// linkFlow tells the peer the state of a link we send on.
+func (w *writer) linkFlow(l *outLink, drain bool) {
+	s := l.sess
+	avail := uint32(l.queuedLen())
+	f := frames.Flow{
+		NextIncomingID: ptr(s.nextIncomingID.Load()),
+		IncomingWindow: s.incomingWindow.Load(),
+		NextOutgoingID: s.w.nextOutgoingID,
+		OutgoingWindow: outgoingWindow,
+		Handle:         &l.handle,
+		DeliveryCount:  &l.deliveryCount,
+		LinkCredit:     &l.credit,
+		Available:      &avail,
+		Drain:          drain,
+	}
+	w.write(s.ch, &f, nil)
+}
+
+// sessionFlow answers a session flow that asked for an echo.
+func (w *writer) sessionFlow(s *session) {
+	f := s.flowFrame()
+	f.NextOutgoingID = s.w.nextOutgoingID
+	f.OutgoingWindow = outgoingWindow
+	w.write(s.ch, f, nil)
+}
