@@ -78,13 +78,13 @@ type Server struct {
 	log  *slog.Logger
 	ln   net.Listener
 
-	mu       sync.Mutex
-	closing  bool             // Shutdown has begun: spawn refuses
-	conns    map[*conn]struct{}
-	wg       sync.WaitGroup   // every goroutine started by spawn
-	connSeq  atomic.Uint64    // connection numbers (temporary addresses, logs)
-	tmpMu    sync.Mutex       // guards tmp
-	tmp      map[string]int8  // temporary address → x-opt-jms-dest kind
+	mu      sync.Mutex
+	closing bool // Shutdown has begun: spawn refuses
+	conns   map[*conn]struct{}
+	wg      sync.WaitGroup  // every goroutine started by spawn
+	connSeq atomic.Uint64   // connection numbers (temporary addresses, logs)
+	tmpMu   sync.Mutex      // guards tmp
+	tmp     map[string]int8 // temporary address → x-opt-jms-dest kind
 }
 
 // New builds the front-end; Start binds and serves.
