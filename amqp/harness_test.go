@@ -8,6 +8,7 @@ import (
 	"time"
 
 	goamqp "github.com/Azure/go-amqp"
+	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/goleak"
 
 	"github.com/gatewayd/gateway/core"
@@ -177,4 +178,13 @@ func eventually(t testing.TB, what string, cond func() bool) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// dropped reads gateway_messages_dropped_total{protocol="amqp",reason}.
+func (e *env) dropped(reason string) float64 {
+	var m dto.Metric
+	if err := e.metrics.Dropped.WithLabelValues("amqp", reason).Write(&m); err != nil {
+		panic(err)
+	}
+	return m.GetCounter().GetValue()
 }
