@@ -1,12 +1,46 @@
 package gateway
 
-import "context"
+import (
+	"context"
+	"math"
+
+	"github.com/gatewayd/gateway/amqp"
+)
 
 // startAMQP starts the AMQP 1.0 front-end when amqp.listen is set.
-func (g *Gateway) startAMQP(ctx context.Context) error {
+func (g *Gateway) startAMQP(context.Context) error {
 	if g.cfg.AMQP.Listen == "" {
 		return nil
 	}
-	g.log.Warn("amqp.listen is set but the AMQP 1.0 front-end is not built into this version yet", "amqp.listen", g.cfg.AMQP.Listen)
+	s, err := amqp.New(amqp.Options{
+		Listen:         g.cfg.AMQP.Listen,
+		Router:         g.router,
+		Store:          g.store,
+		Metrics:        g.metrics,
+		Logger:         g.log,
+		Node:           g.cfg.NodeID,
+		MaxMessageSize: uint64(g.cfg.AMQP.MaxMessageSize),
+		MaxFrameSize:   uint32(min(g.cfg.AMQP.MaxFrameSize, math.MaxUint32)),
+		IdleTimeout:    g.cfg.AMQP.IdleTimeout,
+		AllowAnonymous: g.cfg.AMQP.AllowAnonymous,
+		Users:          g.cfg.AMQP.Users,
+		LinkBuffer:     g.cfg.AMQP.LinkBuffer,
+	})
+	if err != nil {
+		return err
+	}
+	if err := s.Start(); err != nil {
+		return err
+	}
+	g.amqp = s
+	g.onStop(s.Shutdown)
 	return nil
+}
+
+// AMQPAddr is the bound AMQP address, or "" when amqp.listen is empty.
+func (g *Gateway) AMQPAddr() string {
+	if g.amqp == nil {
+		return ""
+	}
+	return g.amqp.Addr()
 }

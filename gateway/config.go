@@ -61,6 +61,7 @@ var keyDefs = []keyDef{
 	{name: "amqp.idleTimeout", def: "60s", kind: kindDuration, help: "AMQP idle timeout the gateway announces; 0 disables heartbeats"},
 	{name: "amqp.allowAnonymous", def: "true", kind: kindBool, help: "accept SASL ANONYMOUS and clients that skip SASL"},
 	{name: "amqp.users", def: "", kind: kindString, optional: true, help: "SASL PLAIN users as user:password,user2:password2 (until an auth issue lands)"},
+	{name: "amqp.linkBuffer", def: "1000", kind: kindInt, max: 1 << 20, help: "messages queued per AMQP receiving link before new ones are dropped and counted (slow consumer)"},
 	{name: "admin.listen", def: "127.0.0.1:8088", kind: kindAddr, optional: true, help: "admin HTTP API listen address (/healthz, /readyz, /metrics, /api/v1/retained); empty disables"},
 	{name: "data.dir", def: "./data", kind: kindString, help: "directory for the embedded retained store"},
 	{name: "retain.backend", def: "embedded", kind: kindEnum, enum: []string{"embedded", "memory", "redis"}, help: "retained store: embedded (file, survives restart), memory, or redis (shared by many gateways)"},
@@ -93,6 +94,7 @@ type Config struct {
 		IdleTimeout    time.Duration
 		AllowAnonymous bool
 		Users          map[string]string
+		LinkBuffer     int
 	}
 	AdminListen       string
 	DataDir           string
@@ -262,6 +264,7 @@ func buildConfig(k *koanf.Koanf, byName map[string]*keyDef) (*Config, error) {
 	c.AMQP.MaxFrameSize = num("amqp.maxFrameSize")
 	c.AMQP.IdleTimeout = dur("amqp.idleTimeout")
 	c.AMQP.AllowAnonymous = get("amqp.allowAnonymous") == "true"
+	c.AMQP.LinkBuffer = int(num("amqp.linkBuffer"))
 	c.AdminListen = get("admin.listen")
 	c.DataDir = get("data.dir")
 	c.RetainBackend = get("retain.backend")
@@ -279,6 +282,9 @@ func buildConfig(k *koanf.Koanf, byName map[string]*keyDef) (*Config, error) {
 	}
 	if c.MQTT.MaxPendingWrites < 1 {
 		return nil, &ConfigError{Key: "mqtt.maxPendingWrites", Msg: "must be at least 1"}
+	}
+	if c.AMQP.LinkBuffer < 1 {
+		return nil, &ConfigError{Key: "amqp.linkBuffer", Msg: "must be at least 1"}
 	}
 	if c.AMQP.MaxFrameSize != 0 && c.AMQP.MaxFrameSize < 512 {
 		return nil, &ConfigError{Key: "amqp.maxFrameSize", Msg: "must be at least 512 (AMQP 1.0 §2.7.1 MIN-MAX-FRAME-SIZE)"}

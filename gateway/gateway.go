@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/gatewayd/gateway/amqp"
 	"github.com/gatewayd/gateway/core"
 	"github.com/gatewayd/gateway/core/metrics"
 	"github.com/gatewayd/gateway/mqtt"
@@ -27,6 +28,7 @@ type Gateway struct {
 	store   retain.Store
 	router  *core.Router
 	mqtt    *mqtt.Server
+	amqp    *amqp.Server // nil when amqp.listen is empty
 	admin   *adminServer
 
 	ready   atomic.Bool

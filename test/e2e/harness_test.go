@@ -22,7 +22,7 @@ import (
 func startGateway(t *testing.T, set ...string) *gateway.Gateway {
 	t.Helper()
 	args := []string{"--mqtt.listen=127.0.0.1:0", "--mqtt.ws.listen=127.0.0.1:0", "--admin.listen=127.0.0.1:0",
-		"--amqp.listen=", "--retain.backend=memory", "--data.dir=" + t.TempDir(), "--node.id=" + t.Name()}
+		"--amqp.listen=127.0.0.1:0", "--retain.backend=memory", "--data.dir=" + t.TempDir(), "--node.id=" + t.Name()}
 	args = append(args, set...)
 	cfg, err := gateway.LoadConfig(args, nil, io.Discard)
 	if err != nil {
