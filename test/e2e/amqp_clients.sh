@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Reference AMQP 1.0 clients against a real gateway binary (issue 3, "Tests:
+# reference clients"): Qpid Proton (python3-qpid-proton, with paho-mqtt for
+# the cross-protocol checks) and rhea (npm, with mqtt.js).
+#
+# Builds the gateway, starts it on free ports (anonymous allowed, SASL PLAIN
+# user alice:secret, embedded store in a temp dir), waits for /readyz, runs
+# test/e2e/amqp/proton_checks.py and test/e2e/js/rhea_checks.js, stops the
+# gateway on exit. Exits non-zero if any check failed or the gateway died.
+#
+# Environment: KEEP=1 keeps the temp dir (gateway log) for inspection.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+
+PY=/usr/bin/python3
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/gateway-amqp-e2e.XXXXXX")
+gw_pid=""
+cleanup() {
+  local rc=$?
+  if [[ -n "$gw_pid" ]] && kill -0 "$gw_pid" 2>/dev/null; then
+    kill -TERM "$gw_pid" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$gw_pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$gw_pid" 2>/dev/null || true
+    wait "$gw_pid" 2>/dev/null || true
+  fi
+  if ((rc != 0)) && [[ -f "$tmp/gateway.log" ]]; then
+    echo "--- last lines of the gateway log ($tmp/gateway.log)"
+    tail -n 40 "$tmp/gateway.log"
+  fi
+  if [[ -n "${KEEP:-}" ]]; then echo "kept $tmp"; else rm -rf "$tmp"; fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+die() { echo "FAIL amqp_clients: $*"; exit 1; }
+
+# The clients (test/run installs them; say so clearly when run alone).
+"$PY" -c 'import proton, paho.mqtt.client' 2>/dev/null ||
+  die "python3-qpid-proton and python3-paho-mqtt are needed (apt-get install python3-qpid-proton python3-paho-mqtt)"
+command -v node >/dev/null || die "node is needed for the rhea checks"
+if [[ ! -d test/e2e/js/node_modules/rhea || ! -d test/e2e/js/node_modules/mqtt ]]; then
+  (cd test/e2e/js && npm ci --no-audit --no-fund --silent) || die "npm ci in test/e2e/js failed"
+fi
+
+start=$(date +%s)
+echo "building the gateway"
+CGO_ENABLED=0 go build -o "$tmp/gateway" ./cmd/gateway || die "go build ./cmd/gateway failed"
+
+"$tmp/gateway" \
+  --mqtt.listen=127.0.0.1:0 \
+  --amqp.listen=127.0.0.1:0 \
+  --admin.listen=127.0.0.1:0 \
+  --amqp.allowAnonymous=true \
+  --amqp.users=alice:secret \
+  --retain.backend=embedded \
+  --data.dir="$tmp/data" \
+  --log.format=text \
+  >"$tmp/gateway.log" 2>&1 &
+gw_pid=$!
+
+# Bound addresses come from the log ("... listening ... addr=HOST:PORT").
+addr_of() { # $1: log message
+  grep -E "msg=\"$1\"" "$tmp/gateway.log" | grep -v 'transport=websocket' | head -n 1 |
+    sed -nE 's/.* (addr|address)=("?)([^ "]+)\2.*/\3/p' || true
+}
+ready() {
+  "$PY" - "$1" <<'EOF'
+import sys, urllib.request
+try:
+    sys.exit(0 if urllib.request.urlopen("http://%s/readyz" % sys.argv[1], timeout=2).status == 200 else 1)
+except Exception:
+    sys.exit(1)
+EOF
+}
+
+admin="" mqtt="" amqp=""
+for _ in $(seq 150); do
+  kill -0 "$gw_pid" 2>/dev/null || die "the gateway exited during start"
+  admin=$(addr_of "admin API listening")
+  mqtt=$(addr_of "mqtt listening")
+  amqp=$(addr_of "amqp listening")
+  if [[ -n "$admin" ]] && ready "$admin"; then break; fi
+  sleep 0.1
+done
+[[ -n "$admin" ]] || die "no \"admin API listening\" line in the gateway log"
+ready "$admin" || die "GET http://$admin/readyz did not answer 200 within 15 s"
+[[ -n "$mqtt" ]] || die "no \"mqtt listening\" line in the gateway log"
+[[ -n "$amqp" ]] || die "no \"amqp listening\" line in the gateway log: the gateway does not serve AMQP (amqp.listen=127.0.0.1:0)"
+echo "gateway up: amqp=$amqp mqtt=$mqtt admin=$admin"
+
+rc=0
+echo "== Qpid Proton (python3-qpid-proton)"
+timeout 45 "$PY" test/e2e/amqp/proton_checks.py --amqp "$amqp" --mqtt "$mqtt" --user alice --password secret || rc=1
+echo "== rhea (node $(node --version))"
+timeout 45 node test/e2e/js/rhea_checks.js --amqp "$amqp" --mqtt "$mqtt" --user alice --password secret || rc=1
+
+if ! kill -0 "$gw_pid" 2>/dev/null; then
+  echo "FAIL amqp_clients: the gateway died during the checks"
+  rc=1
+elif grep -qE '^panic:|fatal error:|DATA RACE' "$tmp/gateway.log"; then
+  echo "FAIL amqp_clients: panic or race in the gateway log"
+  rc=1
+fi
+echo "amqp_clients: $([[ $rc -eq 0 ]] && echo ok || echo FAILED) in $(($(date +%s) - start)) s"
+exit "$rc"
