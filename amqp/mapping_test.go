@@ -1,0 +1,293 @@
+package amqp
+
+import (
+	"bytes"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gatewayd/gateway/amqp/internal/buffer"
+	"github.com/gatewayd/gateway/amqp/internal/encoding"
+	"github.com/gatewayd/gateway/amqp/internal/frames"
+	"github.com/gatewayd/gateway/core"
+)
+
+// roundTrip encodes am and decodes it back, as the server does.
+func roundTrip(t *testing.T, am *frames.Message) (inbound, error) {
+	t.Helper()
+	var b buffer.Buffer
+	if err := am.MarshalAMQP(&b); err != nil {
+		t.Fatal(err)
+	}
+	var got frames.Message
+	if err := got.Decode(b.Written()); err != nil {
+		t.Fatal(err)
+	}
+	return toCore(&got, time.Unix(1000, 0))
+}
+
+func TestToCore(t *testing.T) {
+	ttl := uint32(1500)
+	uuid := encoding.UUID{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
+	cases := []struct {
+		name  string
+		in    frames.Message
+		check func(t *testing.T, in inbound)
+	}{
+		{"data section", frames.Message{Data: [][]byte{[]byte("abc")}}, func(t *testing.T, in inbound) {
+			if string(in.msg.Payload) != "abc" || in.msg.PayloadFormat != 0 || in.msg.QoS != 0 || in.msg.Retain {
+				t.Fatalf("%+v", in.msg)
+			}
+		}},
+		{"several data sections are concatenated", frames.Message{Data: [][]byte{[]byte("ab"), []byte("cd")}}, func(t *testing.T, in inbound) {
+			if string(in.msg.Payload) != "abcd" {
+				t.Fatalf("%q", in.msg.Payload)
+			}
+		}},
+		{"amqp-value string is UTF-8 text", frames.Message{Value: "héllo"}, func(t *testing.T, in inbound) {
+			if string(in.msg.Payload) != "héllo" || in.msg.PayloadFormat != 1 {
+				t.Fatalf("%+v", in.msg)
+			}
+		}},
+		{"amqp-value binary", frames.Message{Value: []byte{0, 1}}, func(t *testing.T, in inbound) {
+			if !bytes.Equal(in.msg.Payload, []byte{0, 1}) || in.msg.PayloadFormat != 0 {
+				t.Fatalf("%+v", in.msg)
+			}
+		}},
+		{"no body is an empty payload", frames.Message{}, func(t *testing.T, in inbound) {
+			if in.msg.Payload == nil || len(in.msg.Payload) != 0 {
+				t.Fatalf("%#v", in.msg.Payload)
+			}
+		}},
+		{"header", frames.Message{Header: &frames.MessageHeader{Durable: true, TTL: &ttl}}, func(t *testing.T, in inbound) {
+			if in.msg.QoS != 1 || !in.msg.Expiry.Equal(time.Unix(1000, 0).Add(1500*time.Millisecond)) {
+				t.Fatalf("qos %d expiry %v", in.msg.QoS, in.msg.Expiry)
+			}
+		}},
+		{"absolute-expiry-time, the earlier wins", frames.Message{Header: &frames.MessageHeader{TTL: &ttl},
+			Properties: &frames.MessageProperties{AbsoluteExpiryTime: encoding.Timestamp(1000500)}}, func(t *testing.T, in inbound) {
+			if !in.msg.Expiry.Equal(time.UnixMilli(1000500)) {
+				t.Fatalf("expiry %v", in.msg.Expiry)
+			}
+		}},
+		{"properties", frames.Message{Properties: &frames.MessageProperties{To: "x/y", ReplyTo: "topic://r/1", ContentType: "text/plain", CorrelationID: []byte("id")}}, func(t *testing.T, in inbound) {
+			m := in.msg
+			if in.to != "x/y" || m.ResponseTopic != "r/1" || m.ContentType != "text/plain" || string(m.CorrelationData) != "id" {
+				t.Fatalf("%+v to=%q", m, in.to)
+			}
+		}},
+		{"string correlation-id", frames.Message{Properties: &frames.MessageProperties{CorrelationID: "abc"}}, func(t *testing.T, in inbound) {
+			if string(in.msg.CorrelationData) != "abc" {
+				t.Fatalf("%q", in.msg.CorrelationData)
+			}
+		}},
+		{"uuid correlation-id", frames.Message{Properties: &frames.MessageProperties{CorrelationID: uuid}}, func(t *testing.T, in inbound) {
+			if !bytes.Equal(in.msg.CorrelationData, uuid[:]) {
+				t.Fatalf("%x", in.msg.CorrelationData)
+			}
+		}},
+		{"ulong correlation-id", frames.Message{Properties: &frames.MessageProperties{CorrelationID: uint64(258)}}, func(t *testing.T, in inbound) {
+			if !bytes.Equal(in.msg.CorrelationData, []byte{0, 0, 0, 0, 0, 0, 1, 2}) {
+				t.Fatalf("%x", in.msg.CorrelationData)
+			}
+		}},
+		{"application-properties", frames.Message{ApplicationProperties: encoding.ApplicationProperties{
+			{Key: "s", Value: "v"}, {Key: "i", Value: int32(-3)}, {Key: "u", Value: uint64(7)}, {Key: "b", Value: true},
+			{Key: "f", Value: 1.5}, {Key: "bin", Value: []byte{0xff}}, {Key: "n", Value: nil},
+			{Key: "ts", Value: encoding.Timestamp(1500)}, {Key: "sym", Value: encoding.Symbol("q")}, {Key: "c", Value: encoding.Char('é')},
+		}}, func(t *testing.T, in inbound) {
+			var got []string
+			for _, p := range in.msg.UserProperties {
+				got = append(got, p.Key+"="+p.Value)
+			}
+			want := "s=v i=-3 u=7 b=true f=1.5 bin=/w== n= ts=1970-01-01T00:00:01.5Z sym=q c=é"
+			if strings.Join(got, " ") != want {
+				t.Fatalf("got  %s\nwant %s", strings.Join(got, " "), want)
+			}
+		}},
+		{"x-opt-retain", frames.Message{MessageAnnotations: encoding.Annotations{{Key: encoding.Symbol("x-opt-retain"), Value: true}}}, func(t *testing.T, in inbound) {
+			if !in.msg.Retain {
+				t.Fatal("not retained")
+			}
+		}},
+		{"x-opt-jms-dest", frames.Message{MessageAnnotations: encoding.Annotations{{Key: encoding.Symbol("x-opt-jms-dest"), Value: int8(0)}}}, func(t *testing.T, in inbound) {
+			if in.jmsDest != 0 {
+				t.Fatal(in.jmsDest)
+			}
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			in, err := roundTrip(t, &tc.in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if in.jmsDest != -1 && tc.name != "x-opt-jms-dest" {
+				t.Fatalf("jmsDest %d", in.jmsDest)
+			}
+			tc.check(t, in)
+		})
+	}
+	for _, bad := range []frames.Message{
+		{Sequence: [][]any{{int64(1)}}},
+		{Value: encoding.Map{{Key: "k", Value: "v"}}},
+		{Value: []any{"x"}},
+		{Value: int64(1)},
+		{Value: true},
+	} {
+		if _, err := roundTrip(t, &bad); err == nil || !strings.Contains(err.Error(), "not supported") {
+			t.Errorf("%+v: %v, want an unsupported-body error", bad, err)
+		}
+	}
+}
+
+// decodeOut encodes m the way a delivery is encoded and decodes it.
+func decodeOut(t *testing.T, m *core.Message, retained bool, now time.Time) *frames.Message {
+	t.Helper()
+	var e encoder
+	var b buffer.Buffer
+	if err := e.encode(&b, m, retained, jmsTopic, jmsTempQueue, now); err != nil {
+		t.Fatal(err)
+	}
+	var am frames.Message
+	if err := am.Decode(b.Written()); err != nil {
+		t.Fatal(err)
+	}
+	return &am
+}
+
+func TestEncode(t *testing.T) {
+	now := time.Unix(2000, 0)
+	m := &core.Message{
+		Topic: "a/b", Payload: []byte("hi"), QoS: 1, ContentType: "text/plain; charset=utf-8",
+		ResponseTopic: "$tmp/n/1/1", CorrelationData: []byte{9}, Created: now.Add(-time.Second), Expiry: now.Add(10 * time.Second),
+		UserProperties: []core.UserProperty{{Key: "k", Value: "1"}, {Key: "k", Value: "2"}, {Key: "z", Value: "3"}},
+	}
+	am := decodeOut(t, m, true, now)
+	if am.Value != "hi" || am.Data != nil {
+		t.Fatalf("text body: value %#v data %q", am.Value, am.Data)
+	}
+	if am.Header == nil || !am.Header.Durable || am.Header.TTL == nil || *am.Header.TTL != 10000 {
+		t.Fatalf("header %+v", am.Header)
+	}
+	p := am.Properties
+	if p.To != "a/b" || p.ReplyTo != "$tmp/n/1/1" || p.ContentType != "text/plain; charset=utf-8" ||
+		!bytes.Equal(p.CorrelationID.([]byte), []byte{9}) || p.AbsoluteExpiryTime.Time().Unix() != 2010 || p.CreationTime.Time().Unix() != 1999 {
+		t.Fatalf("properties %+v", p)
+	}
+	if len(am.ApplicationProperties) != 2 || am.ApplicationProperties[0].Value != "1" {
+		t.Fatalf("application-properties %+v: duplicate keys keep the first", am.ApplicationProperties)
+	}
+	ann := am.MessageAnnotations
+	for k, want := range map[encoding.Symbol]any{"x-opt-jms-dest": int8(1), "x-opt-jms-msg-type": int8(5), "x-opt-jms-reply-to": int8(2), "x-opt-retain": true} {
+		if v, _ := ann.Get(k); v != want {
+			t.Errorf("%s = %#v, want %#v", k, v, want)
+		}
+	}
+
+	// Bytes: a data section, a BytesMessage, no header for QoS 0 without expiry.
+	am = decodeOut(t, &core.Message{Topic: "x", Payload: []byte{0xff}}, false, now)
+	if am.Value != nil || len(am.Data) != 1 || am.Header != nil {
+		t.Fatalf("bytes: %+v", am)
+	}
+	if v, _ := am.MessageAnnotations.Get("x-opt-jms-msg-type"); v != int8(3) {
+		t.Fatalf("msg-type %v", v)
+	}
+	if _, ok := am.MessageAnnotations.Get("x-opt-retain"); ok {
+		t.Fatal("live message with x-opt-retain")
+	}
+	// Text content type but invalid UTF-8 stays bytes.
+	am = decodeOut(t, &core.Message{Topic: "x", ContentType: "text/plain", Payload: []byte{0xff}}, false, now)
+	if am.Value != nil {
+		t.Fatalf("invalid UTF-8 sent as a string")
+	}
+	// payload-format 1, long text (str32).
+	long := strings.Repeat("x", 300)
+	am = decodeOut(t, &core.Message{Topic: "x", PayloadFormat: 1, Payload: []byte(long)}, false, now)
+	if am.Value != long {
+		t.Fatalf("long text: %v", am.Value)
+	}
+	// An expired-by-now message still gets a ttl of at least 1 ms.
+	am = decodeOut(t, &core.Message{Topic: "x", Expiry: now.Add(-time.Second)}, false, now)
+	if am.Header == nil || *am.Header.TTL != 1 {
+		t.Fatalf("header %+v", am.Header)
+	}
+	am = decodeOut(t, &core.Message{Topic: "x", Expiry: now.Add(200 * 24 * time.Hour * 365)}, false, now)
+	if *am.Header.TTL != math.MaxUint32 {
+		t.Fatalf("ttl %d", *am.Header.TTL)
+	}
+}
+
+func TestIsTextual(t *testing.T) {
+	for ct, want := range map[string]bool{
+		"text/plain": true, "TEXT/HTML; charset=utf-8": true, "application/json": true, "application/vnd.x+json": true,
+		"application/xml": true, "image/svg+xml": true, "application/octet-stream": false, "": false, "image/png": false,
+	} {
+		if isTextual(ct) != want {
+			t.Errorf("%q: %v", ct, !want)
+		}
+	}
+}
+
+func TestResolveAddress(t *testing.T) {
+	for _, tc := range []struct {
+		addr string
+		caps []encoding.Symbol
+		name string
+		kind nodeKind
+	}{
+		{"a/b", nil, "a/b", nodeTopic},
+		{"topic://a/b", nil, "a/b", nodeTopic},
+		{"queue://q", nil, "q", nodeQueue},
+		{"q", []encoding.Symbol{"queue"}, "q", nodeQueue},
+		{"q", []encoding.Symbol{"topic"}, "q", nodeTopic},
+		{"$tmp/x/1/1", []encoding.Symbol{"temporary-queue"}, "$tmp/x/1/1", nodeTopic},
+		{"queue://$tmp/x/1/1", nil, "$tmp/x/1/1", nodeTopic},
+	} {
+		name, kind := resolveAddress(tc.addr, tc.caps)
+		if name != tc.name || kind != tc.kind {
+			t.Errorf("%s %v: %s %d", tc.addr, tc.caps, name, kind)
+		}
+	}
+	if _, k := resolveTo("q", jmsQueue); k != nodeQueue {
+		t.Error("jms queue")
+	}
+	if _, k := resolveTo("t", jmsTopic); k != nodeTopic {
+		t.Error("jms topic")
+	}
+	if _, k := resolveTo("t", -1); k != nodeTopic {
+		t.Error("no annotation")
+	}
+}
+
+// TestTransferOverhead: a transfer with every field the writer sets fits
+// in transferOverhead bytes with its frame header.
+func TestTransferOverhead(t *testing.T) {
+	id, fmt := uint32(math.MaxUint32), uint32(math.MaxUint32)
+	tr := &frames.Transfer{Handle: math.MaxUint32, DeliveryID: &id, DeliveryTag: []byte{1, 2, 3, 4}, MessageFormat: &fmt, Settled: true, More: true}
+	var b buffer.Buffer
+	if err := frames.AppendFrame(&b, frames.TypeAMQP, math.MaxUint16, tr, nil); err != nil {
+		t.Fatal(err)
+	}
+	if b.Size() > transferOverhead {
+		t.Fatalf("transfer frame without payload is %d bytes, over transferOverhead %d", b.Size(), transferOverhead)
+	}
+}
+
+// TestEncodeAllocs: encoding a delivery reuses the encoder's structs.
+func TestEncodeAllocs(t *testing.T) {
+	m := &core.Message{Topic: "a/b", Payload: []byte("hello"), QoS: 1, ContentType: "text/plain",
+		UserProperties: []core.UserProperty{{Key: "k", Value: "v"}}, Created: time.Now()}
+	var e encoder
+	var b buffer.Buffer
+	now := time.Now()
+	e.encode(&b, m, false, jmsTopic, -1, now)
+	allocs := testing.AllocsPerRun(100, func() {
+		b.Reset()
+		e.encode(&b, m, false, jmsTopic, -1, now)
+	})
+	if allocs > 8 {
+		t.Fatalf("%v allocations per encode", allocs)
+	}
+}
