@@ -358,6 +358,11 @@ func (h *hook) Deliver(m *core.Message, _ core.Delivery) error {
 	}
 	pk := toPacket(m, m.Retain, time.Now())
 	pk.Expiry = 0 // processPublish derives it from the interval
+	if pk.FixedHeader.Qos > 0 {
+		// mochi validates injected packets like a client's: QoS > 0 needs a
+		// packet id. The inline client never acknowledges, so any will do.
+		pk.PacketID = 1
+	}
 	if err := h.s.mochi.InjectPacket(cl, pk); err != nil {
 		return err
 	}

@@ -1,0 +1,38 @@
+package e2e
+
+import (
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/paho"
+
+	"github.com/gatewayd/gateway/core"
+)
+
+// Messages from other front-ends reach MQTT sessions at every QoS, with
+// their properties, and the router reports no failure (a failure would turn
+// into an AMQP "rejected" for the publisher).
+func TestRoutedMessagesReachMQTTAtEveryQoS(t *testing.T) {
+	g := startGateway(t)
+	sub := connect5(t, g.MQTTAddr(), "sub")
+	sub.subscribe(t, paho.SubscribeOptions{Topic: "inj/#", QoS: 2})
+	for qos := byte(0); qos <= 2; qos++ {
+		m := &core.Message{Topic: "inj/q", Payload: []byte{'0' + qos}, QoS: qos, ContentType: "text/plain",
+			ResponseTopic: "inj/reply", CorrelationData: []byte("c1"), Expiry: time.Now().Add(time.Hour),
+			UserProperties: []core.UserProperty{{Key: "k", Value: "v"}},
+			Origin:         core.Origin{Protocol: core.ProtocolAMQP, Client: "amqp-client"}}
+		res := g.Router().Publish(t.Context(), m)
+		if res.Err != nil || res.Failed != 0 {
+			t.Fatalf("QoS %d: publish result %+v", qos, res)
+		}
+		got := sub.next(t)
+		if got.QoS != qos || string(got.Payload) != string(m.Payload) || got.Retain {
+			t.Fatalf("QoS %d: got QoS %d payload %q retain %v", qos, got.QoS, got.Payload, got.Retain)
+		}
+		p := got.Properties
+		if p.ContentType != "text/plain" || p.ResponseTopic != "inj/reply" || string(p.CorrelationData) != "c1" ||
+			p.User.Get("k") != "v" || p.MessageExpiry == nil || *p.MessageExpiry > 3600 || *p.MessageExpiry < 3500 {
+			t.Fatalf("QoS %d: properties %+v", qos, p)
+		}
+	}
+}
