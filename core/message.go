@@ -21,6 +21,17 @@ type Origin struct {
 	Client   string   // client id / container id of the publisher, if known
 }
 
+// IDKind is the AMQP type of a correlation id carried as bytes.
+type IDKind uint8
+
+// The kinds of correlation id, and how each is held in CorrelationData.
+const (
+	IDBinary IDKind = iota // the bytes themselves (MQTT 5 correlation data)
+	IDString               // UTF-8 text
+	IDULong                // decimal text, e.g. "42"
+	IDUUID                 // canonical text, e.g. "0f8fad5b-d9cb-469f-a165-70867728950e"
+)
+
 // UserProperty is one MQTT 5 user property (an AMQP application property).
 // Order and duplicates are significant in MQTT 5, so this is a slice, not a map.
 type UserProperty struct {
@@ -39,6 +50,10 @@ type Message struct {
 	Retain          bool
 	ContentType     string
 	CorrelationData []byte
+	// CorrelationKind is the type CorrelationData had in AMQP, whose
+	// correlation-id may be a string, ulong, uuid or binary; MQTT 5 has only
+	// binary. An AMQP receiver gets the original type back.
+	CorrelationKind IDKind
 	ResponseTopic   string
 	UserProperties  []UserProperty
 	// PayloadFormat is the MQTT 5 payload format indicator (1 = UTF-8 text).

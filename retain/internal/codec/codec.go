@@ -9,7 +9,9 @@
 //	version   byte (= 1)
 //	flags     byte: 1 retain, 2 created set, 4 expiry set,
 //	          8 correlation data present (nil and empty differ),
-//	          16 user properties present (nil and empty differ)
+//	          16 user properties present (nil and empty differ),
+//	          32|64 correlation kind (core.IDKind, 2 bits; 0 = binary, so
+//	          data written before the kind existed reads unchanged)
 //	qos       byte
 //	format    byte (MQTT 5 payload format indicator)
 //	expiry    varint unix seconds, uvarint nanoseconds   (if flag 4)
@@ -42,7 +44,9 @@ const (
 	flagExpiry      = 1 << 2
 	flagCorrelation = 1 << 3
 	flagProps       = 1 << 4
-	flagsKnown      = flagRetain | flagCreated | flagExpiry | flagCorrelation | flagProps
+	kindShift       = 5
+	flagKind        = 3 << kindShift
+	flagsKnown      = flagRetain | flagCreated | flagExpiry | flagCorrelation | flagProps | flagKind
 )
 
 // Decoding errors.
@@ -70,6 +74,7 @@ func Append(dst []byte, m *core.Message) []byte {
 	if m.UserProperties != nil {
 		flags |= flagProps
 	}
+	flags |= byte(m.CorrelationKind&3) << kindShift
 	dst = append(dst, Version, flags, m.QoS, m.PayloadFormat)
 	if !m.Expiry.IsZero() {
 		dst = appendTime(dst, m.Expiry)
@@ -280,7 +285,7 @@ func DecodeString(s string) (*core.Message, error) { return decode(s) }
 func decode[T bytesLike](b T) (*core.Message, error) {
 	r := reader[T]{b: b}
 	flags := r.header()
-	m := &core.Message{Retain: flags&flagRetain != 0}
+	m := &core.Message{Retain: flags&flagRetain != 0, CorrelationKind: core.IDKind(flags&flagKind) >> kindShift}
 	m.QoS = r.byte()
 	m.PayloadFormat = r.byte()
 	if flags&flagExpiry != 0 {

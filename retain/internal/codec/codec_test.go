@@ -50,8 +50,12 @@ func TestRoundTrip(t *testing.T) {
 		"minimal": {Topic: "a", Payload: []byte{1}},
 		"empty correlation and props": {Topic: "a", Payload: []byte{1},
 			CorrelationData: []byte{}, UserProperties: []core.UserProperty{}},
-		"far future":   {Topic: "$SYS/x", Payload: []byte("p"), Expiry: time.Date(9999, 1, 1, 0, 0, 0, 5, time.UTC)},
-		"before epoch": {Topic: "a/b", Payload: []byte("p"), Created: time.Date(1900, 1, 1, 0, 0, 0, 0, time.UTC)},
+		"far future":         {Topic: "$SYS/x", Payload: []byte("p"), Expiry: time.Date(9999, 1, 1, 0, 0, 0, 5, time.UTC)},
+		"before epoch":       {Topic: "a/b", Payload: []byte("p"), Created: time.Date(1900, 1, 1, 0, 0, 0, 0, time.UTC)},
+		"string correlation": {Topic: "a", Payload: []byte{1}, CorrelationData: []byte("req-1"), CorrelationKind: core.IDString},
+		"ulong correlation":  {Topic: "a", Payload: []byte{1}, CorrelationData: []byte("42"), CorrelationKind: core.IDULong},
+		"uuid correlation": {Topic: "a", Payload: []byte{1}, CorrelationKind: core.IDUUID,
+			CorrelationData: []byte("0f8fad5b-d9cb-469f-a165-70867728950e")},
 	}
 	for name, m := range cases {
 		t.Run(name, func(t *testing.T) {
