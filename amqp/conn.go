@@ -124,7 +124,7 @@ func (c *conn) serve() {
 		MaxFrameSize:        c.s.opts.MaxFrameSize,
 		ChannelMax:          ptr(uint16(channelMax)),
 		IdleTimeOut:         uint32(c.idle / time.Millisecond),
-		OfferedCapabilities: []encoding.Symbol{capAnonymousRelay},
+		OfferedCapabilities: []encoding.Symbol{capAnonymousRelay, capShSubs},
 		Properties:          encoding.Fields{{Key: "product", Value: "gatewayd"}},
 	}
 	if err == nil {
@@ -350,6 +350,11 @@ func (c *conn) finish(err error) {
 	close(c.stop)
 	_ = c.nc.SetWriteDeadline(time.Now().Add(closeTimeout)) // a peer that stopped reading cannot hold us
 	<-c.wdone
+	// The writer is gone: what it had not delivered on durable
+	// subscriptions goes back to them.
+	for _, s := range c.sessions {
+		s.requeueAll()
+	}
 	c.linger()
 }
 

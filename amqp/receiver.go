@@ -139,7 +139,7 @@ func (l *inLink) peerFlow(f *frames.Flow) {
 	l.maybeCredit()
 }
 
-func (l *inLink) teardown() {
+func (l *inLink) teardown(bool) {
 	l.cur = false
 	l.buf = frames.PayloadBuffer{}
 }

@@ -25,7 +25,11 @@ type outLink struct {
 	second  bool                    // the peer's rcv-settle-mode is second
 
 	// Owned by the reader goroutine.
-	sub *core.Subscription
+	sub *core.Subscription // a plain link's router subscription; nil for a group member
+
+	// group is the durable or shared subscription the link consumes from,
+	// or nil. Set before the link is handed to the writer.
+	group *subscription
 
 	// Shared by Deliver, the retained feeder and the writer.
 	mu           sync.Mutex
@@ -46,6 +50,7 @@ type outLink struct {
 	unsettled          int    // our unsettled deliveries on this link
 	partial            []byte // the rest of a delivery cut short by the session window
 	partialSettled     bool
+	partialMsg         queued // the message partial belongs to
 }
 
 var (
@@ -91,6 +96,27 @@ func (q *msgQueue) pop() (queued, bool) {
 
 func (q *msgQueue) reset() { *q = msgQueue{} }
 
+// take empties the queue and returns what it held, in order.
+func (q *msgQueue) take() []queued {
+	out := append([]queued(nil), q.items[q.head:]...)
+	q.reset()
+	return out
+}
+
+// pushFront puts xs, in order, ahead of what the queue holds.
+func (q *msgQueue) pushFront(xs []queued) {
+	q.items = append(append(make([]queued, 0, len(xs)+q.len()), xs...), q.items[q.head:]...)
+	q.head = 0
+}
+
+// dropBack removes the newest message.
+func (q *msgQueue) dropBack() {
+	if q.len() > 0 {
+		q.items[len(q.items)-1] = queued{}
+		q.items = q.items[:len(q.items)-1]
+	}
+}
+
 // JMS no-local filter (Qpid JMS): the subscriber does not want messages
 // its own connection published. Other filters (selectors) are not
 // supported and are left out of our attach, so the client knows.
@@ -133,7 +159,17 @@ func (s *session) attachOut(a *frames.Attach) error {
 	}
 	src := a.Source
 	if src == nil {
-		return s.refuse(l, reply, linkErr(frames.ErrCondNotFound, "no source, and no durable subscription named %q", a.Name))
+		// Qpid JMS looks a durable subscription up (to unsubscribe it)
+		// with a null source and the subscription's name.
+		l.retainedDone = true
+		sub, err := c.s.lookupSubscription(c.containerID, l)
+		if err != nil {
+			return s.refuse(l, reply, err.(*LinkError))
+		}
+		sc := sub.source
+		reply.Source = &sc
+		s.links[a.Handle] = l
+		return c.send(outItem{sess: s, body: reply, do: func(w *writer) { w.attachOut(l) }})
 	}
 	sc := *src
 	if src.Dynamic {
@@ -155,11 +191,23 @@ func (s *session) attachOut(a *frames.Attach) error {
 	// dynamic node (nothing is retained there) nor a shared subscription
 	// (design decision 1).
 	l.retainedDone = src.Dynamic || core.IsShared(l.filter)
-	sub, err := c.s.opts.Router.Subscribe(l.filter, l, core.SubOptions{QoS: 2, NoLocal: noLocal, Client: c.containerID})
-	if err != nil {
-		return s.refuse(l, reply, linkErr(frames.ErrCondInvalidField, "%v", err))
+	if key, durable, shared, ok := subscriptionKey(c.containerID, a.Name, src); ok && !src.Dynamic {
+		_, created, err := c.s.openSubscription(l, key, noLocal, durable, shared, c.containerID, sc)
+		if err != nil {
+			return s.refuse(l, reply, err.(*LinkError))
+		}
+		// A resumed subscription does not replay retained messages (as an
+		// MQTT session that keeps its subscription).
+		l.mu.Lock()
+		l.retainedDone = l.retainedDone || shared || !created
+		l.mu.Unlock()
+	} else {
+		sub, err := c.s.opts.Router.Subscribe(l.filter, l, core.SubOptions{QoS: 2, NoLocal: noLocal, Client: c.containerID})
+		if err != nil {
+			return s.refuse(l, reply, linkErr(frames.ErrCondInvalidField, "%v", err))
+		}
+		l.sub = sub
 	}
-	l.sub = sub
 	since := time.Now()
 	reply.Source = &sc
 	s.links[a.Handle] = l
@@ -181,24 +229,31 @@ func (s *session) attachOut(a *frames.Attach) error {
 
 // Deliver implements core.Subscriber. It must not block.
 func (l *outLink) Deliver(m *core.Message, _ core.Delivery) error {
+	if ok, closed := l.offer(queued{m: m}); !ok && !closed {
+		l.c.s.opts.Metrics.Drop("amqp", "slow_consumer")
+	}
+	return nil
+}
+
+// offer queues q unless the link is closed or its queue is full.
+func (l *outLink) offer(q queued) (ok, closed bool) {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
-		return nil
+		return false, true
 	}
 	if l.live.len() >= l.c.s.opts.LinkBuffer {
 		l.mu.Unlock()
-		l.c.s.opts.Metrics.Drop("amqp", "slow_consumer")
-		return nil
+		return false, false
 	}
-	l.live.push(queued{m: m})
+	l.live.push(q)
 	wake := !l.ready
 	l.ready = true
 	l.mu.Unlock()
 	if wake {
 		l.c.markReady(l)
 	}
-	return nil
+	return true, false
 }
 
 // feedRetained queues the stored retained messages matching the filter
@@ -284,23 +339,29 @@ func (l *outLink) queuedLen() int {
 	return l.retained.len() + l.live.len()
 }
 
-// teardown takes the link out of the router and empties its queue. Called
-// by the reader.
-func (l *outLink) teardown() {
-	l.c.s.opts.Router.Unsubscribe(l.sub)
+// teardown takes the link out of the router (or out of its subscription,
+// which takes back the messages not sent yet) and empties its queue.
+// closed is the detach's closed flag. Called by the reader.
+func (l *outLink) teardown(closed bool) {
+	if l.sub != nil {
+		l.c.s.opts.Router.Unsubscribe(l.sub)
+	}
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
 		return
 	}
 	l.closed = true
-	l.live.reset()
 	l.retained.reset()
+	unsent := l.live.take()
 	cancel := l.cancelFeed
 	l.mu.Unlock()
 	close(l.done)
 	if cancel != nil {
 		cancel()
+	}
+	if l.group != nil {
+		l.group.unbind(l, unsent, closed)
 	}
 }
 

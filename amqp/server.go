@@ -81,10 +81,12 @@ type Server struct {
 	mu      sync.Mutex
 	closing bool // Shutdown has begun: spawn refuses
 	conns   map[*conn]struct{}
-	wg      sync.WaitGroup  // every goroutine started by spawn
-	connSeq atomic.Uint64   // connection numbers (temporary addresses, logs)
-	tmpMu   sync.Mutex      // guards tmp
-	tmp     map[string]int8 // temporary address → x-opt-jms-dest kind
+	wg      sync.WaitGroup           // every goroutine started by spawn
+	connSeq atomic.Uint64            // connection numbers (temporary addresses, logs)
+	tmpMu   sync.Mutex               // guards tmp
+	tmp     map[string]int8          // temporary address → x-opt-jms-dest kind
+	subsMu  sync.Mutex               // guards subs
+	subs    map[string]*subscription // durable and shared subscriptions by key
 }
 
 // New builds the front-end; Start binds and serves.
@@ -109,6 +111,7 @@ func New(opts Options) (*Server, error) {
 		log:   opts.Logger.With("part", "amqp"),
 		conns: map[*conn]struct{}{},
 		tmp:   map[string]int8{},
+		subs:  map[string]*subscription{},
 	}, nil
 }
 
@@ -211,6 +214,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.wg.Wait()
 		close(done)
 	}()
+	defer s.dropSubscriptions()
 	select {
 	case <-done:
 		return nil

@@ -39,8 +39,15 @@ type sessionOut struct {
 	remoteIncomingWindow uint32
 	nextDeliveryID       uint32
 	links                []*outLink
-	unsettled            map[uint32]*outLink // our unsettled deliveries by delivery-id
+	unsettled            map[uint32]pending // our unsettled deliveries by delivery-id
 	ended                bool
+}
+
+// pending is a delivery we sent and the peer has not settled. The message
+// is kept so that a durable subscription gets it back if the link goes.
+type pending struct {
+	l *outLink
+	q queued
 }
 
 // dispRange is a batched disposition for deliveries first..last we received.
@@ -54,8 +61,9 @@ type dispRange struct {
 type endpoint interface {
 	base() *linkBase
 	// teardown releases the link's resources (router subscription,
-	// partial deliveries) without telling the peer.
-	teardown()
+	// partial deliveries) without telling the peer. closed is the
+	// detach's closed flag: false keeps a durable subscription.
+	teardown(closed bool)
 }
 
 // linkBase is what every link has.
@@ -72,7 +80,7 @@ func newSession(c *conn, ch uint16, b *frames.Begin) *session {
 	s := &session{c: c, ch: ch, links: map[uint32]endpoint{}, second: map[uint32]*inLink{}}
 	s.nextIncomingID.Store(b.NextOutgoingID)
 	s.incomingWindow.Store(sessionWindow)
-	s.w = sessionOut{remoteIncomingWindow: b.IncomingWindow, unsettled: map[uint32]*outLink{}}
+	s.w = sessionOut{remoteIncomingWindow: b.IncomingWindow, unsettled: map[uint32]pending{}}
 	return s
 }
 
@@ -124,7 +132,7 @@ func (s *session) end(e *frames.End) error {
 // teardown releases every link's resources.
 func (s *session) teardown() {
 	for _, ep := range s.links {
-		ep.teardown()
+		ep.teardown(false)
 	}
 	clear(s.links)
 	clear(s.second)
@@ -167,7 +175,7 @@ func (s *session) linkFail(ep endpoint, e *LinkError) error {
 	}
 	s.c.log.Info("amqp link detached", "link", b.name, "condition", string(e.Cond), "description", e.Desc)
 	b.detachSent = true
-	ep.teardown()
+	ep.teardown(false)
 	it := outItem{sess: s, body: &frames.Detach{Handle: b.handle, Closed: true, Error: wireError(e.Cond, e.Desc)}}
 	if l, ok := ep.(*outLink); ok {
 		it.do = func(w *writer) { w.detachOut(l) }
@@ -187,7 +195,7 @@ func (s *session) detach(d *frames.Detach) error {
 	if d.Error != nil {
 		s.c.log.Info("amqp link detached by client with an error", "link", ep.base().name, "condition", string(d.Error.Condition), "description", d.Error.Description)
 	}
-	ep.teardown()
+	ep.teardown(d.Closed)
 	it := outItem{sess: s, body: &frames.Detach{Handle: d.Handle, Closed: d.Closed}}
 	if l, ok := ep.(*outLink); ok {
 		it.do = func(w *writer) { w.detachOut(l) }

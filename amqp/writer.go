@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/binary"
+	"slices"
 	"time"
 
 	"github.com/gatewayd/gateway/amqp/internal/buffer"
@@ -187,31 +188,68 @@ func (w *writer) detachOut(l *outLink) {
 			break
 		}
 	}
-	if l.unsettled > 0 {
-		for id, x := range s.w.unsettled {
-			if x == l {
-				delete(s.w.unsettled, id)
-			}
-		}
-		l.unsettled = 0
-	}
+	var back []queued
 	if l.partial != nil {
 		// A delivery cut short: abort it rather than leave it dangling [2.6.14].
 		w.tr = frames.Transfer{Handle: l.handle, Settled: true, Aborted: true}
 		w.write(s.ch, &w.tr, nil)
+		if l.partialSettled { // an unsettled one is among l's unsettled
+			back = append(back, l.partialMsg)
+		}
 		l.partial = nil
 	}
+	l.partialMsg = queued{}
+	back = append(takeUnsettled(s, l), back...)
+	if l.group != nil {
+		l.group.requeue(back)
+	}
+}
+
+// takeUnsettled removes l's unsettled deliveries from s, returning their
+// messages in delivery order (for a durable subscription to send again).
+func takeUnsettled(s *session, l *outLink) []queued {
+	if l.unsettled == 0 {
+		return nil
+	}
+	ids := make([]uint32, 0, l.unsettled)
+	for id, p := range s.w.unsettled {
+		if p.l == l {
+			ids = append(ids, id)
+		}
+	}
+	slices.SortFunc(ids, func(a, b uint32) int { return int(int32(a - b)) }) // serial number order
+	out := make([]queued, 0, len(ids))
+	for _, id := range ids {
+		out = append(out, s.w.unsettled[id].q)
+		delete(s.w.unsettled, id)
+	}
+	l.unsettled = 0
+	return out
 }
 
 // endSession stops sending on every link of s (its end is written next).
 func (w *writer) endSession(s *session) {
+	s.requeueAll()
+	s.w.ended = true
+}
+
+// requeueAll stops sending on every link of s and gives what they had not
+// delivered back to their durable subscriptions. Called by the writer, or
+// by the reader once the writer has exited.
+func (s *session) requeueAll() {
 	for _, l := range s.w.links {
 		l.detached = true
-		l.partial = nil
+		back := takeUnsettled(s, l)
+		if l.partial != nil && l.partialSettled {
+			back = append(back, l.partialMsg)
+		}
+		l.partial, l.partialMsg = nil, queued{}
+		if l.group != nil {
+			l.group.requeue(back)
+		}
 	}
 	s.w.links = nil
 	clear(s.w.unsettled)
-	s.w.ended = true
 }
 
 // peerFlow applies a flow from the peer: its session window, and the
@@ -267,7 +305,8 @@ func (w *writer) peerDisposition(s *session, d *frames.Disposition) {
 	}
 	var settleBack bool
 	var freed []*outLink
-	eachID(d.First, last, s.w.unsettled, func(id uint32, l *outLink) {
+	eachID(d.First, last, s.w.unsettled, func(id uint32, p pending) {
+		l := p.l
 		if !d.Settled && !l.second {
 			return // a state without settlement (received): the peer settles later
 		}
@@ -357,7 +396,7 @@ func (w *writer) sendDelivery(l *outLink, q queued) {
 	l.credit--
 	l.deliveryCount++
 	if !settled {
-		s.w.unsettled[id] = l
+		s.w.unsettled[id] = pending{l: l, q: q}
 		l.unsettled++
 	}
 	if q.retained {
@@ -365,7 +404,11 @@ func (w *writer) sendDelivery(l *outLink, q queued) {
 	} else {
 		srv.opts.Metrics.Out("amqp", m.Created)
 	}
+	l.partialMsg = q
 	w.transfers(l, id, true, w.msg.Written(), settled, false)
+	if l.partial == nil {
+		l.partialMsg = queued{}
+	}
 }
 
 // transfers writes a delivery's payload in frames of at most maxFrame.
@@ -391,7 +434,7 @@ func (w *writer) transfers(l *outLink, id uint32, first bool, payload []byte, se
 		}
 		payload = payload[n:]
 		if !more {
-			l.partial = nil
+			l.partial, l.partialMsg = nil, queued{}
 			return
 		}
 		if s.w.remoteIncomingWindow == 0 || w.err != nil {
