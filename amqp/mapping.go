@@ -5,10 +5,13 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
+	"weak"
 
 	"github.com/gatewayd/gateway/amqp/internal/buffer"
 	"github.com/gatewayd/gateway/amqp/internal/encoding"
@@ -38,6 +41,45 @@ type inbound struct {
 	msg     *core.Message
 	to      string // properties.to (anonymous relay)
 	jmsDest int8   // x-opt-jms-dest, or -1 when absent
+	corrID  any    // a correlation-id that is not binary (string, uuid, ulong)
+}
+
+// core.Message carries correlation data as bytes. So that an AMQP
+// subscriber gets back a string, uuid or ulong correlation-id that an AMQP
+// publisher sent (JMSCorrelationID is a string; Proton's request/response
+// matches ids by value and type), the id is remembered beside the message,
+// keyed weakly by it: the entry goes when the message does. Only this
+// process's AMQP deliveries of that same message see it; MQTT, the
+// retained store and other gateways get the bytes.
+var corrIDs struct {
+	sync.Mutex
+	m map[weak.Pointer[core.Message]]any
+}
+
+func rememberCorrID(m *core.Message, id any) {
+	wp := weak.Make(m)
+	corrIDs.Lock()
+	if corrIDs.m == nil {
+		corrIDs.m = map[weak.Pointer[core.Message]]any{}
+	}
+	corrIDs.m[wp] = id
+	corrIDs.Unlock()
+	runtime.AddCleanup(m, func(wp weak.Pointer[core.Message]) {
+		corrIDs.Lock()
+		delete(corrIDs.m, wp)
+		corrIDs.Unlock()
+	}, wp)
+}
+
+func recallCorrID(m *core.Message) (any, bool) {
+	if m.Origin.Protocol != core.ProtocolAMQP || m.CorrelationData == nil {
+		return nil, false
+	}
+	wp := weak.Make(m)
+	corrIDs.Lock()
+	id, ok := corrIDs.m[wp]
+	corrIDs.Unlock()
+	return id, ok
 }
 
 // toCore maps a decoded AMQP message. Bytes kept by the result are copied
@@ -90,10 +132,13 @@ func toCore(am *frames.Message, now time.Time) (inbound, error) {
 			m.CorrelationData = append([]byte(nil), id...)
 		case string:
 			m.CorrelationData = []byte(id)
+			in.corrID = id
 		case encoding.UUID:
 			m.CorrelationData = append([]byte(nil), id[:]...)
+			in.corrID = id
 		case uint64:
 			m.CorrelationData = binary.BigEndian.AppendUint64(nil, id)
+			in.corrID = id
 		}
 		if p.AbsoluteExpiryTime != 0 {
 			if t := p.AbsoluteExpiryTime.Time(); m.Expiry.IsZero() || t.Before(m.Expiry) {
@@ -279,7 +324,9 @@ func (e *encoder) encode(w *buffer.Buffer, m *core.Message, retained bool, dest,
 		ReplyTo:     m.ResponseTopic,
 		ContentType: encoding.Symbol(m.ContentType),
 	}
-	if m.CorrelationData != nil {
+	if id, ok := recallCorrID(m); ok {
+		e.props.CorrelationID = id
+	} else if m.CorrelationData != nil {
 		e.props.CorrelationID = m.CorrelationData
 	}
 	if !m.Created.IsZero() {

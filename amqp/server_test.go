@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -272,6 +273,44 @@ func TestRequestReply(t *testing.T) {
 	if m, err := all.Receive(ctx, nil); err == nil {
 		t.Fatalf("# matched the temporary address: %q", body(m))
 	}
+}
+
+// TestCorrelationIDTypes: a string, uuid or ulong correlation-id sent over
+// AMQP reaches AMQP receivers as it was sent (and MQTT ones as bytes).
+func TestCorrelationIDTypes(t *testing.T) {
+	e := startServer(t)
+	s := e.session(t)
+	r := newReceiver(t, s, "corr", nil)
+	snd := newSender(t, s, "corr", nil)
+	for _, id := range []any{"req-42", goamqp.UUID{1, 2, 3}, uint64(7), []byte("bin")} {
+		m := goamqp.NewMessage([]byte("x"))
+		m.Properties = &goamqp.MessageProperties{CorrelationID: id}
+		send(t, snd, m)
+		got := receive(t, r).Properties.CorrelationID
+		if fmt.Sprintf("%T %v", got, got) != fmt.Sprintf("%T %v", id, id) {
+			t.Errorf("sent %T %v, received %T %v", id, id, got, got)
+		}
+	}
+}
+
+// TestCorrelationIDsForgotten: the remembered ids go with their messages.
+func TestCorrelationIDsForgotten(t *testing.T) {
+	e := startServer(t)
+	s := e.session(t)
+	r := newReceiver(t, s, "corr2", nil)
+	snd := newSender(t, s, "corr2", nil)
+	for i := range 100 {
+		m := goamqp.NewMessage([]byte("x"))
+		m.Properties = &goamqp.MessageProperties{CorrelationID: fmt.Sprint(i)}
+		send(t, snd, m)
+		receive(t, r)
+	}
+	eventually(t, "ids forgotten", func() bool {
+		runtime.GC()
+		corrIDs.Lock()
+		defer corrIDs.Unlock()
+		return len(corrIDs.m) < 5 // the last few may still be referenced
+	})
 }
 
 func TestDynamicSender(t *testing.T) {
