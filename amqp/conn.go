@@ -59,7 +59,7 @@ type outItem struct {
 	close bool // body is the close frame: nothing is written after it
 }
 
-const writeQueue = 256
+const writeQueue = 64
 
 var errWriterGone = errors.New("amqp: connection writer stopped")
 

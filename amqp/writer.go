@@ -57,7 +57,9 @@ func newWriter(c *conn, peer *frames.Open) *writer {
 	if peerMax != 0 && peerMax < maxFrame {
 		maxFrame = peerMax
 	}
-	bw := bufio.NewWriterSize(c.nc, 64<<10)
+	// Small frames batch into one write; a frame larger than the buffer
+	// goes straight to the socket. 8 KiB keeps idle connections cheap.
+	bw := bufio.NewWriterSize(c.nc, 8<<10)
 	return &writer{c: c, bw: bw, fw: frames.NewWriter(bw, maxFrame), maxFrame: maxFrame, heartbeat: hb}
 }
 
@@ -408,6 +410,9 @@ func (w *writer) sendDelivery(l *outLink, q queued) {
 	w.transfers(l, id, true, w.msg.Written(), settled, false)
 	if l.partial == nil {
 		l.partialMsg = queued{}
+	}
+	if cap(w.msg.Written()) > 1<<20 {
+		w.msg = buffer.Buffer{} // give back the memory of an unusually large message
 	}
 }
 
