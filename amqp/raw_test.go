@@ -237,6 +237,21 @@ func TestBadInput(t *testing.T) {
 			}
 			c.expectEOF()
 		}},
+		{"a flow that crossed a detach is ignored", func(t *testing.T, c *rawConn) {
+			c.open(nil)
+			c.begin(0)
+			c.send(0, attachSender("a", 3, "t"), nil)
+			expectFrame[*frames.Attach](c)
+			expectFrame[*frames.Flow](c)
+			c.send(0, &frames.Detach{Handle: 3, Closed: true}, nil)
+			c.send(0, &frames.Flow{NextIncomingID: ptr(uint32(0)), IncomingWindow: 10, OutgoingWindow: 10, Handle: ptr(uint32(3)),
+				DeliveryCount: ptr(uint32(0)), LinkCredit: ptr(uint32(1)), Echo: true}, nil)
+			expectFrame[*frames.Detach](c)
+			c.send(0, &frames.Flow{NextIncomingID: ptr(uint32(0)), IncomingWindow: 10, OutgoingWindow: 10, Echo: true}, nil)
+			if f := expectFrame[*frames.Flow](c); f.Handle != nil {
+				t.Fatalf("flow %+v, want the session echo", f)
+			}
+		}},
 		{"handle in use ends the session", func(t *testing.T, c *rawConn) {
 			c.open(nil)
 			c.begin(0)

@@ -600,3 +600,68 @@ func TestDetachUnsubscribes(t *testing.T) {
 	c.Close()
 	eventually(t, "close", func() bool { return e.router.Len() == 0 && e.srv.Connections() == 0 })
 }
+
+// TestConcurrentChurn: publishers, receivers and links coming and going
+// on several connections at once, under the race detector; every message
+// to a receiver that stays reaches it, in order per publisher.
+func TestConcurrentChurn(t *testing.T) {
+	e := startServer(t, func(o *Options) { o.LinkBuffer = 10000 }) // no slow-consumer drops
+	const pubs, n = 4, 300
+	stay := newReceiver(t, e.session(t), "churn/#", &goamqp.ReceiverOptions{Credit: 50})
+	done := make(chan error, pubs*2)
+	for p := range pubs {
+		s := e.session(t)
+		go func() {
+			snd, err := s.NewSender(context.Background(), fmt.Sprintf("churn/%d", p), nil)
+			if err != nil {
+				done <- err
+				return
+			}
+			for i := range n {
+				m := goamqp.NewMessage([]byte(fmt.Sprintf("%d/%d", p, i)))
+				if i%3 == 0 {
+					m.Header = &goamqp.MessageHeader{Durable: true}
+				}
+				if err := snd.Send(context.Background(), m, nil); err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- nil
+		}()
+		go func() { // receivers that attach, take a little and leave
+			for range 10 {
+				r, err := s.NewReceiver(context.Background(), "churn/+", &goamqp.ReceiverOptions{Credit: 5})
+				if err != nil {
+					done <- err
+					return
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+				if m, err := r.Receive(ctx, nil); err == nil {
+					r.AcceptMessage(context.Background(), m)
+				}
+				cancel()
+				r.Close(context.Background())
+			}
+			done <- nil
+		}()
+	}
+	next := make([]int, pubs)
+	for range pubs * n {
+		if d := e.dropped("slow_consumer"); d > 0 {
+			t.Fatalf("%v dropped", d)
+		}
+		m := receive(t, stay)
+		var p, i int
+		fmt.Sscanf(body(m), "%d/%d", &p, &i)
+		if i != next[p] {
+			t.Fatalf("publisher %d: got %d, want %d", p, i, next[p])
+		}
+		next[p]++
+	}
+	for range pubs * 2 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -16,6 +16,7 @@ type session struct {
 
 	// Owned by the reader goroutine.
 	links     map[uint32]endpoint // by handle (ours mirrors the peer's)
+	gone      map[uint32]bool     // handles the peer detached, until attached again
 	ending    bool                // we sent end with an error and wait for the peer's
 	second    map[uint32]*inLink  // received deliveries the peer has yet to settle (rcv-settle-mode second)
 	disp      []dispRange         // dispositions batched until the reader would block
@@ -77,7 +78,7 @@ type linkBase struct {
 func (b *linkBase) base() *linkBase { return b }
 
 func newSession(c *conn, ch uint16, b *frames.Begin) *session {
-	s := &session{c: c, ch: ch, links: map[uint32]endpoint{}, second: map[uint32]*inLink{}}
+	s := &session{c: c, ch: ch, links: map[uint32]endpoint{}, gone: map[uint32]bool{}, second: map[uint32]*inLink{}}
 	s.nextIncomingID.Store(b.NextOutgoingID)
 	s.incomingWindow.Store(sessionWindow)
 	s.w = sessionOut{remoteIncomingWindow: b.IncomingWindow, unsettled: map[uint32]pending{}}
@@ -135,6 +136,7 @@ func (s *session) teardown() {
 		ep.teardown(false)
 	}
 	clear(s.links)
+	clear(s.gone)
 	clear(s.second)
 	s.disp = s.disp[:0]
 	s.credit = s.credit[:0]
@@ -147,6 +149,7 @@ func (s *session) attach(a *frames.Attach) error {
 	if _, ok := s.links[a.Handle]; ok {
 		return sessionErr(frames.ErrCondHandleInUse, "attach with handle %d, which is already attached", a.Handle)
 	}
+	delete(s.gone, a.Handle)
 	if a.Role == frames.RoleSender {
 		return s.attachIn(a) // the client sends, we receive
 	}
@@ -186,9 +189,13 @@ func (s *session) linkFail(ep endpoint, e *LinkError) error {
 func (s *session) detach(d *frames.Detach) error {
 	ep := s.links[d.Handle]
 	if ep == nil {
+		if s.gone[d.Handle] {
+			return nil
+		}
 		return sessionErr(frames.ErrCondUnattachedHandle, "detach of handle %d, which is not attached", d.Handle)
 	}
 	delete(s.links, d.Handle)
+	s.gone[d.Handle] = true
 	if ep.base().detachSent {
 		return nil // the answer to our detach
 	}
@@ -216,6 +223,9 @@ func (s *session) transfer(t *frames.Transfer, payload []byte) error {
 	}
 	ep := s.links[t.Handle]
 	if ep == nil {
+		if s.gone[t.Handle] {
+			return nil
+		}
 		return sessionErr(frames.ErrCondUnattachedHandle, "transfer on handle %d, which is not attached", t.Handle)
 	}
 	l, ok := ep.(*inLink)
@@ -238,9 +248,11 @@ func (s *session) flow(f *frames.Flow) error {
 	var out *outLink
 	if f.Handle != nil {
 		ep := s.links[*f.Handle]
-		if ep == nil {
+		if ep == nil && !s.gone[*f.Handle] {
 			return sessionErr(frames.ErrCondUnattachedHandle, "flow for handle %d, which is not attached", *f.Handle)
 		}
+		// go-amqp may send a flow after its own detach: the link half of
+		// a flow for a handle the peer detached is ignored, not an error.
 		switch l := ep.(type) {
 		case *inLink:
 			l.peerFlow(f)
