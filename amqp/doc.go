@@ -10,6 +10,7 @@
 //     receiver.go (links the client sends on) and sender.go (links the
 //     client receives on), with writer.go the connection's writer goroutine;
 //   - address resolution (topic, queue, dynamic nodes), address.go;
+//   - JMS durable and shared subscriptions, subscription.go;
 //   - the mapping between AMQP messages and core.Message, mapping.go, which
 //     docs/mapping.md describes for users.
 //
