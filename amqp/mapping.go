@@ -2,16 +2,12 @@ package amqp
 
 import (
 	"encoding/base64"
-	"encoding/binary"
 	"encoding/hex"
 	"fmt"
-	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 	"unicode/utf8"
-	"weak"
 
 	"github.com/gatewayd/gateway/amqp/internal/buffer"
 	"github.com/gatewayd/gateway/amqp/internal/encoding"
@@ -41,45 +37,6 @@ type inbound struct {
 	msg     *core.Message
 	to      string // properties.to (anonymous relay)
 	jmsDest int8   // x-opt-jms-dest, or -1 when absent
-	corrID  any    // a correlation-id that is not binary (string, uuid, ulong)
-}
-
-// core.Message carries correlation data as bytes. So that an AMQP
-// subscriber gets back a string, uuid or ulong correlation-id that an AMQP
-// publisher sent (JMSCorrelationID is a string; Proton's request/response
-// matches ids by value and type), the id is remembered beside the message,
-// keyed weakly by it: the entry goes when the message does. Only this
-// process's AMQP deliveries of that same message see it; MQTT, the
-// retained store and other gateways get the bytes.
-var corrIDs struct {
-	sync.Mutex
-	m map[weak.Pointer[core.Message]]any
-}
-
-func rememberCorrID(m *core.Message, id any) {
-	wp := weak.Make(m)
-	corrIDs.Lock()
-	if corrIDs.m == nil {
-		corrIDs.m = map[weak.Pointer[core.Message]]any{}
-	}
-	corrIDs.m[wp] = id
-	corrIDs.Unlock()
-	runtime.AddCleanup(m, func(wp weak.Pointer[core.Message]) {
-		corrIDs.Lock()
-		delete(corrIDs.m, wp)
-		corrIDs.Unlock()
-	}, wp)
-}
-
-func recallCorrID(m *core.Message) (any, bool) {
-	if m.Origin.Protocol != core.ProtocolAMQP || m.CorrelationData == nil {
-		return nil, false
-	}
-	wp := weak.Make(m)
-	corrIDs.Lock()
-	id, ok := corrIDs.m[wp]
-	corrIDs.Unlock()
-	return id, ok
 }
 
 // toCore maps a decoded AMQP message. Bytes kept by the result are copied
@@ -127,18 +84,17 @@ func toCore(am *frames.Message, now time.Time) (inbound, error) {
 		m.ContentType = string(p.ContentType)
 		m.ResponseTopic = strings.TrimPrefix(p.ReplyTo, prefixTopic)
 		in.to = p.To
+		// core keeps the id as bytes and its AMQP type beside them, so an
+		// AMQP receiver gets it back as sent (MQTT gets the bytes).
 		switch id := p.CorrelationID.(type) {
 		case []byte:
 			m.CorrelationData = append([]byte(nil), id...)
 		case string:
-			m.CorrelationData = []byte(id)
-			in.corrID = id
+			m.CorrelationData, m.CorrelationKind = []byte(id), core.IDString
 		case encoding.UUID:
-			m.CorrelationData = append([]byte(nil), id[:]...)
-			in.corrID = id
+			m.CorrelationData, m.CorrelationKind = []byte(id.String()), core.IDUUID
 		case uint64:
-			m.CorrelationData = binary.BigEndian.AppendUint64(nil, id)
-			in.corrID = id
+			m.CorrelationData, m.CorrelationKind = strconv.AppendUint(nil, id, 10), core.IDULong
 		}
 		if p.AbsoluteExpiryTime != 0 {
 			if t := p.AbsoluteExpiryTime.Time(); m.Expiry.IsZero() || t.Before(m.Expiry) {
@@ -163,6 +119,40 @@ func toCore(am *frames.Message, now time.Time) (inbound, error) {
 		}
 	}
 	return in, nil
+}
+
+// correlationID is m's correlation data as the AMQP type it was sent with.
+// Bytes that do not parse as their kind go out as they are.
+func correlationID(m *core.Message) any {
+	d := m.CorrelationData
+	switch m.CorrelationKind {
+	case core.IDString:
+		if utf8.Valid(d) {
+			return textBody(d)
+		}
+	case core.IDULong:
+		if v, err := strconv.ParseUint(string(d), 10, 64); err == nil {
+			return v
+		}
+	case core.IDUUID:
+		if u, ok := parseUUID(string(d)); ok {
+			return u
+		}
+	}
+	return d
+}
+
+// parseUUID reads the canonical 8-4-4-4-12 hex form.
+func parseUUID(s string) (encoding.UUID, bool) {
+	var u encoding.UUID
+	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
+		return u, false
+	}
+	h := s[0:8] + s[9:13] + s[14:18] + s[19:23] + s[24:]
+	if _, err := hex.Decode(u[:], []byte(h)); err != nil {
+		return u, false
+	}
+	return u, true
 }
 
 // formatValue renders a non-string application property as text.
@@ -324,10 +314,8 @@ func (e *encoder) encode(w *buffer.Buffer, m *core.Message, retained bool, dest,
 		ReplyTo:     m.ResponseTopic,
 		ContentType: encoding.Symbol(m.ContentType),
 	}
-	if id, ok := recallCorrID(m); ok {
-		e.props.CorrelationID = id
-	} else if m.CorrelationData != nil {
-		e.props.CorrelationID = m.CorrelationData
+	if m.CorrelationData != nil {
+		e.props.CorrelationID = correlationID(m)
 	}
 	if !m.Created.IsZero() {
 		e.props.CreationTime = encoding.TimestampOf(m.Created)

@@ -2,6 +2,7 @@ package amqp
 
 import (
 	"bytes"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -78,18 +79,23 @@ func TestToCore(t *testing.T) {
 			}
 		}},
 		{"string correlation-id", frames.Message{Properties: &frames.MessageProperties{CorrelationID: "abc"}}, func(t *testing.T, in inbound) {
-			if string(in.msg.CorrelationData) != "abc" {
-				t.Fatalf("%q", in.msg.CorrelationData)
+			if string(in.msg.CorrelationData) != "abc" || in.msg.CorrelationKind != core.IDString {
+				t.Fatalf("%q %d", in.msg.CorrelationData, in.msg.CorrelationKind)
 			}
 		}},
 		{"uuid correlation-id", frames.Message{Properties: &frames.MessageProperties{CorrelationID: uuid}}, func(t *testing.T, in inbound) {
-			if !bytes.Equal(in.msg.CorrelationData, uuid[:]) {
-				t.Fatalf("%x", in.msg.CorrelationData)
+			if string(in.msg.CorrelationData) != "01020304-0506-0708-090a-0b0c0d0e0f10" || in.msg.CorrelationKind != core.IDUUID {
+				t.Fatalf("%q %d", in.msg.CorrelationData, in.msg.CorrelationKind)
 			}
 		}},
 		{"ulong correlation-id", frames.Message{Properties: &frames.MessageProperties{CorrelationID: uint64(258)}}, func(t *testing.T, in inbound) {
-			if !bytes.Equal(in.msg.CorrelationData, []byte{0, 0, 0, 0, 0, 0, 1, 2}) {
-				t.Fatalf("%x", in.msg.CorrelationData)
+			if string(in.msg.CorrelationData) != "258" || in.msg.CorrelationKind != core.IDULong {
+				t.Fatalf("%q %d", in.msg.CorrelationData, in.msg.CorrelationKind)
+			}
+		}},
+		{"binary correlation-id", frames.Message{Properties: &frames.MessageProperties{CorrelationID: []byte{0xff}}}, func(t *testing.T, in inbound) {
+			if !bytes.Equal(in.msg.CorrelationData, []byte{0xff}) || in.msg.CorrelationKind != core.IDBinary {
+				t.Fatalf("%q %d", in.msg.CorrelationData, in.msg.CorrelationKind)
 			}
 		}},
 		{"application-properties", frames.Message{ApplicationProperties: encoding.ApplicationProperties{
@@ -183,6 +189,25 @@ func TestEncode(t *testing.T) {
 	for k, want := range map[encoding.Symbol]any{"x-opt-jms-dest": int8(1), "x-opt-jms-msg-type": int8(5), "x-opt-jms-reply-to": int8(2), "x-opt-retain": true} {
 		if v, _ := ann.Get(k); v != want {
 			t.Errorf("%s = %#v, want %#v", k, v, want)
+		}
+	}
+
+	// Correlation ids go out with the AMQP type they came with.
+	for _, tc := range []struct {
+		data string
+		kind core.IDKind
+		want any
+	}{
+		{"abc", core.IDString, "abc"},
+		{"42", core.IDULong, uint64(42)},
+		{"01020304-0506-0708-090a-0b0c0d0e0f10", core.IDUUID, encoding.UUID{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}},
+		{"abc", core.IDBinary, []byte("abc")},
+		{"not a number", core.IDULong, []byte("not a number")},
+		{"not-a-uuid", core.IDUUID, []byte("not-a-uuid")},
+	} {
+		am = decodeOut(t, &core.Message{Topic: "x", CorrelationData: []byte(tc.data), CorrelationKind: tc.kind}, false, now)
+		if got := am.Properties.CorrelationID; fmt.Sprintf("%T %v", got, got) != fmt.Sprintf("%T %v", tc.want, tc.want) {
+			t.Errorf("%q kind %d: %T %v, want %T %v", tc.data, tc.kind, got, got, tc.want, tc.want)
 		}
 	}
 

@@ -252,9 +252,6 @@ func (l *inLink) deliver(payload []byte) {
 		m.Topic = name
 	}
 	m.Origin = core.Origin{Protocol: core.ProtocolAMQP, Node: opts.Node, Client: c.containerID}
-	if in.corrID != nil {
-		rememberCorrID(m, in.corrID)
-	}
 	opts.Metrics.In("amqp")
 	ctx := context.Background()
 	if m.Retain {
