@@ -1,0 +1,261 @@
+// Command idle measures the memory an idle MQTT connection costs the
+// gateway and bare mochi-mqtt.
+//
+//	go run ./test/bench/idle [-k 5000]
+//
+// For each target (the gateway with retain.backend=memory, bare mochi with
+// its defaults, bare mochi with the gateway's MaximumClientWritesPending of
+// 128) it starts the server as a child process, reads its settled RSS, opens
+// K MQTT 5 connections (a raw CONNECT with clean start and no keepalive,
+// each answered by a successful CONNACK, then nothing), reads the settled
+// RSS again and checks every connection is still open. RLIMIT_NOFILE is
+// raised to its hard limit first; the children inherit it.
+//
+// Goal (issue 2): ≤ 20 KiB RSS per idle connection on the gateway.
+package main
+
+import (
+	"bufio"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/gatewayd/gateway/test/bench/internal/rig"
+)
+
+type result struct {
+	name          string
+	before, after int64
+	alive         int
+	// gateway only, from /metrics (before, after): Go heap and goroutine stacks
+	goroutines     float64
+	heap0, heap1   float64
+	stack0, stack1 float64
+}
+
+func main() {
+	k := flag.Int("k", 5000, "idle connections per target")
+	targets := flag.String("targets", "gateway,mochi,mochi128", "targets: gateway, mochi (defaults), mochi128 (MaximumClientWritesPending=128)")
+	settle := flag.Duration("settle", 30*time.Second, "longest wait for RSS to settle")
+	wait := flag.Duration("wait", 0, "extra wait after connecting, before measuring (>2m lets the runtime's periodic forced GC shrink goroutine stacks)")
+	flag.Parse()
+
+	r, err := rig.New()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	defer r.Close()
+	lim, err := rig.RaiseNoFile()
+	if err != nil {
+		r.Fatal(err)
+	}
+	if uint64(*k)+100 > lim {
+		r.Fatal(fmt.Errorf("-k %d needs more file descriptors than RLIMIT_NOFILE allows (%d)", *k, lim))
+	}
+	gwBin, err := r.Build("gateway", "./cmd/gateway")
+	if err != nil {
+		r.Fatal(err)
+	}
+	mochiBin, err := r.Build("baremochi", "./test/bench/baremochi")
+	if err != nil {
+		r.Fatal(err)
+	}
+	fmt.Printf("idle: %d idle MQTT 5 connections per target (RLIMIT_NOFILE %d)\n", *k, lim)
+
+	var results []result
+	for _, t := range strings.Split(*targets, ",") {
+		var srv *rig.Child
+		res := result{name: t, goroutines: -1}
+		switch t {
+		case "gateway":
+			res.name = "gateway"
+			srv, err = r.StartGateway("gateway", gwBin, "--retain.backend=memory")
+		case "mochi":
+			res.name = "bare mochi"
+			srv, err = r.StartMochi("mochi", mochiBin)
+		case "mochi128":
+			res.name = "bare mochi (pending=128)"
+			srv, err = r.StartMochi("mochi128", mochiBin, "--max-pending=128")
+		default:
+			err = fmt.Errorf("unknown target %q", t)
+		}
+		if err != nil {
+			r.Fatal(err)
+		}
+		fmt.Fprintf(os.Stderr, "== %s\n", res.name)
+		if res.before, err = srv.SettledRSS(*settle); err != nil {
+			r.Fatal(err)
+		}
+		if m, err := srv.Metrics(); err == nil {
+			res.heap0, res.stack0 = m["go_memstats_heap_inuse_bytes"], m["go_memstats_stack_inuse_bytes"]
+		}
+		conns, err := openIdle(srv.Addr, *k)
+		if err != nil {
+			r.Fatal(fmt.Errorf("%s: %w", res.name, err))
+		}
+		time.Sleep(*wait)
+		if res.after, err = srv.SettledRSS(*settle); err != nil {
+			r.Fatal(err)
+		}
+		if m, err := srv.Metrics(); err == nil {
+			res.goroutines = m["go_goroutines"]
+			res.heap1, res.stack1 = m["go_memstats_heap_inuse_bytes"], m["go_memstats_stack_inuse_bytes"]
+		}
+		res.alive = countAlive(conns)
+		for _, c := range conns {
+			c.Close()
+		}
+		srv.Kill()
+		results = append(results, res)
+	}
+
+	fmt.Println()
+	tw := tabwriter.NewWriter(os.Stdout, 2, 8, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "target\tconnections\tstill open\tRSS before\tRSS after\tRSS per connection\theap/conn\tstacks/conn\tgoroutines\tgoal ≤ 20 KiB\t")
+	for _, res := range results {
+		per := float64(res.after-res.before) / float64(*k)
+		verdict := "-"
+		if res.name == "gateway" {
+			verdict = "PASS"
+			if per > 20*1024 {
+				verdict = "FAIL"
+			}
+		}
+		g, heap, stack := "n/a", "n/a", "n/a"
+		if res.goroutines >= 0 {
+			g = fmt.Sprintf("%.0f", res.goroutines)
+			heap = fmt.Sprintf("%.1f KiB", (res.heap1-res.heap0)/float64(*k)/1024)
+			stack = fmt.Sprintf("%.1f KiB", (res.stack1-res.stack0)/float64(*k)/1024)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%.1f KiB\t%s\t%s\t%s\t%s\t\n", res.name, *k, res.alive,
+			rig.MiB(res.before), rig.MiB(res.after), per/1024, heap, stack, g, verdict)
+	}
+	tw.Flush()
+}
+
+// connectPacket is an MQTT 5 CONNECT: clean start, keepalive 0 (none), no
+// properties, client id id.
+func connectPacket(id string) []byte {
+	vh := []byte{0, 4, 'M', 'Q', 'T', 'T', 5, 0x02, 0, 0, 0}
+	rem := len(vh) + 2 + len(id)
+	pk := []byte{0x10}
+	for { // variable byte integer
+		b := byte(rem % 128)
+		rem /= 128
+		if rem > 0 {
+			b |= 0x80
+		}
+		pk = append(pk, b)
+		if rem == 0 {
+			break
+		}
+	}
+	pk = append(pk, vh...)
+	pk = append(pk, byte(len(id)>>8), byte(len(id)))
+	return append(pk, id...)
+}
+
+// openIdle opens k connections, 64 at a time, each with a CONNACK 0x00.
+func openIdle(addr string, k int) ([]net.Conn, error) {
+	conns := make([]net.Conn, k)
+	errs := make(chan error, k)
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for w := 0; w < 64; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				c, err := dialMQTT(addr, fmt.Sprintf("idle-%d", i))
+				if err != nil {
+					errs <- fmt.Errorf("connection %d: %w", i, err)
+					continue
+				}
+				conns[i] = c
+			}
+		}()
+	}
+	for i := 0; i < k; i++ {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		for _, c := range conns {
+			if c != nil {
+				c.Close()
+			}
+		}
+		return nil, err
+	}
+	return conns, nil
+}
+
+func dialMQTT(addr, id string) (net.Conn, error) {
+	c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write(connectPacket(id)); err != nil {
+		c.Close()
+		return nil, err
+	}
+	// CONNACK: 0x20, remaining length, acknowledge flags, reason code, properties.
+	br := bufio.NewReader(c)
+	h, err := br.ReadByte()
+	if err == nil && h != 0x20 {
+		err = fmt.Errorf("expected CONNACK, got packet type %#x", h>>4)
+	}
+	var n int
+	for shift := 0; err == nil; shift += 7 {
+		var b byte
+		if b, err = br.ReadByte(); err == nil {
+			n |= int(b&0x7f) << shift
+			if b&0x80 == 0 {
+				break
+			}
+		}
+	}
+	body := make([]byte, n)
+	if err == nil {
+		_, err = io.ReadFull(br, body)
+	}
+	if err == nil && (n < 2 || body[1] != 0) {
+		err = fmt.Errorf("CONNACK reason %#x", body[1])
+	}
+	if err == nil && br.Buffered() > 0 {
+		err = errors.New("unexpected bytes after CONNACK")
+	}
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	_ = c.SetDeadline(time.Time{})
+	return c, nil
+}
+
+// countAlive counts connections the server has not closed: a read that
+// times out means open and quiet.
+func countAlive(conns []net.Conn) int {
+	alive := 0
+	buf := make([]byte, 1)
+	for _, c := range conns {
+		_ = c.SetReadDeadline(time.Now().Add(time.Millisecond))
+		_, err := c.Read(buf)
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			alive++
+		}
+	}
+	return alive
+}
