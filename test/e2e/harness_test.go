@@ -141,6 +141,19 @@ func (c *client5) until(t *testing.T, marker string) []*paho.Publish {
 	}
 }
 
+// retainedOnly drops live (RETAIN=0) copies: mochi fans a QoS 1 publish out
+// after its PUBACK, so a subscriber that subscribes right after a publish
+// returned may still get that publish live, besides the stored copy.
+func retainedOnly(ms []*paho.Publish) []*paho.Publish {
+	var out []*paho.Publish
+	for _, m := range ms {
+		if m.Retain {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
 // eventually polls cond until it holds or 15 s pass.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
