@@ -38,6 +38,10 @@ type hook struct {
 	// message on the same topic. Closed when the retained copies are out.
 	gates map[*mochi.Client]chan struct{}
 	gateN atomic.Int32 // len(gates), read without the lock on every PUBLISH
+
+	// wills routed by OnWill, so that OnWillSent does not route them again.
+	willMu sync.Mutex
+	wills  map[*mochi.Client]struct{}
 }
 
 // retainedOrigin marks the retained copies the hook writes itself, so that
@@ -60,7 +64,7 @@ var _ core.Subscriber = (*hook)(nil)
 
 func newHook(s *Server) *hook {
 	return &hook{s: s, acks: map[ackKey]packets.Code{}, subs: map[*mochi.Client]*pendingSub{},
-		gates: map[*mochi.Client]chan struct{}{}}
+		gates: map[*mochi.Client]chan struct{}{}, wills: map[*mochi.Client]struct{}{}}
 }
 
 func (h *hook) ID() string { return "gateway" }
@@ -71,7 +75,7 @@ var provided = func() (t [256]bool) {
 	for _, b := range []byte{
 		mochi.OnConnectAuthenticate, mochi.OnACLCheck, mochi.OnPublish,
 		mochi.OnRetainMessage, mochi.OnSubscribe, mochi.OnSubscribed,
-		mochi.OnPacketProcessed, mochi.OnPacketEncode, mochi.OnWillSent,
+		mochi.OnPacketProcessed, mochi.OnPacketEncode, mochi.OnWill, mochi.OnWillSent,
 		mochi.OnSessionEstablished, mochi.OnDisconnect,
 	} {
 		t[b] = true
@@ -162,9 +166,43 @@ func (h *hook) OnRetainMessage(_ *mochi.Client, pk packets.Packet, _ int64) {
 	}
 }
 
-// OnWillSent routes a will message (mochi publishes wills without OnPublish).
+// OnWill routes an undelayed will before mochi delivers it to MQTT
+// subscribers, as OnPublish does for a publish. mochi fans a will out first
+// and calls OnWillSent after: routed there, a retained will was not yet
+// stored when a client subscribing in between looked for it, and that
+// client got it neither live nor stored.
+func (h *hook) OnWill(cl *mochi.Client, will mochi.Will) (mochi.Will, error) {
+	if cl.Properties.Will.WillDelayInterval > 0 {
+		return will, nil // sent later, or never if the client comes back
+	}
+	// The packet mochi's sendLWT builds from the will.
+	pk := packets.Packet{
+		FixedHeader: packets.FixedHeader{Type: packets.Publish, Retain: will.Retain, Qos: will.Qos},
+		TopicName:   will.TopicName,
+		Payload:     will.Payload,
+		Properties:  packets.Properties{User: will.User},
+	}
+	h.routeWill(cl, &pk)
+	h.willMu.Lock()
+	h.wills[cl] = struct{}{}
+	h.willMu.Unlock()
+	return will, nil
+}
+
+// OnWillSent routes a delayed will (mochi publishes wills without
+// OnPublish); undelayed ones went through OnWill.
 func (h *hook) OnWillSent(cl *mochi.Client, pk packets.Packet) {
-	m := toMessage(&pk, cl.ID, h.s.opts.Node, time.Now())
+	h.willMu.Lock()
+	_, routed := h.wills[cl]
+	delete(h.wills, cl)
+	h.willMu.Unlock()
+	if !routed {
+		h.routeWill(cl, &pk)
+	}
+}
+
+func (h *hook) routeWill(cl *mochi.Client, pk *packets.Packet) {
+	m := toMessage(pk, cl.ID, h.s.opts.Node, time.Now())
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
 	if res := h.s.opts.Router.Publish(ctx, m); res.RetainErr != nil {

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -18,11 +19,12 @@ import (
 // mochi's listeners.Net, whose accept loop shares an error variable between
 // goroutines (a data race under -race).
 type tcpListener struct {
-	id   string
-	ln   net.Listener
-	log  *slog.Logger
-	once sync.Once
-	wg   sync.WaitGroup
+	id      string
+	ln      net.Listener
+	log     *slog.Logger
+	once    sync.Once
+	wg      sync.WaitGroup // connection goroutines and their closing drains
+	closing atomic.Bool    // set by Close: connections close at once, no drain
 }
 
 var _ listeners.Listener = (*tcpListener)(nil)
@@ -38,6 +40,9 @@ func (l *tcpListener) Serve(establish listeners.EstablishFn) {
 		if err != nil {
 			return
 		}
+		if tc, ok := conn.(*net.TCPConn); ok {
+			conn = &drainConn{TCPConn: tc, l: l}
+		}
 		l.wg.Add(1)
 		go func() {
 			defer l.wg.Done()
@@ -50,6 +55,7 @@ func (l *tcpListener) Serve(establish listeners.EstablishFn) {
 
 func (l *tcpListener) Close(closeClients listeners.CloseFn) {
 	l.once.Do(func() {
+		l.closing.Store(true)
 		_ = l.ln.Close()
 		closeClients(l.id)
 	})
@@ -57,6 +63,59 @@ func (l *tcpListener) Close(closeClients listeners.CloseFn) {
 
 // wait blocks until every connection goroutine has returned.
 func (l *tcpListener) wait() { l.wg.Wait() }
+
+// closeDrain bounds how long a closed connection keeps reading.
+const closeDrain = time.Second
+
+// drainConn closes gracefully. mochi writes a DISCONNECT with a reason code
+// and closes at once [MQTT-4.13.2-1]; a client still sending then meets a
+// closed socket, the kernel answers it with RST, and a client that sees the
+// reset on a write (the Paho test client answering PUBRECs after Receive
+// Maximum was exceeded) fails before it reads the DISCONNECT. So Close keeps
+// reading and discarding until the client closes, for at most closeDrain,
+// and only then closes. It sends no FIN early: a client that reads with two
+// threads at once (the Paho test client again) spins on an end of stream
+// in the middle of a packet, while it copes with silence until its timeout.
+// mochi reads nothing after Close, as with a closed socket: a session taken
+// over must not process packets from its old connection.
+type drainConn struct {
+	*net.TCPConn
+	l      *tcpListener
+	once   sync.Once
+	closed atomic.Bool
+	rmu    sync.Mutex // held by every Read, and by the drain for good
+}
+
+func (c *drainConn) Read(p []byte) (int, error) {
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	if c.closed.Load() {
+		return 0, net.ErrClosed
+	}
+	return c.TCPConn.Read(p)
+}
+
+func (c *drainConn) Close() error {
+	if c.l.closing.Load() {
+		return c.TCPConn.Close() // shutting down: do not hold Shutdown up
+	}
+	c.once.Do(func() {
+		c.closed.Store(true)
+		_ = c.TCPConn.SetReadDeadline(time.Unix(1, 0)) // ends a Read in progress
+		c.l.wg.Add(1)                                  // Close runs on a counted goroutine
+		go func() {
+			defer c.l.wg.Done()
+			c.rmu.Lock() // mochi's reader is out; it never gets in again
+			defer c.rmu.Unlock()
+			_ = c.TCPConn.SetReadDeadline(time.Time{})
+			t := time.AfterFunc(closeDrain, func() { _ = c.TCPConn.Close() })
+			_, _ = io.Copy(io.Discard, c.TCPConn)
+			t.Stop()
+			_ = c.TCPConn.Close()
+		}()
+	})
+	return nil
+}
 
 // wsListener serves MQTT over WebSocket (subprotocol "mqtt", binary
 // messages) on paths / and /mqtt.
