@@ -76,6 +76,7 @@ var provided = func() (t [256]bool) {
 		mochi.OnConnectAuthenticate, mochi.OnACLCheck, mochi.OnPublish,
 		mochi.OnRetainMessage, mochi.OnSubscribe, mochi.OnSubscribed,
 		mochi.OnPacketProcessed, mochi.OnPacketEncode, mochi.OnWill, mochi.OnWillSent,
+		mochi.OnPublishDropped, mochi.OnConnect,
 		mochi.OnSessionEstablished, mochi.OnDisconnect,
 	} {
 		t[b] = true
@@ -406,4 +407,76 @@ func (h *hook) Deliver(m *core.Message, _ core.Delivery) error {
 	}
 	h.s.opts.Metrics.Out("mqtt", m.Created)
 	return nil
+}
+
+// OnConnect gives a client that announced no Receive Maximum the default the
+// spec gives it, 65,535 [MQTT-3.1.2-…: "absent, the value 65,535 is used"],
+// capped at the session's inflight limit like an announced one. mochi reads
+// an absent value as "no quota", and then never sends the messages it holds
+// back for a client out of quota (OnPublishDropped relies on that mechanism).
+// MQTT 3 clients have no Receive Maximum; they get the same cap.
+func (h *hook) OnConnect(cl *mochi.Client, _ packets.Packet) error {
+	if cl.Properties.Props.ReceiveMaximum == 0 {
+		rm := h.s.mochi.Options.Capabilities.MaximumInflight
+		cl.Properties.Props.ReceiveMaximum = rm
+		cl.State.Inflight.ResetSendQuota(int32(rm))
+	}
+	return nil
+}
+
+// OnPublishDropped keeps a QoS 1/2 message that mochi could not queue for a
+// connected client (its write queue, mqtt.maxPendingWrites, was full): mochi
+// would drop it and forget it, losing an acknowledged-delivery message. It is
+// put in the session's inflight store marked "send when possible", mochi's
+// own mechanism for a client out of send quota: mochi writes one such message
+// after each packet the client sends (each PUBACK clocks out the next), and
+// resends them all when a persistent session reconnects. QoS 0 messages are
+// dropped as MQTT allows (counted in gateway_mqtt_messages_dropped_total).
+func (h *hook) OnPublishDropped(cl *mochi.Client, pk packets.Packet) {
+	if pk.FixedHeader.Qos == 0 || cl.Net.Inline {
+		return
+	}
+	out := pk.Copy(false)
+	var qos byte
+	var rap bool
+	var ids []int
+	for _, sub := range cl.State.Subscriptions.GetAll() {
+		f := sub.Filter
+		if _, sf, ok := core.SplitShared(f); ok {
+			f = sf
+		}
+		if !core.Match(f, pk.TopicName) || (sub.NoLocal && pk.Origin == cl.ID) {
+			continue
+		}
+		qos = max(qos, sub.Qos)
+		rap = rap || sub.RetainAsPublished
+		if sub.Identifier > 0 {
+			ids = append(ids, sub.Identifier)
+		}
+	}
+	out.FixedHeader.Qos = min(pk.FixedHeader.Qos, qos, h.s.mochi.Options.Capabilities.MaximumQos)
+	if out.FixedHeader.Qos == 0 {
+		return
+	}
+	if !rap || cl.Properties.ProtocolVersion < 5 {
+		out.FixedHeader.Retain = false // [MQTT-3.3.1-12]
+	}
+	if len(ids) > 0 {
+		out.Properties.SubscriptionIdentifier = ids
+	}
+	if cl.State.Inflight.Len() >= int(h.s.mochi.Options.Capabilities.MaximumInflight) {
+		h.s.opts.Metrics.Drop("mqtt", "inflight_full")
+		return
+	}
+	id, err := cl.NextPacketID()
+	if err != nil {
+		h.s.opts.Metrics.Drop("mqtt", "packet_ids_exhausted")
+		return
+	}
+	out.PacketID = uint16(id)
+	out.Expiry = -1 // mochi: "send when the client has quota"
+	if cl.State.Inflight.Set(out) {
+		atomic.AddInt64(&h.s.mochi.Info.Inflight, 1)
+		h.s.opts.Metrics.Drop("mqtt", "requeued") // not lost: counted to show pressure
+	}
 }
