@@ -54,6 +54,7 @@ var keyDefs = []keyDef{
 	{name: "mqtt.receiveMaximum", def: "1024", kind: kindInt, max: 65535, help: "QoS 1/2 publishes a client may have unacknowledged towards the gateway (MQTT 5 Receive Maximum)"},
 	{name: "mqtt.maxPacketSize", def: "0", kind: kindBytes, max: 268435460, help: "largest MQTT packet accepted, bytes; 0 = protocol limit (256 MiB)"},
 	{name: "mqtt.maxMessageExpiry", def: "0", kind: kindDuration, help: "cap on how long queued session messages live (mochi's 24 h default would purge them); 0 = no cap beyond each message's own expiry"},
+	{name: "mqtt.maxKeepAlive", def: "0", kind: kindDuration, help: "longest keep alive an MQTT 5 client may use (longer or none is replaced, and announced as Server Keep Alive); 0 = the client's choice"},
 	{name: "mqtt.maxSessionExpiry", def: "0", kind: kindDuration, help: "cap on MQTT 5 session expiry for disconnected persistent sessions; 0 = no cap"},
 	{name: "amqp.listen", def: "127.0.0.1:5672", kind: kindAddr, optional: true, help: "AMQP 1.0 listen address; empty disables"},
 	{name: "amqp.maxMessageSize", def: "16MiB", kind: kindBytes, help: "largest AMQP message accepted, bytes (link max-message-size); 0 = no limit"},
@@ -86,6 +87,7 @@ type Config struct {
 		MaxPacketSize    int64
 		MaxMessageExpiry time.Duration
 		MaxSessionExpiry time.Duration
+		MaxKeepAlive     time.Duration
 	}
 	AMQP struct {
 		Listen         string
@@ -259,6 +261,7 @@ func buildConfig(k *koanf.Koanf, byName map[string]*keyDef) (*Config, error) {
 	c.MQTT.MaxPacketSize = num("mqtt.maxPacketSize")
 	c.MQTT.MaxMessageExpiry = dur("mqtt.maxMessageExpiry")
 	c.MQTT.MaxSessionExpiry = dur("mqtt.maxSessionExpiry")
+	c.MQTT.MaxKeepAlive = dur("mqtt.maxKeepAlive")
 	c.AMQP.Listen = get("amqp.listen")
 	c.AMQP.MaxMessageSize = num("amqp.maxMessageSize")
 	c.AMQP.MaxFrameSize = num("amqp.maxFrameSize")
@@ -279,6 +282,9 @@ func buildConfig(k *koanf.Koanf, byName map[string]*keyDef) (*Config, error) {
 	users := get("amqp.users")
 	if firstErr != nil {
 		return nil, firstErr
+	}
+	if c.MQTT.MaxKeepAlive > 65535*time.Second || (c.MQTT.MaxKeepAlive > 0 && c.MQTT.MaxKeepAlive < time.Second) {
+		return nil, &ConfigError{Key: "mqtt.maxKeepAlive", Msg: "must be 0 or between 1s and 65535s"}
 	}
 	if c.MQTT.MaxPendingWrites < 1 {
 		return nil, &ConfigError{Key: "mqtt.maxPendingWrites", Msg: "must be at least 1"}

@@ -102,6 +102,7 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 		MaxPacketSize:    g.cfg.MQTT.MaxPacketSize,
 		MaxMessageExpiry: g.cfg.MQTT.MaxMessageExpiry,
 		MaxSessionExpiry: g.cfg.MQTT.MaxSessionExpiry,
+		MaxKeepAlive:     g.cfg.MQTT.MaxKeepAlive,
 	})
 	if err != nil {
 		return err

@@ -409,13 +409,19 @@ func (h *hook) Deliver(m *core.Message, _ core.Delivery) error {
 	return nil
 }
 
-// OnConnect gives a client that announced no Receive Maximum the default the
-// spec gives it, 65,535 [MQTT-3.1.2-…: "absent, the value 65,535 is used"],
-// capped at the session's inflight limit like an announced one. mochi reads
-// an absent value as "no quota", and then never sends the messages it holds
-// back for a client out of quota (OnPublishDropped relies on that mechanism).
-// MQTT 3 clients have no Receive Maximum; they get the same cap.
+// OnConnect caps an MQTT 5 client's keep alive at mqtt.maxKeepAlive (mochi
+// announces it as Server Keep Alive), and gives a client that announced no
+// Receive Maximum the value the spec gives an absent one, 65,535 [MQTT-3.1.2
+// Receive Maximum], capped at the session's inflight limit as an announced
+// one is. mochi reads an absent value as "no quota", and then never sends
+// the messages it holds back for a client out of quota (OnPublishDropped
+// relies on that mechanism). MQTT 3 clients have no Receive Maximum; they
+// get the same cap.
 func (h *hook) OnConnect(cl *mochi.Client, _ packets.Packet) error {
+	if max := uint16(h.s.opts.MaxKeepAlive / time.Second); max > 0 && cl.Properties.ProtocolVersion >= 5 &&
+		(cl.State.Keepalive == 0 || cl.State.Keepalive > max) {
+		cl.State.Keepalive, cl.State.ServerKeepalive = max, true // mochi sends it in CONNACK
+	}
 	if cl.Properties.Props.ReceiveMaximum == 0 {
 		rm := h.s.mochi.Options.Capabilities.MaximumInflight
 		cl.Properties.Props.ReceiveMaximum = rm

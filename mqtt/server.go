@@ -50,6 +50,11 @@ type Options struct {
 	// default of 24 h would silently purge them.
 	MaxMessageExpiry time.Duration
 	MaxSessionExpiry time.Duration // 0 = no cap
+	// MaxKeepAlive caps an MQTT 5 client's keep alive (none counts as
+	// longer); the cap is announced as Server Keep Alive [MQTT-3.2.2-21].
+	// 0 = the client's choice. MQTT 3 clients cannot be told, so they keep
+	// theirs.
+	MaxKeepAlive time.Duration
 }
 
 // Server is the running MQTT front-end.

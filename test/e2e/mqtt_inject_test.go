@@ -1,6 +1,9 @@
 package e2e
 
 import (
+	"context"
+	"fmt"
+	"net"
 	"testing"
 	"time"
 
@@ -34,5 +37,32 @@ func TestRoutedMessagesReachMQTTAtEveryQoS(t *testing.T) {
 			p.User.Get("k") != "v" || p.MessageExpiry == nil || *p.MessageExpiry > 3600 || *p.MessageExpiry < 3500 {
 			t.Fatalf("QoS %d: properties %+v", qos, p)
 		}
+	}
+}
+
+// mqtt.maxKeepAlive replaces a longer (or no) MQTT 5 keep alive and says so
+// in the CONNACK; a shorter one is kept.
+func TestMaxKeepAlive(t *testing.T) {
+	g := startGateway(t, "--mqtt.maxKeepAlive=60s")
+	for _, c := range []struct{ asked, want uint16 }{{120, 60}, {0, 60}, {30, 0}} {
+		conn, err := net.Dial("tcp", g.MQTTAddr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		cl := paho.NewClient(paho.ClientConfig{Conn: conn})
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ca, err := cl.Connect(ctx, &paho.Connect{ClientID: fmt.Sprintf("ka%d", c.asked), KeepAlive: c.asked, CleanStart: true})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got uint16
+		if ca.Properties != nil && ca.Properties.ServerKeepAlive != nil {
+			got = *ca.Properties.ServerKeepAlive
+		}
+		if got != c.want {
+			t.Errorf("keep alive %d: Server Keep Alive %d, want %d (0 = not sent)", c.asked, got, c.want)
+		}
+		_ = cl.Disconnect(&paho.Disconnect{})
 	}
 }
