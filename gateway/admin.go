@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strconv"
 	"sync"
 	"time"
@@ -37,6 +38,13 @@ func newAdminServer(g *Gateway) *adminServer {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g.metrics.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /api/v1/retained", a.listRetained)
 	mux.HandleFunc("DELETE /api/v1/retained", a.deleteRetained)
+	// Profiles for performance work, as Caddy's admin API has them. The admin
+	// API listens on loopback unless admin.listen says otherwise.
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	a.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	return a
 }
