@@ -285,6 +285,29 @@ func (r *Router) Publish(ctx context.Context, m *Message) PublishResult {
 	return res
 }
 
+// Wants reports whether a message on topic from origin would reach any
+// subscriber (ignoring NoLocal, which needs the publisher's id). A front-end
+// that fans out its own protocol itself (the MQTT front-end, through mochi)
+// calls it first, so that a message nobody else wants costs one lookup and no
+// allocation. It allocates nothing.
+func (r *Router) Wants(topic string, origin Protocol) bool {
+	mp := matchPool.Get().(*[]*Subscription)
+	r.mu.RLock()
+	matches := r.collect(&r.root, topic, true, (*mp)[:0])
+	r.mu.RUnlock()
+	wanted := false
+	for _, sub := range matches {
+		if sub.Options.SkipOrigin == "" || sub.Options.SkipOrigin != origin {
+			wanted = true
+			break
+		}
+	}
+	clear(matches)
+	*mp = matches[:0]
+	matchPool.Put(mp)
+	return wanted
+}
+
 // collect appends the subscriptions matching topic below n.
 func (r *Router) collect(n *snode, topic string, root bool, out []*Subscription) []*Subscription {
 	level, rest, more := cutLevel(topic)

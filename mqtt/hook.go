@@ -9,6 +9,7 @@ import (
 
 	mochi "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gatewayd/gateway/core"
 	"github.com/gatewayd/gateway/retain"
@@ -39,6 +40,10 @@ type hook struct {
 	gates map[*mochi.Client]chan struct{}
 	gateN atomic.Int32 // len(gates), read without the lock on every PUBLISH
 
+	backlog backlog // QoS 1/2 messages a full write queue would have lost
+
+	in prometheus.Counter // messages in over MQTT, resolved once: it counts every publish
+
 	// wills routed by OnWill, so that OnWillSent does not route them again.
 	willMu sync.Mutex
 	wills  map[*mochi.Client]struct{}
@@ -63,7 +68,7 @@ type pendingSub struct {
 var _ core.Subscriber = (*hook)(nil)
 
 func newHook(s *Server) *hook {
-	return &hook{s: s, acks: map[ackKey]packets.Code{}, subs: map[*mochi.Client]*pendingSub{},
+	return &hook{s: s, in: s.opts.Metrics.Counter(s.opts.Metrics.InVec(), "mqtt"), acks: map[ackKey]packets.Code{}, subs: map[*mochi.Client]*pendingSub{},
 		gates: map[*mochi.Client]chan struct{}{}, wills: map[*mochi.Client]struct{}{}}
 }
 
@@ -102,6 +107,7 @@ func (h *hook) OnDisconnect(cl *mochi.Client, _ error, _ bool) {
 	delete(h.subs, cl)
 	h.subMu.Unlock()
 	h.openGate(cl)
+	h.backlog.forget(cl)
 	if h.ackWait.Load() > 0 {
 		h.ackMu.Lock()
 		for k := range h.acks {
@@ -122,7 +128,10 @@ func (h *hook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet, e
 	if cl.Net.Inline {
 		return pk, nil // injected by Deliver: already routed
 	}
-	h.s.opts.Metrics.In("mqtt")
+	h.in.Inc()
+	if !pk.FixedHeader.Retain && !h.s.opts.Router.Wants(pk.TopicName, core.ProtocolMQTT) {
+		return pk, nil // MQTT-only traffic: mochi fans it out, nothing else to do
+	}
 	m := toMessage(&pk, cl.ID, h.s.opts.Node, time.Now())
 	ctx := context.Background()
 	if m.Retain {
@@ -409,80 +418,12 @@ func (h *hook) Deliver(m *core.Message, _ core.Delivery) error {
 	return nil
 }
 
-// OnConnect caps an MQTT 5 client's keep alive at mqtt.maxKeepAlive (mochi
-// announces it as Server Keep Alive), and gives a client that announced no
-// Receive Maximum the value the spec gives an absent one, 65,535 [MQTT-3.1.2
-// Receive Maximum], capped at the session's inflight limit as an announced
-// one is. mochi reads an absent value as "no quota", and then never sends
-// the messages it holds back for a client out of quota (OnPublishDropped
-// relies on that mechanism). MQTT 3 clients have no Receive Maximum; they
-// get the same cap.
+// OnConnect caps an MQTT 5 client's keep alive at mqtt.maxKeepAlive; mochi
+// announces the cap as Server Keep Alive in the CONNACK [MQTT-3.2.2-21].
 func (h *hook) OnConnect(cl *mochi.Client, _ packets.Packet) error {
 	if max := uint16(h.s.opts.MaxKeepAlive / time.Second); max > 0 && cl.Properties.ProtocolVersion >= 5 &&
 		(cl.State.Keepalive == 0 || cl.State.Keepalive > max) {
-		cl.State.Keepalive, cl.State.ServerKeepalive = max, true // mochi sends it in CONNACK
-	}
-	if cl.Properties.Props.ReceiveMaximum == 0 {
-		rm := h.s.mochi.Options.Capabilities.MaximumInflight
-		cl.Properties.Props.ReceiveMaximum = rm
-		cl.State.Inflight.ResetSendQuota(int32(rm))
+		cl.State.Keepalive, cl.State.ServerKeepalive = max, true
 	}
 	return nil
-}
-
-// OnPublishDropped keeps a QoS 1/2 message that mochi could not queue for a
-// connected client (its write queue, mqtt.maxPendingWrites, was full): mochi
-// would drop it and forget it, losing an acknowledged-delivery message. It is
-// put in the session's inflight store marked "send when possible", mochi's
-// own mechanism for a client out of send quota: mochi writes one such message
-// after each packet the client sends (each PUBACK clocks out the next), and
-// resends them all when a persistent session reconnects. QoS 0 messages are
-// dropped as MQTT allows (counted in gateway_mqtt_messages_dropped_total).
-func (h *hook) OnPublishDropped(cl *mochi.Client, pk packets.Packet) {
-	if pk.FixedHeader.Qos == 0 || cl.Net.Inline {
-		return
-	}
-	out := pk.Copy(false)
-	var qos byte
-	var rap bool
-	var ids []int
-	for _, sub := range cl.State.Subscriptions.GetAll() {
-		f := sub.Filter
-		if _, sf, ok := core.SplitShared(f); ok {
-			f = sf
-		}
-		if !core.Match(f, pk.TopicName) || (sub.NoLocal && pk.Origin == cl.ID) {
-			continue
-		}
-		qos = max(qos, sub.Qos)
-		rap = rap || sub.RetainAsPublished
-		if sub.Identifier > 0 {
-			ids = append(ids, sub.Identifier)
-		}
-	}
-	out.FixedHeader.Qos = min(pk.FixedHeader.Qos, qos, h.s.mochi.Options.Capabilities.MaximumQos)
-	if out.FixedHeader.Qos == 0 {
-		return
-	}
-	if !rap || cl.Properties.ProtocolVersion < 5 {
-		out.FixedHeader.Retain = false // [MQTT-3.3.1-12]
-	}
-	if len(ids) > 0 {
-		out.Properties.SubscriptionIdentifier = ids
-	}
-	if cl.State.Inflight.Len() >= int(h.s.mochi.Options.Capabilities.MaximumInflight) {
-		h.s.opts.Metrics.Drop("mqtt", "inflight_full")
-		return
-	}
-	id, err := cl.NextPacketID()
-	if err != nil {
-		h.s.opts.Metrics.Drop("mqtt", "packet_ids_exhausted")
-		return
-	}
-	out.PacketID = uint16(id)
-	out.Expiry = -1 // mochi: "send when the client has quota"
-	if cl.State.Inflight.Set(out) {
-		atomic.AddInt64(&h.s.mochi.Info.Inflight, 1)
-		h.s.opts.Metrics.Drop("mqtt", "requeued") // not lost: counted to show pressure
-	}
 }

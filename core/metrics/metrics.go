@@ -116,3 +116,20 @@ func (m *Metrics) Conn(protocol string, delta float64) {
 		m.Connections.WithLabelValues(protocol).Add(delta)
 	}
 }
+
+// InVec is MessagesIn, or nil for a nil *Metrics.
+func (m *Metrics) InVec() *prometheus.CounterVec {
+	if m == nil {
+		return nil
+	}
+	return m.MessagesIn
+}
+
+// Counter resolves one counter of vec for a hot path, so that counting costs
+// no label lookup; with a nil vec it returns a counter nobody reads.
+func (m *Metrics) Counter(vec *prometheus.CounterVec, labels ...string) prometheus.Counter {
+	if vec == nil {
+		return prometheus.NewCounter(prometheus.CounterOpts{Name: "unregistered"})
+	}
+	return vec.WithLabelValues(labels...)
+}

@@ -1,0 +1,153 @@
+package mqtt
+
+import (
+	"sync"
+	"sync/atomic"
+
+	mochi "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/gatewayd/gateway/core"
+)
+
+// backlog keeps the QoS 1/2 messages mochi drops when a connected client's
+// write queue (mqtt.maxPendingWrites) is full: mochi would forget them, so an
+// at-least-once message would be lost to a subscriber that was merely slow.
+// Each is put in the session's inflight store (so a reconnecting persistent
+// session gets it again, and the client's PUBACK clears it) and written by a
+// per-client goroutine that exists only while that client has a backlog.
+//
+// Writing from a goroutine of its own matters: mochi's alternative, sending
+// held-back messages from the client's reader goroutine, blocks that reader
+// on a full socket while the client waits for its own PUBACKs to be read —
+// a deadlock seen with paho.golang under load.
+type backlog struct {
+	mu      sync.Mutex
+	clients map[*mochi.Client]*clientBacklog
+	closing bool
+	wg      sync.WaitGroup
+}
+
+type clientBacklog struct {
+	pkts    []packets.Packet
+	running bool
+}
+
+// OnPublishDropped keeps a dropped QoS 1/2 message (see backlog). QoS 0
+// messages are dropped, as MQTT allows; both kinds are counted by mochi in
+// gateway_mqtt_messages_dropped_total, and the kept ones in
+// gateway_messages_dropped_total{reason="requeued"}.
+func (h *hook) OnPublishDropped(cl *mochi.Client, pk packets.Packet) {
+	if pk.FixedHeader.Qos == 0 || cl.Net.Inline {
+		return
+	}
+	out := pk.Copy(false)
+	var qos byte
+	var rap bool
+	var ids []int
+	for _, sub := range cl.State.Subscriptions.GetAll() {
+		f := sub.Filter
+		if _, sf, ok := core.SplitShared(f); ok {
+			f = sf
+		}
+		if !core.Match(f, pk.TopicName) || (sub.NoLocal && pk.Origin == cl.ID) {
+			continue
+		}
+		qos = max(qos, sub.Qos)
+		rap = rap || sub.RetainAsPublished
+		if sub.Identifier > 0 {
+			ids = append(ids, sub.Identifier)
+		}
+	}
+	out.FixedHeader.Qos = min(pk.FixedHeader.Qos, qos, h.s.mochi.Options.Capabilities.MaximumQos)
+	if out.FixedHeader.Qos == 0 {
+		return
+	}
+	if !rap || cl.Properties.ProtocolVersion < 5 {
+		out.FixedHeader.Retain = false // [MQTT-3.3.1-12]
+	}
+	if len(ids) > 0 {
+		out.Properties.SubscriptionIdentifier = ids
+	}
+	if cl.State.Inflight.Len() >= int(h.s.mochi.Options.Capabilities.MaximumInflight) {
+		h.s.opts.Metrics.Drop("mqtt", "inflight_full")
+		return
+	}
+	id, err := cl.NextPacketID()
+	if err != nil {
+		h.s.opts.Metrics.Drop("mqtt", "packet_ids_exhausted")
+		return
+	}
+	out.PacketID = uint16(id)
+	if !cl.State.Inflight.Set(out) {
+		return
+	}
+	atomic.AddInt64(&h.s.mochi.Info.Inflight, 1)
+	h.s.opts.Metrics.Drop("mqtt", "requeued") // not lost: counted to show pressure
+	h.backlog.push(cl, out)
+}
+
+func (b *backlog) push(cl *mochi.Client, pk packets.Packet) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closing {
+		return // stays in the session's inflight store
+	}
+	if b.clients == nil {
+		b.clients = map[*mochi.Client]*clientBacklog{}
+	}
+	c := b.clients[cl]
+	if c == nil {
+		c = &clientBacklog{}
+		b.clients[cl] = c
+	}
+	c.pkts = append(c.pkts, pk)
+	if !c.running {
+		c.running = true
+		b.wg.Add(1)
+		go b.drain(cl, c)
+	}
+}
+
+// drain writes cl's backlog until it is empty or the connection is gone;
+// what it could not write stays in the session's inflight store.
+func (b *backlog) drain(cl *mochi.Client, c *clientBacklog) {
+	defer b.wg.Done()
+	for {
+		b.mu.Lock()
+		if len(c.pkts) == 0 || cl.Closed() {
+			c.running = false
+			c.pkts = nil
+			if b.clients[cl] == c {
+				delete(b.clients, cl)
+			}
+			b.mu.Unlock()
+			return
+		}
+		pk := c.pkts[0]
+		c.pkts = c.pkts[1:]
+		b.mu.Unlock()
+		_ = cl.WritePacket(pk) // an error means closed: checked above
+	}
+}
+
+// forget drops cl's backlog (its messages stay in the session).
+func (b *backlog) forget(cl *mochi.Client) {
+	b.mu.Lock()
+	if c := b.clients[cl]; c != nil {
+		c.pkts = nil
+	}
+	b.mu.Unlock()
+}
+
+// close stops new drain goroutines and waits for running ones, which end
+// once their connections are closed.
+func (b *backlog) close() {
+	b.mu.Lock()
+	b.closing = true
+	for _, c := range b.clients {
+		c.pkts = nil
+	}
+	b.mu.Unlock()
+	b.wg.Wait()
+}
