@@ -118,6 +118,8 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 		func() float64 { return float64(atomic.LoadInt64(&ms.Info().MessagesSent)) })
 	g.metrics.CounterFunc("gateway_mqtt_messages_dropped_total", "MQTT messages dropped by mochi (client write queue full).", nil,
 		func() float64 { return float64(atomic.LoadInt64(&ms.Info().MessagesDropped)) })
+	g.metrics.CounterFunc("gateway_mqtt_inflight_dropped_total", "MQTT QoS 1/2 messages dropped because a session held mqtt.maxInflight already.", nil,
+		func() float64 { return float64(atomic.LoadInt64(&ms.Info().InflightDropped)) })
 
 	if err := g.startAMQP(ctx); err != nil {
 		return err

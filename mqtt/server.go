@@ -43,7 +43,7 @@ type Options struct {
 	// MaxPendingWrites is the per-client outgoing queue (default 128; mochi's
 	// own 8192 costs 64 KiB per connection).
 	MaxPendingWrites int
-	MaxInflight      int // default 1024
+	MaxInflight      int // default 8192, as mochi
 	ReceiveMaximum   int // default 1024
 	MaxPacketSize    int64
 	// MaxMessageExpiry caps queued session messages; 0 = no cap. mochi's
@@ -84,7 +84,7 @@ func New(opts Options) (*Server, error) {
 		opts.MaxPendingWrites = 128
 	}
 	if opts.MaxInflight <= 0 {
-		opts.MaxInflight = 1024
+		opts.MaxInflight = 8192
 	}
 	if opts.ReceiveMaximum <= 0 {
 		opts.ReceiveMaximum = 1024
