@@ -30,15 +30,12 @@ type hook struct {
 	acks    map[ackKey]packets.Code
 	ackWait atomic.Int32 // len(acks), read without the lock on every ack
 
-	// SUBSCRIBE packets between OnSubscribe and OnPacketProcessed: retained
-	// copies are sent after the SUBACK, which mochi writes in between.
-	subMu sync.Mutex
-	subs  map[*mochi.Client]*pendingSub
-	// gates hold back live PUBLISHes to a client while its retained copies
-	// are written, so a stale retained copy never lands after a newer live
-	// message on the same topic. Closed when the retained copies are out.
-	gates map[*mochi.Client]chan struct{}
-	gateN atomic.Int32 // len(gates), read without the lock on every PUBLISH
+	// Per-client state of SUBSCRIBEs and their retained copies (retained.go).
+	subMu   sync.Mutex
+	clients map[*mochi.Client]*clientSubs
+	gateN   atomic.Int32 // clients whose gate is closed, read without the lock on every PUBLISH
+	workers sync.WaitGroup
+	closing bool // guarded by subMu: no new retained workers
 
 	backlog backlog // QoS 1/2 messages a full write queue would have lost
 
@@ -49,27 +46,16 @@ type hook struct {
 	wills  map[*mochi.Client]struct{}
 }
 
-// retainedOrigin marks the retained copies the hook writes itself, so that
-// the gate lets them through.
-const retainedOrigin = "\x00retained"
-
 type ackKey struct {
 	cl *mochi.Client
 	id uint16
 }
 
-type pendingSub struct {
-	filters []packets.Subscription
-	existed []bool
-	codes   []byte
-	at      time.Time // when mochi had added the subscriptions
-}
-
 var _ core.Subscriber = (*hook)(nil)
 
 func newHook(s *Server) *hook {
-	return &hook{s: s, in: s.opts.Metrics.Counter(s.opts.Metrics.InVec(), "mqtt"), acks: map[ackKey]packets.Code{}, subs: map[*mochi.Client]*pendingSub{},
-		gates: map[*mochi.Client]chan struct{}{}, wills: map[*mochi.Client]struct{}{}}
+	return &hook{s: s, in: s.opts.Metrics.Counter(s.opts.Metrics.InVec(), "mqtt"), acks: map[ackKey]packets.Code{},
+		clients: map[*mochi.Client]*clientSubs{}, wills: map[*mochi.Client]struct{}{}}
 }
 
 func (h *hook) ID() string { return "gateway" }
@@ -103,10 +89,7 @@ func (h *hook) OnSessionEstablished(cl *mochi.Client, _ packets.Packet) {
 
 func (h *hook) OnDisconnect(cl *mochi.Client, _ error, _ bool) {
 	h.s.opts.Metrics.Conn("mqtt", -1)
-	h.subMu.Lock()
-	delete(h.subs, cl)
-	h.subMu.Unlock()
-	h.openGate(cl)
+	h.forgetSubs(cl)
 	h.backlog.forget(cl)
 	if h.ackWait.Load() > 0 {
 		h.ackMu.Lock()
@@ -231,10 +214,7 @@ func (h *hook) OnPacketEncode(cl *mochi.Client, pk packets.Packet) packets.Packe
 			pk.Properties.MessageExpiryInterval = 0
 		}
 		if h.gateN.Load() > 0 && pk.Origin != retainedOrigin {
-			h.subMu.Lock()
-			g := h.gates[cl]
-			h.subMu.Unlock()
-			if g != nil {
+			if g := h.gate(cl); g != nil {
 				<-g // the client's retained copies go first
 			}
 		}
@@ -265,132 +245,6 @@ func (h *hook) OnPacketEncode(cl *mochi.Client, pk packets.Packet) packets.Packe
 		pk.Properties.User = nil // mochi echoes the SUBSCRIBE's user properties
 	}
 	return pk
-}
-
-// OnSubscribe notes which filters the session held already (for Retain
-// Handling 1) before mochi adds them.
-func (h *hook) OnSubscribe(cl *mochi.Client, pk packets.Packet) packets.Packet {
-	if cl.Net.Inline {
-		return pk
-	}
-	p := &pendingSub{filters: pk.Filters, existed: make([]bool, len(pk.Filters))}
-	for i, f := range pk.Filters {
-		_, p.existed[i] = cl.State.Subscriptions.Get(f.Filter)
-	}
-	h.subMu.Lock()
-	h.subs[cl] = p
-	if h.gates[cl] == nil {
-		h.gates[cl] = make(chan struct{})
-		h.gateN.Add(1)
-	}
-	h.subMu.Unlock()
-	return pk
-}
-
-// openGate releases live PUBLISHes held back for cl.
-func (h *hook) openGate(cl *mochi.Client) {
-	h.subMu.Lock()
-	g := h.gates[cl]
-	if g != nil {
-		delete(h.gates, cl)
-		h.gateN.Add(-1)
-	}
-	h.subMu.Unlock()
-	if g != nil {
-		close(g)
-	}
-}
-
-func (h *hook) OnSubscribed(cl *mochi.Client, pk packets.Packet, codes []byte) {
-	if cl.Net.Inline {
-		return
-	}
-	h.subMu.Lock()
-	if p := h.subs[cl]; p != nil {
-		p.codes, p.at = codes, time.Now()
-	}
-	h.subMu.Unlock()
-}
-
-// OnPacketProcessed runs after mochi has written the SUBACK: now the stored
-// retained messages go out, with RETAIN=1 [MQTT-3.3.1-9].
-func (h *hook) OnPacketProcessed(cl *mochi.Client, pk packets.Packet, err error) {
-	if pk.FixedHeader.Type != packets.Subscribe {
-		return
-	}
-	defer h.openGate(cl)
-	h.subMu.Lock()
-	p := h.subs[cl]
-	delete(h.subs, cl)
-	h.subMu.Unlock()
-	if p == nil || err != nil || len(p.codes) != len(p.filters) {
-		return
-	}
-	for i, sub := range p.filters {
-		if p.codes[i] >= packets.ErrUnspecifiedError.Code {
-			continue
-		}
-		sub.Qos = p.codes[i] // granted QoS
-		h.sendRetained(cl, sub, p.existed[i], p.at)
-	}
-}
-
-// sendRetained delivers the stored retained messages matching sub.
-// A message this gateway received after the subscription was in place
-// reaches the client live; its stored copy is skipped so the client does
-// not get it twice.
-func (h *hook) sendRetained(cl *mochi.Client, sub packets.Subscription, existed bool, subscribed time.Time) {
-	if core.IsShared(sub.Filter) {
-		return // no retained messages for shared subscriptions [MQTT-4.8.2]
-	}
-	if sub.RetainHandling == 2 || (sub.RetainHandling == 1 && existed) {
-		return // [MQTT-3.3.1-10] [MQTT-3.3.1-11]
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
-	defer cancel()
-	now := time.Now()
-	err := h.s.opts.Store.Match(ctx, sub.Filter, func(m *core.Message) bool {
-		if m.Expired(now) || (m.Created.After(subscribed) && m.Origin.Node == h.s.opts.Node) {
-			return true
-		}
-		pk := toPacket(m, true, now)
-		pk.Origin = retainedOrigin
-		pk.FixedHeader.Qos = min(m.QoS, sub.Qos)
-		if sub.Identifier > 0 {
-			pk.Properties.SubscriptionIdentifier = []int{sub.Identifier}
-		}
-		if err := h.writeRetained(cl, pk); err != nil {
-			return !errors.Is(err, mochi.ErrConnectionClosed)
-		}
-		h.s.opts.Metrics.Out("mqtt", time.Time{})
-		return true
-	})
-	if err != nil {
-		h.s.opts.Metrics.StoreError("match")
-		h.s.log.Warn("retained messages not delivered", "filter", sub.Filter, "client", cl.ID, "error", err)
-	}
-}
-
-// writeRetained sends one retained copy, tracking QoS 1/2 in the session's
-// inflight store as mochi does for its own deliveries.
-func (h *hook) writeRetained(cl *mochi.Client, pk packets.Packet) error {
-	if pk.FixedHeader.Qos > 0 {
-		if cl.State.Inflight.Len() >= int(h.s.mochi.Options.Capabilities.MaximumInflight) {
-			h.s.opts.Metrics.Drop("mqtt", "inflight_full")
-			return packets.ErrQuotaExceeded
-		}
-		id, err := cl.NextPacketID()
-		if err != nil {
-			h.s.opts.Metrics.Drop("mqtt", "packet_ids_exhausted")
-			return packets.ErrQuotaExceeded
-		}
-		pk.PacketID = uint16(id)
-		if cl.State.Inflight.Set(pk) {
-			atomic.AddInt64(&h.s.mochi.Info.Inflight, 1)
-			cl.State.Inflight.DecreaseSendQuota()
-		}
-	}
-	return cl.WritePacket(pk)
 }
 
 // Deliver implements core.Subscriber: a message from another front-end is

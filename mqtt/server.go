@@ -196,6 +196,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		if s.ws != nil {
 			s.ws.wait()
 		}
+		s.hook.closeWorkers()
 		s.hook.backlog.close()
 		close(done)
 	}()

@@ -79,3 +79,27 @@ func TestSlowQoS1SubscriberLosesNothing(t *testing.T) {
 		}
 	}
 }
+
+// A late QoS 1 subscriber gets every stored copy of a retained set larger
+// than its session's inflight window: the copies wait for PUBACKs instead
+// of being dropped when mqtt.maxInflight is reached.
+func TestLateSubscriberGetsRetainedSetLargerThanInflight(t *testing.T) {
+	g := startGateway(t, "--mqtt.maxInflight=50")
+	pub := connect5(t, g.MQTTAddr(), "pub")
+	const n = 1000
+	for i := range n {
+		pub.publish(t, &paho.Publish{Topic: fmt.Sprintf("big/%d", i), QoS: 1, Retain: true, Payload: []byte("v")})
+	}
+	pub.publish(t, &paho.Publish{Topic: "big/fence", QoS: 1, Retain: true, Payload: []byte("v")})
+	eventually(t, "all retained stored", func() bool { return g.Store().Stats().Count == n+1 })
+	late := connect5(t, g.MQTTAddr(), "late")
+	late.subscribe(t, paho.SubscribeOptions{Topic: "big/#", QoS: 1})
+	seen := map[string]bool{}
+	for len(seen) < n+1 {
+		m := late.next(t)
+		if !m.Retain {
+			t.Fatalf("%s arrived with RETAIN=0", m.Topic)
+		}
+		seen[m.Topic] = true
+	}
+}
