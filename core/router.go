@@ -253,32 +253,24 @@ func (r *Router) Publish(ctx context.Context, m *Message) PublishResult {
 			res.Retained = true
 		}
 	}
-	mp := matchPool.Get().(*[]*Subscription)
-	matches := (*mp)[:0]
-	r.mu.RLock()
-	matches = r.collect(&r.root, m.Topic, true, matches)
-	r.mu.RUnlock()
-	all := matches
-	// Drop suppressed subscriptions before merging overlaps, so that a
-	// subscriber whose highest-QoS match is suppressed still gets the
-	// message through another of its matching subscriptions.
-	matches = dedupe(eligible(matches, m))
 	var errs []error
-	for _, sub := range matches {
-		qos := m.QoS
-		if sub.Options.QoS < qos {
-			qos = sub.Options.QoS
+	r.matching(m.Topic, true, func(matches []*Subscription) {
+		// Drop suppressed subscriptions before merging overlaps, so that a
+		// subscriber whose highest-QoS match is suppressed still gets the
+		// message through another of its matching subscriptions.
+		for _, sub := range dedupe(eligible(matches, m)) {
+			qos := m.QoS
+			if sub.Options.QoS < qos {
+				qos = sub.Options.QoS
+			}
+			res.Matched++
+			if err := sub.Subscriber.Deliver(m, Delivery{Sub: sub, QoS: qos}); err != nil {
+				res.Failed++
+				errs = append(errs, err)
+			}
 		}
-		res.Matched++
-		if err := sub.Subscriber.Deliver(m, Delivery{Sub: sub, QoS: qos}); err != nil {
-			res.Failed++
-			errs = append(errs, err)
-		}
-	}
+	})
 	r.delivered.Add(uint64(res.Matched - res.Failed))
-	clear(all) // dedupe shrank matches; drop every pointer before pooling
-	*mp = all[:0]
-	matchPool.Put(mp)
 	if len(errs) > 0 {
 		res.Err = errors.Join(errs...)
 	}
@@ -289,61 +281,79 @@ func (r *Router) Publish(ctx context.Context, m *Message) PublishResult {
 // subscriber (ignoring NoLocal, which needs the publisher's id). A front-end
 // that fans out its own protocol itself (the MQTT front-end, through mochi)
 // calls it first, so that a message nobody else wants costs one lookup and no
-// allocation. It allocates nothing.
+// allocation. It allocates nothing, and takes no shared group's turn: every
+// member of a matching group counts.
 func (r *Router) Wants(topic string, origin Protocol) bool {
-	mp := matchPool.Get().(*[]*Subscription)
-	r.mu.RLock()
-	matches := r.collect(&r.root, topic, true, (*mp)[:0])
-	r.mu.RUnlock()
 	wanted := false
-	for _, sub := range matches {
-		if sub.Options.SkipOrigin == "" || sub.Options.SkipOrigin != origin {
-			wanted = true
-			break
+	r.matching(topic, false, func(matches []*Subscription) {
+		for _, sub := range matches {
+			if !sub.Options.skips(origin) {
+				wanted = true
+				return
+			}
 		}
-	}
-	clear(matches)
-	*mp = matches[:0]
-	matchPool.Put(mp)
+	})
 	return wanted
 }
 
+// matching calls fn with the subscriptions matching topic, in a pooled slice
+// fn must not keep. With pick, each matching shared group contributes the
+// member whose turn it is (and the turn advances); without, all its members.
+func (r *Router) matching(topic string, pick bool, fn func([]*Subscription)) {
+	mp := matchPool.Get().(*[]*Subscription)
+	r.mu.RLock()
+	matches := r.collect(&r.root, topic, true, pick, (*mp)[:0])
+	r.mu.RUnlock()
+	fn(matches)
+	clear(matches) // fn may have shrunk its view; drop every pointer before pooling
+	*mp = matches[:0]
+	matchPool.Put(mp)
+}
+
+// skips reports whether a subscription with these options refuses every
+// message that entered through origin.
+func (o *SubOptions) skips(origin Protocol) bool {
+	return o.SkipOrigin != "" && o.SkipOrigin == origin
+}
+
 // collect appends the subscriptions matching topic below n.
-func (r *Router) collect(n *snode, topic string, root bool, out []*Subscription) []*Subscription {
+func (r *Router) collect(n *snode, topic string, root, pick bool, out []*Subscription) []*Subscription {
 	level, rest, more := cutLevel(topic)
 	dollar := root && len(level) > 0 && level[0] == '$' // [MQTT-4.7.2-1]
 	if !dollar {
 		if h := n.kids.get("#", sname); h != nil {
-			out = appendSubs(h, out)
+			out = appendSubs(h, pick, out)
 		}
 	}
 	if c := n.kids.get(level, sname); c != nil {
-		out = r.descend(c, rest, more, out)
+		out = r.descend(c, rest, more, pick, out)
 	}
 	if !dollar {
 		if p := n.kids.get("+", sname); p != nil {
-			out = r.descend(p, rest, more, out)
+			out = r.descend(p, rest, more, pick, out)
 		}
 	}
 	return out
 }
 
-func (r *Router) descend(c *snode, rest string, more bool, out []*Subscription) []*Subscription {
+func (r *Router) descend(c *snode, rest string, more, pick bool, out []*Subscription) []*Subscription {
 	if more {
-		return r.collect(c, rest, false, out)
+		return r.collect(c, rest, false, pick, out)
 	}
-	out = appendSubs(c, out)
+	out = appendSubs(c, pick, out)
 	// "a/#" also matches "a" [MQTT-4.7.1-2].
 	if h := c.kids.get("#", sname); h != nil {
-		out = appendSubs(h, out)
+		out = appendSubs(h, pick, out)
 	}
 	return out
 }
 
-func appendSubs(n *snode, out []*Subscription) []*Subscription {
+func appendSubs(n *snode, pick bool, out []*Subscription) []*Subscription {
 	out = append(out, n.subs...)
 	for _, g := range n.groups {
-		if k := len(g.members); k > 0 {
+		if !pick {
+			out = append(out, g.members...)
+		} else if k := len(g.members); k > 0 {
 			out = append(out, g.members[int(g.next.Add(1)-1)%k])
 		}
 	}
@@ -356,7 +366,7 @@ func eligible(s []*Subscription, m *Message) []*Subscription {
 	out := s[:0]
 	for _, x := range s {
 		o := &x.Options
-		if o.SkipOrigin != "" && o.SkipOrigin == m.Origin.Protocol {
+		if o.skips(m.Origin.Protocol) {
 			continue
 		}
 		if o.NoLocal && o.Client != "" && o.Client == m.Origin.Client {

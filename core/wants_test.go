@@ -28,3 +28,29 @@ func TestRouterWants(t *testing.T) {
 		t.Fatalf("Wants allocates %v times", n)
 	}
 }
+
+type countSub struct{ n int }
+
+func (c *countSub) Deliver(*Message, Delivery) error { c.n++; return nil }
+
+// Wants must not take a shared group's turn: the MQTT front-end asks it
+// before every Publish, and a turn taken by each would send every message to
+// the same member of a two-member group.
+func TestWantsLeavesSharedGroupTurns(t *testing.T) {
+	r := NewRouter(RouterOptions{})
+	a, b := &countSub{}, &countSub{}
+	for _, s := range []*countSub{a, b} {
+		if _, err := r.Subscribe("$share/g/t/#", s, SubOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 10 {
+		if !r.Wants("t/x", ProtocolMQTT) {
+			t.Fatal("a shared group wants the message")
+		}
+		r.Publish(t.Context(), &Message{Topic: "t/x", Origin: Origin{Protocol: ProtocolMQTT}})
+	}
+	if a.n != 5 || b.n != 5 {
+		t.Fatalf("round robin after Wants: %d and %d, want 5 and 5", a.n, b.n)
+	}
+}
