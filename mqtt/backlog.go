@@ -73,18 +73,30 @@ func (h *hook) OnPublishDropped(cl *mochi.Client, pk packets.Packet) {
 		h.s.opts.Metrics.Drop("mqtt", "inflight_full")
 		return
 	}
+	if h.track(cl, &out) != nil {
+		return
+	}
+	h.s.opts.Metrics.Drop("mqtt", "requeued") // not lost: counted to show pressure
+	h.backlog.push(cl, out)
+}
+
+// track gives a QoS 1/2 PUBLISH the gateway writes itself (a retained copy,
+// a kept message) a packet id and a place in the session's inflight store,
+// as mochi's publishToClient does for its own: the client's PUBACK clears
+// it, a reconnecting persistent session gets it again, and it counts
+// against the client's send quota.
+func (h *hook) track(cl *mochi.Client, pk *packets.Packet) error {
 	id, err := cl.NextPacketID()
 	if err != nil {
 		h.s.opts.Metrics.Drop("mqtt", "packet_ids_exhausted")
-		return
+		return packets.ErrQuotaExceeded
 	}
-	out.PacketID = uint16(id)
-	if !cl.State.Inflight.Set(out) {
-		return
+	pk.PacketID = uint16(id)
+	if cl.State.Inflight.Set(*pk) {
+		atomic.AddInt64(&h.s.mochi.Info.Inflight, 1)
+		cl.State.Inflight.DecreaseSendQuota()
 	}
-	atomic.AddInt64(&h.s.mochi.Info.Inflight, 1)
-	h.s.opts.Metrics.Drop("mqtt", "requeued") // not lost: counted to show pressure
-	h.backlog.push(cl, out)
+	return nil
 }
 
 func (b *backlog) push(cl *mochi.Client, pk packets.Packet) {

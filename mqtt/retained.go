@@ -3,7 +3,6 @@ package mqtt
 import (
 	"context"
 	"errors"
-	"sync/atomic"
 	"time"
 
 	mochi "github.com/mochi-mqtt/server/v2"
@@ -228,15 +227,8 @@ func (h *hook) writeRetained(cl *mochi.Client, pk packets.Packet) error {
 			time.Sleep(wait)
 			wait = min(2*wait, 50*time.Millisecond)
 		}
-		id, err := cl.NextPacketID()
-		if err != nil {
-			h.s.opts.Metrics.Drop("mqtt", "packet_ids_exhausted")
-			return packets.ErrQuotaExceeded
-		}
-		pk.PacketID = uint16(id)
-		if cl.State.Inflight.Set(pk) {
-			atomic.AddInt64(&h.s.mochi.Info.Inflight, 1)
-			cl.State.Inflight.DecreaseSendQuota()
+		if err := h.track(cl, &pk); err != nil {
+			return err
 		}
 	}
 	return cl.WritePacket(pk)
