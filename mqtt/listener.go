@@ -19,12 +19,13 @@ import (
 // mochi's listeners.Net, whose accept loop shares an error variable between
 // goroutines (a data race under -race).
 type tcpListener struct {
-	id      string
-	ln      net.Listener
-	log     *slog.Logger
-	once    sync.Once
-	wg      sync.WaitGroup // connection goroutines and their closing drains
-	closing atomic.Bool    // set by Close: connections close at once, no drain
+	closeClients listeners.CloseFn // disconnects this listener's clients on Close
+	id           string
+	ln           net.Listener
+	log          *slog.Logger
+	once         sync.Once
+	wg           sync.WaitGroup // connection goroutines and their closing drains
+	closing      atomic.Bool    // set by Close: connections close at once, no drain
 }
 
 var _ listeners.Listener = (*tcpListener)(nil)
@@ -53,11 +54,13 @@ func (l *tcpListener) Serve(establish listeners.EstablishFn) {
 	}
 }
 
-func (l *tcpListener) Close(closeClients listeners.CloseFn) {
+// Close stops accepting and disconnects the listener's clients through
+// l.closeClients, not mochi's callback (see disconnectListener).
+func (l *tcpListener) Close(listeners.CloseFn) {
 	l.once.Do(func() {
 		l.closing.Store(true)
 		_ = l.ln.Close()
-		closeClients(l.id)
+		l.closeClients(l.id)
 	})
 }
 
@@ -120,14 +123,15 @@ func (c *drainConn) Close() error {
 // wsListener serves MQTT over WebSocket (subprotocol "mqtt", binary
 // messages) on paths / and /mqtt.
 type wsListener struct {
-	id       string
-	ln       net.Listener
-	log      *slog.Logger
-	srv      *http.Server
-	once     sync.Once
-	wg       sync.WaitGroup
-	upgrader websocket.Upgrader
-	est      listeners.EstablishFn
+	closeClients listeners.CloseFn // disconnects this listener's clients on Close
+	id           string
+	ln           net.Listener
+	log          *slog.Logger
+	srv          *http.Server
+	once         sync.Once
+	wg           sync.WaitGroup
+	upgrader     websocket.Upgrader
+	est          listeners.EstablishFn
 }
 
 var _ listeners.Listener = (*wsListener)(nil)
@@ -170,10 +174,10 @@ func (l *wsListener) handle(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (l *wsListener) Close(closeClients listeners.CloseFn) {
+func (l *wsListener) Close(listeners.CloseFn) {
 	l.once.Do(func() {
 		_ = l.srv.Close()
-		closeClients(l.id)
+		l.closeClients(l.id)
 	})
 }
 

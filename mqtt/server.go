@@ -128,7 +128,7 @@ func (s *Server) Start() error {
 	if err != nil {
 		return fmt.Errorf("mqtt.listen %s: %w", s.opts.Listen, err)
 	}
-	s.tcp = &tcpListener{id: "mqtt-tcp", ln: ln}
+	s.tcp = &tcpListener{id: "mqtt-tcp", ln: ln, closeClients: s.disconnectListener}
 	if err := s.mochi.AddListener(s.tcp); err != nil {
 		ln.Close()
 		return fmt.Errorf("mqtt: %w", err)
@@ -139,7 +139,7 @@ func (s *Server) Start() error {
 			ln.Close()
 			return fmt.Errorf("mqtt.ws.listen %s: %w", s.opts.WSListen, err)
 		}
-		s.ws = &wsListener{id: "mqtt-ws", ln: wl}
+		s.ws = &wsListener{id: "mqtt-ws", ln: wl, closeClients: s.disconnectListener}
 		if err := s.mochi.AddListener(s.ws); err != nil {
 			ln.Close()
 			wl.Close()
@@ -206,6 +206,20 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		return ctx.Err()
 	}
 	return err
+}
+
+// disconnectListener disconnects the clients of one listener at shutdown, as
+// mochi's own closeListenerClients does, minus its deadlock: mochi's
+// Clients.GetByListener takes the clients' read lock and then takes it again
+// (through Len), so a client disconnecting at that moment (Clients.Delete
+// waiting for the write lock) blocks both for ever. Seen in the e2e tests as
+// a gateway that never stopped.
+func (s *Server) disconnectListener(id string) {
+	for _, cl := range s.mochi.Clients.GetAll() {
+		if cl.Net.Listener == id && !cl.Closed() {
+			_ = s.mochi.DisconnectClient(cl, packets.ErrServerShuttingDown)
+		}
+	}
 }
 
 // inline returns mochi's inline client, through which messages from other
