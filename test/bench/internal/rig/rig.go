@@ -99,15 +99,20 @@ func moduleRoot() (string, error) {
 	return filepath.Dir(mod), nil
 }
 
-// Build compiles pkg (like "./cmd/gateway") into the rig directory.
+// Build compiles pkg (like "./cmd/gateway") into the rig directory. A
+// package with a go.mod of its own is built in its own module.
 func (r *Rig) Build(name, pkg string) (string, error) {
 	root, err := moduleRoot()
 	if err != nil {
 		return "", err
 	}
 	bin := filepath.Join(r.Dir, name)
+	dir := root
+	if _, err := os.Stat(filepath.Join(root, pkg, "go.mod")); err == nil {
+		dir, pkg = filepath.Join(root, pkg), "." // a module of its own (baremochi)
+	}
 	cmd := exec.Command("go", "build", "-o", bin, pkg)
-	cmd.Dir = root
+	cmd.Dir = dir
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
 	}
