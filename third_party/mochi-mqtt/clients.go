@@ -143,20 +143,20 @@ type Will struct {
 
 // ClientState tracks the state of the client.
 type ClientState struct {
-	TopicAliases    TopicAliases         // a map of topic aliases
-	stopCause       atomic.Value         // reason for stopping
-	Inflight        *Inflight            // a map of in-flight qos messages
-	Subscriptions   *Subscriptions       // a map of the subscription filters a client maintains
-	disconnected    int64                // the time the client disconnected in unix time, for calculating expiry
-	outbound        chan *packets.Packet // queue for pending outbound packets
-	endOnce         sync.Once            // only end once
-	isTakenOver     atomic.Bool          // used to identify orphaned clients
-	packetID        uint32               // the current highest packetID
-	open            context.Context      // indicate that the client is open for packet exchange
-	cancelOpen      context.CancelFunc   // cancel function for open context
-	outboundQty     int32                // number of messages currently in the outbound queue
-	Keepalive       uint16               // the number of seconds the connection can wait
-	ServerKeepalive bool                 // keepalive was set by the server
+	TopicAliases    TopicAliases       // a map of topic aliases
+	stopCause       atomic.Value       // reason for stopping
+	Inflight        *Inflight          // a map of in-flight qos messages
+	Subscriptions   *Subscriptions     // a map of the subscription filters a client maintains
+	disconnected    int64              // the time the client disconnected in unix time, for calculating expiry
+	outbound        outboundQueue      // queue for pending outbound packets (gateway patch: was a channel)
+	endOnce         sync.Once          // only end once
+	isTakenOver     atomic.Bool        // used to identify orphaned clients
+	packetID        uint32             // the current highest packetID
+	open            context.Context    // indicate that the client is open for packet exchange
+	cancelOpen      context.CancelFunc // cancel function for open context
+	outboundQty     int32              // number of messages currently in the outbound queue
+	Keepalive       uint16             // the number of seconds the connection can wait
+	ServerKeepalive bool               // keepalive was set by the server
 }
 
 // newClient returns a new instance of Client. This is almost exclusively used by Server
@@ -171,7 +171,6 @@ func newClient(c net.Conn, o *ops) *Client {
 			open:          ctx,
 			cancelOpen:    cancel,
 			Keepalive:     defaultKeepalive,
-			outbound:      make(chan *packets.Packet, o.options.Capabilities.MaximumClientWritesPending),
 		},
 		Properties: ClientProperties{
 			ProtocolVersion: defaultClientProtocolVersion, // default protocol version
@@ -190,20 +189,129 @@ func newClient(c net.Conn, o *ops) *Client {
 	return cl
 }
 
-// WriteLoop ranges over pending outbound messages and writes them to the client connection.
-func (cl *Client) WriteLoop() {
-	for {
-		select {
-		case pk := <-cl.State.outbound:
-			if err := cl.WritePacket(*pk); err != nil {
-				// TODO : Figure out what to do with error
-				cl.ops.log.Debug("failed publishing packet", "error", err, "client", cl.ID, "packet", pk)
-			}
-			atomic.AddInt32(&cl.State.outboundQty, -1)
-		case <-cl.State.open.Done():
-			return
+// outboundQueue holds the packets waiting to be written to a client (gateway
+// patch). It replaces a channel of MaximumClientWritesPending slots, allocated
+// when the client connects (64 KiB at mochi's default of 8192), with a ring
+// that grows with use and is let go of when it empties; and the goroutine
+// that writes it runs only while there is something to write, so an idle
+// connection keeps neither a queue nor a writer's stack.
+type outboundQueue struct {
+	mu      sync.Mutex
+	ring    []*packets.Packet // len is 0 or a power of two
+	head    int               // index of the oldest packet in ring
+	n       int               // packets in ring
+	queued  atomic.Int32      // n, readable without mu
+	writing bool              // a goroutine is running writeLoop
+}
+
+// keptRing is the largest ring an empty queue keeps.
+const keptRing = 8
+
+// push appends pk; the caller holds q.mu.
+func (q *outboundQueue) push(pk *packets.Packet) {
+	if q.n == len(q.ring) {
+		ring := make([]*packets.Packet, max(keptRing, 2*len(q.ring)))
+		for i := 0; i < q.n; i++ {
+			ring[i] = q.ring[(q.head+i)&(len(q.ring)-1)]
+		}
+		q.ring, q.head = ring, 0
+	}
+	q.ring[(q.head+q.n)&(len(q.ring)-1)] = pk
+	q.n++
+	q.queued.Store(int32(q.n))
+}
+
+// pop removes and returns the oldest packet, nil if there is none; the
+// caller holds q.mu.
+func (q *outboundQueue) pop() *packets.Packet {
+	if q.n == 0 {
+		return nil
+	}
+	pk := q.ring[q.head]
+	q.ring[q.head] = nil
+	q.head = (q.head + 1) & (len(q.ring) - 1)
+	q.n--
+	q.queued.Store(int32(q.n))
+	if q.n == 0 {
+		q.head = 0
+		if len(q.ring) > keptRing {
+			q.ring = nil
 		}
 	}
+	return pk
+}
+
+// Len returns the number of packets waiting to be written.
+func (q *outboundQueue) Len() int {
+	return int(q.queued.Load())
+}
+
+// enqueue queues pk for writing, starting a writer if none is running. It
+// reports false, queueing nothing, when MaximumClientWritesPending packets
+// are already waiting.
+func (cl *Client) enqueue(pk *packets.Packet) bool {
+	q := &cl.State.outbound
+	q.mu.Lock()
+	if q.n >= int(cl.ops.options.Capabilities.MaximumClientWritesPending) {
+		q.mu.Unlock()
+		return false
+	}
+	q.push(pk)
+	atomic.AddInt32(&cl.State.outboundQty, 1)
+	start := !q.writing
+	q.writing = true
+	q.mu.Unlock()
+	if start {
+		go cl.writeLoop()
+	}
+	return true
+}
+
+// WriteLoop writes the queued packets to the client connection until the
+// queue is empty or the client closes. Queueing a packet starts it when it is
+// not running (gateway patch: it no longer runs for the whole connection).
+func (cl *Client) WriteLoop() {
+	q := &cl.State.outbound
+	q.mu.Lock()
+	if q.writing {
+		q.mu.Unlock()
+		return
+	}
+	q.writing = true
+	q.mu.Unlock()
+	cl.writeLoop()
+}
+
+// writeLoop is WriteLoop once it owns q.writing.
+func (cl *Client) writeLoop() {
+	q := &cl.State.outbound
+	for {
+		q.mu.Lock()
+		pk := q.pop()
+		if pk == nil || cl.Closed() {
+			for pk != nil { // closed: what is left is dropped, as before
+				atomic.AddInt32(&cl.State.outboundQty, -1)
+				pk = q.pop()
+			}
+			q.writing = false
+			q.mu.Unlock()
+			return
+		}
+		q.mu.Unlock()
+		cl.writeQueued(pk)
+	}
+}
+
+// writeQueued writes one packet taken from the outbound queue. It keeps
+// writeLoop's frame small (gateway patch).
+//
+//go:noinline
+func (cl *Client) writeQueued(pk *packets.Packet) {
+	if err := cl.WritePacket(*pk); err != nil {
+		// TODO : Figure out what to do with error
+		cl.ops.log.Debug("failed publishing packet", "error", err, "client", cl.ID, "packet", pk)
+	}
+	atomic.AddInt32(&cl.State.outboundQty, -1)
 }
 
 // ParseConnect parses the connect parameters and properties for a client.
@@ -363,8 +471,6 @@ func (cl *Client) ClearExpiredInflights(now, maximumExpiry int64) []uint16 {
 // Read reads incoming packets from the connected client and transforms them into
 // packets to be handled by the packetHandler.
 func (cl *Client) Read(packetHandler ReadFn) error {
-	var err error
-
 	for {
 		if cl.Closed() {
 			return nil
@@ -372,21 +478,28 @@ func (cl *Client) Read(packetHandler ReadFn) error {
 
 		cl.refreshDeadline(cl.State.Keepalive)
 		fh := new(packets.FixedHeader)
-		err = cl.ReadFixedHeader(fh)
-		if err != nil {
+		if err := cl.ReadFixedHeader(fh); err != nil {
 			return err
 		}
 
-		pk, err := cl.ReadPacket(fh)
-		if err != nil {
-			return err
-		}
-
-		err = packetHandler(cl, pk) // Process inbound packet.
-		if err != nil {
+		if err := cl.readAndHandle(fh, packetHandler); err != nil {
 			return err
 		}
 	}
+}
+
+// readAndHandle reads the rest of a packet and hands it to packetHandler. It is
+// a function of its own so that Read's frame, on the stack while a connection
+// waits for its next packet, stays small (gateway patch).
+//
+//go:noinline
+func (cl *Client) readAndHandle(fh *packets.FixedHeader, packetHandler ReadFn) error {
+	pk, err := cl.ReadPacket(fh)
+	if err != nil {
+		return err
+	}
+
+	return packetHandler(cl, pk) // Process inbound packet.
 }
 
 // Stop instructs the client to shut down all processing goroutines and disconnect.
@@ -602,7 +715,7 @@ func (cl *Client) WritePacket(pk packets.Packet) error {
 	n, err := func() (int64, error) {
 		cl.Lock()
 		defer cl.Unlock()
-		if len(cl.State.outbound) == 0 {
+		if cl.State.outbound.Len() == 0 {
 			if cl.Net.outbuf == nil {
 				return buf.WriteTo(cl.Net.Conn)
 			}

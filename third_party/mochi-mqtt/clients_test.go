@@ -789,7 +789,9 @@ func TestClientWritePacketBuffer(t *testing.T) {
 	small := packets.TPacketData[packets.Publish].Get(packets.TPublishNoPayload).Packet
 	large := packets.TPacketData[packets.Publish].Get(packets.TPublishBasic).Packet
 
-	cl.State.outbound <- small
+	cl.State.outbound.mu.Lock()
+	cl.State.outbound.push(small) // queued, with no writer: WritePacket buffers
+	cl.State.outbound.mu.Unlock()
 
 	tt := []struct {
 		pks  []*packets.Packet

@@ -404,15 +404,41 @@ func (s *Server) EstablishConnection(listener string, c net.Conn) error {
 // attachClient validates an incoming client connection and if viable, attaches the client
 // to the server, performs session housekeeping, and reads incoming packets.
 func (s *Server) attachClient(cl *Client, listener string) error {
-	defer s.Listeners.ClientsWg.Done()
 	s.Listeners.ClientsWg.Add(1)
 
-	go cl.WriteLoop()
-	defer cl.Stop(nil)
+	// The client's writer runs only while packets are queued (see
+	// outboundQueue). The handshake and the cleanup run in functions of their
+	// own, and this one has no defers, so that the frames on this goroutine's
+	// stack while it waits for the client's next packet stay small: an idle
+	// connection's stack can then shrink (gateway patch).
+	counted, err := s.establishClient(cl, listener)
+	if err == nil {
+		err = cl.Read(s.receivePacket)
+		s.detachClient(cl, listener, err)
+	}
+	s.endClient(cl, counted)
+	return err
+}
 
+// endClient is what attachClient deferred before the gateway patch.
+//
+//go:noinline
+func (s *Server) endClient(cl *Client, counted bool) {
+	if counted {
+		atomic.AddInt64(&s.Info.ClientsConnected, -1)
+	}
+	cl.Stop(nil)
+	s.Listeners.ClientsWg.Done()
+}
+
+// establishClient reads and answers a client's CONNECT. counted reports
+// whether the client was added to Info.ClientsConnected.
+//
+//go:noinline
+func (s *Server) establishClient(cl *Client, listener string) (counted bool, err error) {
 	pk, err := s.readConnectionPacket(cl)
 	if err != nil {
-		return fmt.Errorf("read connection: %w", err)
+		return false, fmt.Errorf("read connection: %w", err)
 	}
 
 	cl.ParseConnect(listener, pk)
@@ -423,34 +449,33 @@ func (s *Server) attachClient(cl *Client, listener string) error {
 			s.SendConnack(cl, packets.ErrServerBusy, false, nil)
 		}
 
-		return packets.ErrServerBusy
+		return false, packets.ErrServerBusy
 	}
 
 	code := s.validateConnect(cl, pk) // [MQTT-3.1.4-1] [MQTT-3.1.4-2]
 	if code != packets.CodeSuccess {
 		if err := s.SendConnack(cl, code, false, nil); err != nil {
-			return fmt.Errorf("invalid connection send ack: %w", err)
+			return false, fmt.Errorf("invalid connection send ack: %w", err)
 		}
-		return code // [MQTT-3.2.2-7] [MQTT-3.1.4-6]
+		return false, code // [MQTT-3.2.2-7] [MQTT-3.1.4-6]
 	}
 
 	err = s.hooks.OnConnect(cl, pk)
 	if err != nil {
-		return err
+		return false, err
 	}
 
 	cl.refreshDeadline(cl.State.Keepalive)
 	if !s.hooks.OnConnectAuthenticate(cl, pk) { // [MQTT-3.1.4-2]
 		err := s.SendConnack(cl, packets.ErrBadUsernameOrPassword, false, nil)
 		if err != nil {
-			return fmt.Errorf("invalid connection send ack: %w", err)
+			return false, fmt.Errorf("invalid connection send ack: %w", err)
 		}
 
-		return packets.ErrBadUsernameOrPassword
+		return false, packets.ErrBadUsernameOrPassword
 	}
 
 	atomic.AddInt64(&s.Info.ClientsConnected, 1)
-	defer atomic.AddInt64(&s.Info.ClientsConnected, -1)
 
 	s.hooks.OnSessionEstablish(cl, pk)
 
@@ -459,7 +484,7 @@ func (s *Server) attachClient(cl *Client, listener string) error {
 
 	err = s.SendConnack(cl, code, sessionPresent, nil) // [MQTT-3.1.4-5] [MQTT-3.2.0-1] [MQTT-3.2.0-2] &[MQTT-3.14.0-1]
 	if err != nil {
-		return fmt.Errorf("ack connection packet: %w", err)
+		return true, fmt.Errorf("ack connection packet: %w", err)
 	}
 
 	s.loop.willDelayed.Delete(cl.ID) // [MQTT-3.1.3-9]
@@ -467,13 +492,18 @@ func (s *Server) attachClient(cl *Client, listener string) error {
 	if sessionPresent {
 		err = cl.ResendInflightMessages(true)
 		if err != nil {
-			return fmt.Errorf("resend inflight: %w", err)
+			return true, fmt.Errorf("resend inflight: %w", err)
 		}
 	}
 
 	s.hooks.OnSessionEstablished(cl, pk)
+	return true, nil
+}
 
-	err = cl.Read(s.receivePacket)
+// detachClient ends a client's session after its read loop returned err.
+//
+//go:noinline
+func (s *Server) detachClient(cl *Client, listener string, err error) {
 	if err != nil {
 		s.sendLWT(cl)
 		cl.Stop(err)
@@ -490,8 +520,6 @@ func (s *Server) attachClient(cl *Client, listener string) error {
 		s.UnsubscribeClient(cl)
 		s.Clients.Delete(cl.ID) // [MQTT-4.1.0-2] ![MQTT-3.1.2-23]
 	}
-
-	return err
 }
 
 // readConnectionPacket reads the first incoming header for a connection, and if
@@ -1097,10 +1125,7 @@ func (s *Server) publishToClient(cl *Client, sub packets.Subscription, pk packet
 		return out, packets.CodeDisconnect
 	}
 
-	select {
-	case cl.State.outbound <- &out:
-		atomic.AddInt32(&cl.State.outboundQty, 1)
-	default:
+	if !cl.enqueue(&out) {
 		atomic.AddInt64(&s.Info.MessagesDropped, 1)
 		cl.ops.hooks.OnPublishDropped(cl, pk)
 		if out.FixedHeader.Qos > 0 {

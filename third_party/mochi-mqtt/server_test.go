@@ -2038,7 +2038,7 @@ func TestPublishToClientServerDowngradeQos(t *testing.T) {
 		pkx := *packets.TPacketData[packets.Publish].Get(packets.TPublishQos1).Packet
 		pkx.FixedHeader.Qos = 2
 		_, _ = s.publishToClient(cl, packets.Subscription{Filter: "a/b/c", Qos: 2}, pkx)
-		time.Sleep(time.Microsecond * 100)
+		waitWritten(cl) // gateway patch: was a 100 µs sleep, which a busy machine outran
 		_ = w.Close()
 	}()
 
@@ -2067,7 +2067,7 @@ func TestPublishToClientSubscriptionDowngradeQos(t *testing.T) {
 		pkx := *packets.TPacketData[packets.Publish].Get(packets.TPublishQos1).Packet
 		pkx.FixedHeader.Qos = 2
 		_, _ = s.publishToClient(cl, packets.Subscription{Filter: "a/b/c", Qos: 1}, pkx)
-		time.Sleep(time.Microsecond * 100)
+		waitWritten(cl) // gateway patch: was a 100 µs sleep, which a busy machine outran
 		_ = w.Close()
 	}()
 
@@ -2103,7 +2103,9 @@ func TestPublishToClientExceedClientWritesPending(t *testing.T) {
 	s.Clients.Add(cl)
 
 	for i := int32(0); i < cl.ops.options.Capabilities.MaximumClientWritesPending; i++ {
-		cl.State.outbound <- new(packets.Packet)
+		cl.State.outbound.mu.Lock()
+		cl.State.outbound.push(new(packets.Packet)) // queued, with no writer: the queue stays full
+		cl.State.outbound.mu.Unlock()
 		atomic.AddInt32(&cl.State.outboundQty, 1)
 	}
 
