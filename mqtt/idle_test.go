@@ -1,0 +1,134 @@
+package mqtt
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"runtime"
+	"runtime/metrics"
+	"testing"
+	"time"
+
+	"github.com/gatewayd/gateway/core"
+	"github.com/gatewayd/gateway/retain"
+	"github.com/gatewayd/gateway/retain/memory"
+)
+
+// TestIdleConnectionStackBudget holds the goroutine stack an idle MQTT
+// connection costs to 4 KiB: one goroutine (mochi's reader; the writer runs
+// only while packets are queued, third_party/mochi-mqtt) whose stack the
+// runtime shrinks to 4 KiB once the connection is idle, because every frame
+// on it while it waits is small (serveConn, drainConn.Read, and mochi's
+// attachClient and Client.Read, patched). A frame that grows past that
+// budget shows up here as 8 KiB per connection. Each connection first
+// subscribes, publishes a QoS 1 message to itself and receives it, so both
+// the reader and the writer paths have run. Budgets are checked without
+// -race (test/run runs them in the allocation-budget step).
+func TestIdleConnectionStackBudget(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector enlarges frames; test/run checks this budget without -race")
+	}
+	const n = 200
+	store := memory.New(retain.Limits{})
+	router := core.NewRouter(core.RouterOptions{Retainer: retain.Retainer{Store: store}, Node: "n"})
+	s, err := New(Options{Listen: "127.0.0.1:0", Router: router, Store: store, Node: "n",
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = s.Shutdown(ctx)
+	})
+
+	before := settledStacks()
+	goroutines := runtime.NumGoroutine()
+	conns := make([]net.Conn, n)
+	for i := range conns {
+		c, err := net.Dial("tcp", s.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		if err := exerciseConn(c, fmt.Sprintf("idle-%d", i)); err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+		conns[i] = c
+	}
+	// mochi counts a client connected, and its writer goroutine ends, just
+	// after the last write; give them a moment.
+	for deadline := time.Now().Add(5 * time.Second); runtime.NumGoroutine() > goroutines+n && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if g := runtime.NumGoroutine() - goroutines; g > n {
+		t.Errorf("%d idle connections run %d goroutines, want at most one each", n, g)
+	}
+	after := settledStacks()
+	per := float64(after-before) / n
+	t.Logf("goroutine stacks: %.0f B per idle connection (%d connections)", per, n)
+	if per > 4096+512 {
+		t.Errorf("goroutine stacks cost %.0f B per idle connection, budget 4 KiB: a frame on the idle reader's stack grew (see serveConn)", per)
+	}
+}
+
+// settledStacks runs enough collections for every idle stack to have
+// shrunk as far as it can (each one halves a stack at most once) and
+// returns the bytes of goroutine stacks in use.
+func settledStacks() uint64 {
+	for i := 0; i < 5; i++ {
+		runtime.GC()
+	}
+	s := []metrics.Sample{{Name: "/memory/classes/heap/stacks:bytes"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
+}
+
+// exerciseConn connects as an MQTT 5 client id, subscribes to its own topic
+// at QoS 1, publishes one QoS 1 message to it and acknowledges its delivery.
+func exerciseConn(c net.Conn, id string) error {
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	defer c.SetDeadline(time.Time{})
+	str := func(v string) []byte { return append([]byte{byte(len(v) >> 8), byte(len(v))}, v...) }
+	connect := append([]byte{0, 4, 'M', 'Q', 'T', 'T', 5, 0x02, 0, 0, 0}, str(id)...)
+	sub := append(append([]byte{0, 1, 0}, str(id)...), 1)
+	pub := append(append(str(id), 0, 2, 0), "idle"...)
+	var out []byte
+	out = append(append(out, 0x10, byte(len(connect))), connect...)
+	out = append(append(out, 0x82, byte(len(sub))), sub...)
+	out = append(append(out, 0x32, byte(len(pub))), pub...)
+	if _, err := c.Write(out); err != nil {
+		return err
+	}
+	br := bufio.NewReader(c)
+	seen := map[byte]bool{}
+	for !seen[2] || !seen[9] || !seen[4] || !seen[3] { // CONNACK, SUBACK, PUBACK, PUBLISH
+		h, err := br.ReadByte()
+		if err != nil {
+			return err
+		}
+		size, err := binary.ReadUvarint(br) // MQTT's variable byte integer is a uvarint
+		if err != nil {
+			return err
+		}
+		body := make([]byte, size)
+		if _, err := io.ReadFull(br, body); err != nil {
+			return err
+		}
+		seen[h>>4] = true
+		if h>>4 == 3 {
+			id := body[2+int(body[0])<<8+int(body[1]):][:2]
+			if _, err := c.Write([]byte{0x40, 2, id[0], id[1]}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
