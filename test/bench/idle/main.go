@@ -16,12 +16,15 @@ package main
 
 import (
 	"bufio"
+	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -44,6 +47,8 @@ func main() {
 	k := flag.Int("k", 5000, "idle connections per target")
 	targets := flag.String("targets", "gateway,mochi,mochi128", "targets: gateway, mochi (defaults), mochi128 (MaximumClientWritesPending=128)")
 	settle := flag.Duration("settle", 30*time.Second, "longest wait for RSS to settle")
+	active := flag.Bool("active", true, "each connection subscribes to its own topic and publishes one QoS 1 message to it, which it receives, before going idle (as a device with a command topic); false: CONNECT only")
+	profiles := flag.String("profiles", "", "save the gateway's heap and goroutine profiles (from /debug/pprof) into this directory once connected")
 	wait := flag.Duration("wait", 0, "extra wait after connecting, before measuring (>2m lets the runtime's periodic forced GC shrink goroutine stacks)")
 	flag.Parse()
 
@@ -97,11 +102,16 @@ func main() {
 		if m, err := srv.Metrics(); err == nil {
 			res.heap0, res.stack0 = m["go_memstats_heap_inuse_bytes"], m["go_memstats_stack_inuse_bytes"]
 		}
-		conns, err := openIdle(srv.Addr, *k)
+		conns, err := openIdle(srv.Addr, *k, *active)
 		if err != nil {
 			r.Fatal(fmt.Errorf("%s: %w", res.name, err))
 		}
 		time.Sleep(*wait)
+		if *profiles != "" && srv.Admin != "" {
+			if err := saveProfiles(srv.Admin, *profiles); err != nil {
+				r.Fatal(err)
+			}
+		}
 		if res.after, err = srv.SettledRSS(*settle); err != nil {
 			r.Fatal(err)
 		}
@@ -163,8 +173,9 @@ func connectPacket(id string) []byte {
 	return append(pk, id...)
 }
 
-// openIdle opens k connections, 64 at a time, each with a CONNACK 0x00.
-func openIdle(addr string, k int) ([]net.Conn, error) {
+// openIdle opens k connections, 64 at a time, each with a CONNACK 0x00;
+// with active, each then runs exercise.
+func openIdle(addr string, k int, active bool) ([]net.Conn, error) {
 	conns := make([]net.Conn, k)
 	errs := make(chan error, k)
 	work := make(chan int)
@@ -175,6 +186,11 @@ func openIdle(addr string, k int) ([]net.Conn, error) {
 			defer wg.Done()
 			for i := range work {
 				c, err := dialMQTT(addr, fmt.Sprintf("idle-%d", i))
+				if err == nil && active {
+					if err = exercise(c, fmt.Sprintf("idle/%d", i)); err != nil {
+						c.Close()
+					}
+				}
 				if err != nil {
 					errs <- fmt.Errorf("connection %d: %w", i, err)
 					continue
@@ -198,6 +214,62 @@ func openIdle(addr string, k int) ([]net.Conn, error) {
 		return nil, err
 	}
 	return conns, nil
+}
+
+// exercise subscribes c to topic at QoS 1, publishes one QoS 1 message to
+// it and waits for the SUBACK, the PUBACK and the message, which it
+// acknowledges: the reader and writer paths of the server have then both run.
+func exercise(c net.Conn, topic string) error {
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	defer c.SetDeadline(time.Time{})
+	str := func(v string) []byte { return append([]byte{byte(len(v) >> 8), byte(len(v))}, v...) }
+	// SUBSCRIBE id 1, no properties, options QoS 1.
+	sub := append(append([]byte{0, 1, 0}, str(topic)...), 1)
+	// PUBLISH QoS 1, id 2, no properties, 16-byte payload.
+	pub := append(append(str(topic), 0, 2, 0), "idle-payload-16B"...)
+	var out []byte
+	out = append(append(out, 0x82, byte(len(sub))), sub...)
+	out = append(append(out, 0x32, byte(len(pub))), pub...)
+	if _, err := c.Write(out); err != nil {
+		return err
+	}
+	br := bufio.NewReader(c)
+	var gotSuback, gotPuback, gotPublish bool
+	for !gotSuback || !gotPuback || !gotPublish {
+		h, err := br.ReadByte()
+		if err != nil {
+			return err
+		}
+		n, err := binary.ReadUvarint(br) // MQTT's variable byte integer reads as a uvarint
+		if err != nil {
+			return err
+		}
+		body := make([]byte, n)
+		if _, err := io.ReadFull(br, body); err != nil {
+			return err
+		}
+		switch h >> 4 {
+		case 9:
+			gotSuback = true
+		case 4:
+			gotPuback = true
+		case 3:
+			gotPublish = true
+			if h&0x06 != 0x02 {
+				return fmt.Errorf("message delivered at QoS %d, want 1", (h>>1)&3)
+			}
+			id := body[2+int(body[0])<<8+int(body[1]):][:2]
+			if _, err := c.Write([]byte{0x40, 2, id[0], id[1]}); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("unexpected packet type %d", h>>4)
+		}
+	}
+	if br.Buffered() > 0 {
+		return errors.New("unexpected bytes after the message")
+	}
+	return nil
 }
 
 func dialMQTT(addr, id string) (net.Conn, error) {
@@ -258,4 +330,33 @@ func countAlive(conns []net.Conn) int {
 		}
 	}
 	return alive
+}
+
+// saveProfiles writes the heap profile (after a GC) and the goroutine dump
+// of the gateway whose admin API listens on admin into dir.
+func saveProfiles(admin, dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for name, path := range map[string]string{
+		"heap.pprof":     "/debug/pprof/heap?gc=1",
+		"goroutines.txt": "/debug/pprof/goroutine?debug=1",
+	} {
+		resp, err := http.Get("http://" + admin + path)
+		if err != nil {
+			return err
+		}
+		f, err := os.Create(filepath.Join(dir, name))
+		if err == nil {
+			_, err = io.Copy(f, resp.Body)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+		}
+		resp.Body.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
