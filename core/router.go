@@ -86,6 +86,10 @@ type Router struct {
 	mu   sync.RWMutex
 	root snode
 	subs int
+	// skips counts the subscriptions with SkipOrigin set, by protocol;
+	// guarded by mu. view is the lock-free copy Wants reads.
+	skips map[Protocol]int
+	view  atomic.Pointer[wantsView]
 
 	published atomic.Uint64
 	delivered atomic.Uint64
@@ -171,6 +175,7 @@ func (r *Router) Subscribe(filter string, s Subscriber, opts SubOptions) (*Subsc
 		sub.group = g
 	}
 	r.subs++
+	r.countLocked(opts.SkipOrigin, 1)
 	return sub, nil
 }
 
@@ -200,6 +205,7 @@ func (r *Router) Unsubscribe(sub *Subscription) {
 		n.subs = removeSub(n.subs, sub)
 	}
 	r.subs--
+	r.countLocked(sub.Options.SkipOrigin, -1)
 	for n != &r.root && len(n.subs) == 0 && len(n.groups) == 0 && n.kids.len() == 0 {
 		p := n.parent
 		p.kids.remove(n.name, sname)
@@ -218,6 +224,53 @@ func removeSub(s []*Subscription, x *Subscription) []*Subscription {
 		}
 	}
 	return s
+}
+
+// wantsView is an immutable summary of the subscriptions for Wants: how
+// many there are, and how many of them skip each origin protocol.
+type wantsView struct {
+	subs  int
+	skips []protocolCount
+}
+
+type protocolCount struct {
+	p Protocol
+	n int
+}
+
+// nobodyFor reports whether every subscription skips messages from origin,
+// so that none can want one, whatever its topic.
+func (v *wantsView) nobodyFor(origin Protocol) bool {
+	if v == nil || v.subs == 0 {
+		return true
+	}
+	if origin == "" {
+		return false
+	}
+	for _, c := range v.skips {
+		if c.p == origin {
+			return c.n == v.subs
+		}
+	}
+	return false
+}
+
+// countLocked adjusts the SkipOrigin count of p by delta (a subscription
+// came or went) and publishes a new view. r.mu is held for writing.
+func (r *Router) countLocked(p Protocol, delta int) {
+	if p != "" {
+		if r.skips == nil {
+			r.skips = map[Protocol]int{}
+		}
+		if r.skips[p] += delta; r.skips[p] == 0 {
+			delete(r.skips, p)
+		}
+	}
+	v := &wantsView{subs: r.subs, skips: make([]protocolCount, 0, len(r.skips))}
+	for p, n := range r.skips {
+		v.skips = append(v.skips, protocolCount{p, n})
+	}
+	r.view.Store(v)
 }
 
 // Len is the number of subscriptions held.
@@ -282,8 +335,13 @@ func (r *Router) Publish(ctx context.Context, m *Message) PublishResult {
 // that fans out its own protocol itself (the MQTT front-end, through mochi)
 // calls it first, so that a message nobody else wants costs one lookup and no
 // allocation. It allocates nothing, and takes no shared group's turn: every
-// member of a matching group counts.
+// member of a matching group counts. When every subscription skips origin
+// (an MQTT-only gateway: the MQTT front-end's own "#" skips MQTT), it
+// answers without the lock or the topic walk.
 func (r *Router) Wants(topic string, origin Protocol) bool {
+	if r.view.Load().nobodyFor(origin) {
+		return false
+	}
 	wanted := false
 	r.matching(topic, false, func(matches []*Subscription) {
 		for _, sub := range matches {

@@ -54,3 +54,84 @@ func TestWantsLeavesSharedGroupTurns(t *testing.T) {
 		t.Fatalf("round robin after Wants: %d and %d, want 5 and 5", a.n, b.n)
 	}
 }
+
+// Wants answers "nobody" without walking the index when every subscription
+// skips the origin; the summary it reads must follow every Subscribe and
+// Unsubscribe, shared groups included.
+func TestWantsFollowsSubscriptionChanges(t *testing.T) {
+	r := NewRouter(RouterOptions{})
+	if r.Wants("a", ProtocolMQTT) || r.Wants("a", "") {
+		t.Fatal("an empty router wants nothing")
+	}
+	mqttSide, err := r.Subscribe("#", &nopSub{}, SubOptions{SkipOrigin: ProtocolMQTT})
+	if err != nil {
+		t.Fatal(err)
+	}
+	natsSide, err := r.Subscribe("$share/g/a", &nopSub{}, SubOptions{SkipOrigin: ProtocolNATS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		origin Protocol
+		want   bool
+	}{{ProtocolMQTT, true}, {ProtocolNATS, true}, {ProtocolAMQP, true}, {"", true}} {
+		if got := r.Wants("a", c.origin); got != c.want {
+			t.Fatalf("Wants(a, %q) = %v, want %v", c.origin, got, c.want)
+		}
+	}
+	if r.Wants("b", ProtocolMQTT) {
+		t.Fatal("only the group on a wants an MQTT message, not on b")
+	}
+	r.Unsubscribe(natsSide)
+	r.Unsubscribe(natsSide) // twice is harmless and must not count twice
+	if r.Wants("a", ProtocolMQTT) || !r.Wants("a", ProtocolNATS) {
+		t.Fatal("after the group left, only non-MQTT messages are wanted")
+	}
+	second, err := r.Subscribe("x/#", &nopSub{}, SubOptions{SkipOrigin: ProtocolMQTT})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Wants("x/y", ProtocolMQTT) || !r.Wants("x/y", ProtocolAMQP) {
+		t.Fatal("two subscriptions, both skipping MQTT")
+	}
+	plain, err := r.Subscribe("x/+", &nopSub{}, SubOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.Wants("x/y", ProtocolMQTT) || r.Wants("z", ProtocolMQTT) {
+		t.Fatal("a plain subscription wants MQTT messages on its topics only")
+	}
+	r.Unsubscribe(plain)
+	r.Unsubscribe(second)
+	r.Unsubscribe(mqttSide)
+	if r.Wants("x/y", ProtocolAMQP) || r.Len() != 0 {
+		t.Fatal("an emptied router wants nothing")
+	}
+}
+
+// BenchmarkRouterWants is the question the MQTT front-end asks before every
+// MQTT publish: with only its own "#" (SkipOrigin mqtt) the answer needs no
+// lock and no topic walk; with another front-end's subscription it walks.
+func BenchmarkRouterWants(b *testing.B) {
+	for _, other := range []bool{false, true} {
+		name := "mqtt-only"
+		if other {
+			name = "with-amqp-sub"
+		}
+		b.Run(name, func(b *testing.B) {
+			r := NewRouter(RouterOptions{})
+			mustSubscribe(b, r, "#", &nopSub{}, SubOptions{SkipOrigin: ProtocolMQTT})
+			if other {
+				mustSubscribe(b, r, "other/#", &nopSub{}, SubOptions{})
+			}
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if r.Wants("load/p0/s0", ProtocolMQTT) {
+						b.Fatal("wanted")
+					}
+				}
+			})
+		})
+	}
+}
