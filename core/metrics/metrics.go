@@ -89,6 +89,33 @@ func (m *Metrics) Out(protocol string, created time.Time) {
 	}
 }
 
+// Outlet is Out for one protocol with its counter and latency histogram
+// resolved once, for a per-message path: counting costs no label lookup.
+// A nil *Outlet records nothing.
+type Outlet struct {
+	count   prometheus.Counter
+	latency prometheus.Observer
+}
+
+// Outlet resolves Out's collectors for protocol; nil for a nil *Metrics.
+func (m *Metrics) Outlet(protocol string) *Outlet {
+	if m == nil {
+		return nil
+	}
+	return &Outlet{count: m.MessagesOut.WithLabelValues(protocol), latency: m.Latency.WithLabelValues(protocol)}
+}
+
+// Out counts a delivery and observes its latency, as Metrics.Out does.
+func (o *Outlet) Out(created time.Time) {
+	if o == nil {
+		return
+	}
+	o.count.Inc()
+	if !created.IsZero() {
+		o.latency.Observe(time.Since(created).Seconds())
+	}
+}
+
 // Drop counts a message a subscriber did not get.
 func (m *Metrics) Drop(protocol, reason string) {
 	if m != nil {
