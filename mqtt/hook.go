@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gatewayd/gateway/core"
+	"github.com/gatewayd/gateway/core/metrics"
 	"github.com/gatewayd/gateway/retain"
 )
 
@@ -39,7 +40,8 @@ type hook struct {
 
 	backlog backlog // QoS 1/2 messages a full write queue would have lost
 
-	in prometheus.Counter // messages in over MQTT, resolved once: it counts every publish
+	in  prometheus.Counter // messages in over MQTT, resolved once: it counts every publish
+	out *metrics.Outlet    // deliveries the hook makes (other front-ends' messages, retained copies)
 
 	// wills routed by OnWill, so that OnWillSent does not route them again.
 	willMu sync.Mutex
@@ -54,7 +56,8 @@ type ackKey struct {
 var _ core.Subscriber = (*hook)(nil)
 
 func newHook(s *Server) *hook {
-	return &hook{s: s, in: s.opts.Metrics.Counter(s.opts.Metrics.InVec(), "mqtt"), acks: map[ackKey]packets.Code{},
+	return &hook{s: s, in: s.opts.Metrics.Counter(s.opts.Metrics.InVec(), "mqtt"), out: s.opts.Metrics.Outlet("mqtt"),
+		acks:    map[ackKey]packets.Code{},
 		clients: map[*mochi.Client]*clientSubs{}, wills: map[*mochi.Client]struct{}{}}
 }
 
@@ -268,7 +271,7 @@ func (h *hook) Deliver(m *core.Message, _ core.Delivery) error {
 	if err := h.s.mochi.InjectPacket(cl, pk); err != nil {
 		return err
 	}
-	h.s.opts.Metrics.Out("mqtt", m.Created)
+	h.out.Out(m.Created)
 	return nil
 }
 

@@ -205,7 +205,7 @@ func (h *hook) sendRetained(cl *mochi.Client, sub packets.Subscription, existed 
 		if err := h.writeRetained(cl, pk); err != nil {
 			return !errors.Is(err, mochi.ErrConnectionClosed)
 		}
-		h.s.opts.Metrics.Out("mqtt", time.Time{})
+		h.out.Out(time.Time{})
 		return true
 	})
 	if err != nil {
