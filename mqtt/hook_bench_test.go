@@ -1,0 +1,152 @@
+package mqtt
+
+import (
+	"io"
+	"log/slog"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	mochi "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/gatewayd/gateway/core"
+	"github.com/gatewayd/gateway/core/metrics"
+	"github.com/gatewayd/gateway/retain"
+	"github.com/gatewayd/gateway/retain/memory"
+)
+
+// The MQTT→MQTT QoS 0 path is mochi's own fan-out plus what the hook adds:
+// OnPublish (router lookup, message count), OnPacketProcessed for every
+// inbound packet and OnPacketEncode for every outbound one. These benchmarks
+// measure that addition without sockets:
+//
+//	go test -run '^$' -bench 'Hook|MochiPublish' -benchmem ./mqtt/
+
+// benchServer is a front-end as Start leaves it (the router subscription
+// "#" with SkipOrigin mqtt in place), without listeners.
+func benchServer(tb testing.TB) *Server {
+	tb.Helper()
+	store := memory.New(retain.Limits{})
+	router := core.NewRouter(core.RouterOptions{Retainer: retain.Retainer{Store: store}, Node: "n"})
+	s, err := New(Options{Listen: "127.0.0.1:0", Router: router, Store: store, Node: "n",
+		Metrics: metrics.New(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s.sub, err = router.Subscribe("#", s.hook, core.SubOptions{QoS: 2, SkipOrigin: core.ProtocolMQTT})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return s
+}
+
+func benchPublish(topic string) packets.Packet {
+	return packets.Packet{
+		FixedHeader:     packets.FixedHeader{Type: packets.Publish},
+		TopicName:       topic,
+		Payload:         make([]byte, 64),
+		ProtocolVersion: 5,
+	}
+}
+
+// BenchmarkHookQoS0 is what the hook does for one MQTT→MQTT QoS 0 message
+// delivered to one subscriber: OnPublish and OnPacketProcessed on the
+// publisher's packet, OnPacketEncode on the subscriber's copy.
+func BenchmarkHookQoS0(b *testing.B) {
+	s := benchServer(b)
+	h := s.hook
+	pub := s.mochi.NewClient(nil, "t", "pub", false)
+	sub := s.mochi.NewClient(nil, "t", "sub", false)
+	pk := benchPublish("load/p0/s0")
+	out := pk
+	out.Expiry = time.Now().Unix() + noExpiryCap
+	out.Properties.MessageExpiryInterval = noExpiryCap
+	b.ReportAllocs()
+	for b.Loop() {
+		x, _ := h.OnPublish(pub, pk)
+		h.OnPacketProcessed(pub, x, nil)
+		h.OnPacketEncode(sub, out)
+	}
+}
+
+func BenchmarkHookQoS0Parallel(b *testing.B) {
+	s := benchServer(b)
+	h := s.hook
+	b.ReportAllocs()
+	var next atomic.Int32
+	b.RunParallel(func(pb *testing.PB) {
+		i := next.Add(1)
+		pub := s.mochi.NewClient(nil, "t", "pub"+string(rune('a'+i)), false)
+		sub := s.mochi.NewClient(nil, "t", "sub"+string(rune('a'+i)), false)
+		pk := benchPublish("load/p0/s0")
+		out := pk
+		for pb.Next() {
+			x, _ := h.OnPublish(pub, pk)
+			h.OnPacketProcessed(pub, x, nil)
+			h.OnPacketEncode(sub, out)
+		}
+	})
+}
+
+// discardConn is a connection that swallows writes and never reads.
+type discardConn struct{ net.Conn }
+
+func (discardConn) Write(p []byte) (int, error)      { return len(p), nil }
+func (discardConn) Close() error                     { return nil }
+func (discardConn) RemoteAddr() net.Addr             { return &net.TCPAddr{} }
+func (discardConn) SetDeadline(time.Time) error      { return nil }
+func (discardConn) SetWriteDeadline(time.Time) error { return nil }
+
+// allowHook is what bare mochi runs with (test/bench/baremochi).
+type allowHook struct{ mochi.HookBase }
+
+func (*allowHook) ID() string { return "allow" }
+func (*allowHook) Provides(b byte) bool {
+	return b == mochi.OnConnectAuthenticate || b == mochi.OnACLCheck
+}
+func (*allowHook) OnConnectAuthenticate(*mochi.Client, packets.Packet) bool { return true }
+func (*allowHook) OnACLCheck(*mochi.Client, string, bool) bool              { return true }
+
+// BenchmarkMochiPublish runs a QoS 0 PUBLISH through mochi's whole inbound
+// path (processPacket: ACL, hooks, fan-out) and the subscriber's write path
+// (WriteLoop: encode, hooks, write to a discarding connection), for the
+// gateway's mochi and for a bare mochi with the same write queue: the
+// difference is the hook's share of mochi's per-message work.
+func BenchmarkMochiPublish(b *testing.B) {
+	run := func(b *testing.B, ms *mochi.Server) {
+		pub := ms.NewClient(discardConn{}, "t", "pub", false)
+		pub.Properties.ProtocolVersion = 5
+		pub.State.Inflight.ResetReceiveQuota(1024)
+		sub := ms.NewClient(discardConn{}, "t", "sub", false)
+		sub.Properties.ProtocolVersion = 5
+		ms.Clients.Add(pub)
+		ms.Clients.Add(sub)
+		ms.Topics.Subscribe(sub.ID, packets.Subscription{Filter: "load/+/s0"})
+		go sub.WriteLoop()
+		defer sub.Stop(nil)
+		pk := benchPublish("load/p0/s0")
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := ms.InjectPacket(pub, pk); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StopTimer()
+		b.ReportMetric(float64(ms.Info.MessagesDropped)/float64(b.N), "drops/op")
+	}
+	b.Run("gateway", func(b *testing.B) {
+		s := benchServer(b)
+		run(b, s.mochi)
+	})
+	b.Run("bare", func(b *testing.B) {
+		caps := mochi.NewDefaultServerCapabilities()
+		caps.MaximumClientWritesPending = 128
+		ms := mochi.New(&mochi.Options{Capabilities: caps, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err := ms.AddHook(new(allowHook), nil); err != nil {
+			b.Fatal(err)
+		}
+		run(b, ms)
+	})
+}
