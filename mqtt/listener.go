@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -42,7 +43,7 @@ func (l *tcpListener) Serve(establish listeners.EstablishFn) {
 			return
 		}
 		if tc, ok := conn.(*net.TCPConn); ok {
-			conn = &drainConn{TCPConn: tc, l: l}
+			conn = newDrainConn(tc, l)
 		}
 		l.wg.Add(1)
 		go l.serveConn(establish, conn)
@@ -93,23 +94,96 @@ const closeDrain = time.Second
 // in the middle of a packet, while it copes with silence until its timeout.
 // mochi reads nothing after Close, as with a closed socket: a session taken
 // over must not process packets from its old connection.
+//
+// It also reads ahead (readAhead) while bytes keep arriving.
 type drainConn struct {
 	*net.TCPConn
 	l      *tcpListener
 	once   sync.Once
 	closed atomic.Bool
 	rmu    sync.Mutex // held by every Read, and by the drain for good
+
+	// Read-ahead, guarded by rmu.
+	raw     syscall.RawConn
+	rawRead func(fd uintptr) bool // c.readNow, bound once
+	ahead   *[readAheadSize]byte  // nil while the socket has nothing to read
+	ar, aw  int                   // unread bytes: ahead[ar:aw]
+	rawN    int                   // readNow's result
+	rawErr  error
 }
 
+// readAheadSize is the most one read takes from the socket while bytes keep
+// arriving. mochi reads through a small bufio.Reader (512 B,
+// ClientNetReadBufferSize, which every connection holds); this buffer comes
+// from a pool and is held only while the socket has data, so a busy
+// connection reads 4 KiB a system call and an idle one holds nothing.
+const readAheadSize = 4 << 10
+
+var readAheadPool = sync.Pool{New: func() any { return new([readAheadSize]byte) }}
+
+// newDrainConn wraps a TCP connection the listener accepted.
+func newDrainConn(tc *net.TCPConn, l *tcpListener) *drainConn {
+	c := &drainConn{TCPConn: tc, l: l}
+	if raw, err := tc.SyscallConn(); err == nil {
+		c.raw = raw
+		c.rawRead = c.readNow
+	}
+	return c
+}
+
+// Read serves p from the read-ahead buffer, refilled without waiting; when
+// the socket has nothing, the buffer goes back to the pool and Read waits in
+// a plain Read into p. It takes no defer and calls no helper on the waiting
+// path: its frame is on every idle connection's stack (serveConn).
 func (c *drainConn) Read(p []byte) (int, error) {
-	c.rmu.Lock() // no defer: this frame is on every idle connection's stack (serveConn)
+	c.rmu.Lock()
 	if c.closed.Load() {
 		c.rmu.Unlock()
 		return 0, net.ErrClosed
 	}
+	if c.ar == c.aw && c.raw != nil {
+		c.fill()
+	}
+	if c.ar < c.aw {
+		n := copy(p, c.ahead[c.ar:c.aw])
+		c.ar += n
+		c.rmu.Unlock()
+		return n, nil
+	}
 	n, err := c.TCPConn.Read(p)
 	c.rmu.Unlock()
 	return n, err
+}
+
+// fill reads what the socket holds into the read-ahead buffer, without
+// waiting. With nothing there, at the end of the stream or on an error
+// (which the plain Read that follows reports), it lets the buffer go.
+func (c *drainConn) fill() {
+	if c.ahead == nil {
+		c.ahead = readAheadPool.Get().(*[readAheadSize]byte)
+	}
+	c.rawN, c.rawErr = 0, nil
+	if err := c.raw.Read(c.rawRead); err != nil || c.rawErr != nil || c.rawN <= 0 {
+		c.releaseAhead()
+		return
+	}
+	c.ar, c.aw = 0, c.rawN
+}
+
+// readNow is one non-blocking read (Go's sockets are non-blocking: no
+// data is EAGAIN); returning true tells RawConn.Read not to wait.
+func (c *drainConn) readNow(fd uintptr) bool {
+	c.rawN, c.rawErr = readNonblocking(fd, c.ahead[:])
+	return true
+}
+
+// releaseAhead returns the read-ahead buffer to the pool, dropping what it
+// held. The caller holds rmu.
+func (c *drainConn) releaseAhead() {
+	if c.ahead != nil {
+		readAheadPool.Put(c.ahead)
+		c.ahead, c.ar, c.aw = nil, 0, 0
+	}
 }
 
 func (c *drainConn) Close() error {
@@ -124,6 +198,7 @@ func (c *drainConn) Close() error {
 			defer c.l.wg.Done()
 			c.rmu.Lock() // mochi's reader is out; it never gets in again
 			defer c.rmu.Unlock()
+			c.releaseAhead()
 			_ = c.TCPConn.SetReadDeadline(time.Time{})
 			t := time.AfterFunc(closeDrain, func() { _ = c.TCPConn.Close() })
 			_, _ = io.Copy(io.Discard, c.TCPConn)

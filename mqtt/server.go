@@ -106,9 +106,9 @@ func New(opts Options) (*Server, error) {
 	caps.Compatibilities.NoInheritedPropertiesOnAck = true
 
 	ms := mochi.New(&mochi.Options{
-		Capabilities:             caps,
-		InlineClient:             true,
-		Logger:                   opts.Logger.With("part", "mochi"),
+		Capabilities: caps,
+		InlineClient: true,
+		Logger:       opts.Logger.With("part", "mochi"),
 		// The read buffer lives as long as the connection (512 B of each
 		// idle connection's cost); bigger reads than it bypass it.
 		// Writes are batched up to the write size only while more are
