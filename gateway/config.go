@@ -49,7 +49,7 @@ type keyDef struct {
 var keyDefs = []keyDef{
 	{name: "mqtt.listen", def: "127.0.0.1:1883", kind: kindAddr, help: "MQTT over TCP listen address (port 0 picks a free port)"},
 	{name: "mqtt.ws.listen", def: "", kind: kindAddr, optional: true, help: "MQTT over WebSocket listen address (path /mqtt and /); empty disables"},
-	{name: "mqtt.maxPendingWrites", def: "128", kind: kindInt, max: 1 << 20, help: "outgoing packets queued per MQTT client before new ones are dropped and counted (mochi default 8192 costs 64 KiB per connection)"},
+	{name: "mqtt.maxPendingWrites", def: "8192", kind: kindInt, max: 1 << 20, help: "outgoing packets queued per MQTT client before new QoS 0 ones are dropped and counted (QoS 1/2 ones are kept); the queue takes memory only while it holds packets"},
 	{name: "mqtt.maxInflight", def: "8192", kind: kindInt, max: 65535, help: "QoS 1/2 messages held per MQTT session, in flight or queued while it is offline (beyond it new ones are dropped and counted); costs memory only when used"},
 	{name: "mqtt.receiveMaximum", def: "1024", kind: kindInt, max: 65535, help: "QoS 1/2 publishes a client may have unacknowledged towards the gateway (MQTT 5 Receive Maximum)"},
 	{name: "mqtt.maxPacketSize", def: "0", kind: kindBytes, max: 268435460, help: "largest MQTT packet accepted, bytes; 0 = protocol limit (256 MiB)"},

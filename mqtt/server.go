@@ -40,8 +40,8 @@ type Options struct {
 	Logger  *slog.Logger
 	Node    string
 
-	// MaxPendingWrites is the per-client outgoing queue (default 128; mochi's
-	// own 8192 costs 64 KiB per connection).
+	// MaxPendingWrites is the per-client outgoing queue (default 8192, as
+	// mochi; in our copy the queue takes memory only while packets wait).
 	MaxPendingWrites int
 	MaxInflight      int // default 8192, as mochi
 	ReceiveMaximum   int // default 1024
@@ -81,7 +81,7 @@ func New(opts Options) (*Server, error) {
 		opts.Logger = slog.Default()
 	}
 	if opts.MaxPendingWrites <= 0 {
-		opts.MaxPendingWrites = 128
+		opts.MaxPendingWrites = 8192
 	}
 	if opts.MaxInflight <= 0 {
 		opts.MaxInflight = 8192

@@ -5,9 +5,9 @@
 //
 // It builds cmd/gateway (retain.backend=memory, no AMQP) and
 // test/bench/baremochi into a temporary directory and starts them as child
-// processes on free ports: the gateway, mochi with its defaults, and mochi
-// with the gateway's MaximumClientWritesPending (128) for a like-for-like
-// queue. Per round and QoS, every target gets a fresh set of paho.golang
+// processes on free ports: the gateway and mochi, each with its defaults
+// (the same write queue of 8192 packets per client; -mochi-pending and
+// -gateway-args set others). Per round and QoS, every target gets a fresh set of paho.golang
 // MQTT 5 clients: P publishers, S subscribers. Publisher i publishes
 // round-robin on load/p{i}/s{j}; subscriber j subscribes load/+/s{j}, so
 // every subscriber hears every publisher on a topic set of its own and each
@@ -43,6 +43,7 @@ type config struct {
 	rate                        int // per publisher, msgs/s; 0 = as fast as possible
 	qos                         []byte
 	mochiPending                []int
+	gatewayArgs                 []string
 	idle                        time.Duration
 }
 
@@ -75,7 +76,8 @@ func main() {
 	flag.IntVar(&c.rounds, "rounds", 2, "rounds; the order of targets alternates")
 	flag.IntVar(&c.rate, "rate", 0, "messages/s per publisher; 0 = as fast as possible")
 	flag.StringVar(&qos, "qos", "0,1", "QoS levels, comma-separated")
-	flag.StringVar(&pend, "mochi-pending", "0,128", "bare mochi targets by MaximumClientWritesPending (0 = mochi default 8192)")
+	flag.StringVar(&pend, "mochi-pending", "0", "bare mochi targets by MaximumClientWritesPending, comma-separated (0 = mochi default 8192, as the gateway's mqtt.maxPendingWrites)")
+	gwArgs := flag.String("gateway-args", "", "extra gateway flags, space-separated (e.g. --mqtt.maxPendingWrites=128)")
 	flag.DurationVar(&c.idle, "idle", 3*time.Second, "a phase ends when subscribers get nothing for this long (QoS 0 losses)")
 	cpuprofile := flag.String("cpuprofile", "", "write this program's (the clients') CPU profile here")
 	flag.Parse()
@@ -114,6 +116,7 @@ func main() {
 		os.Exit(1)
 	}
 	defer r.Close()
+	c.gatewayArgs = strings.Fields(*gwArgs)
 	if err := run(r, &c); err != nil {
 		pprof.StopCPUProfile()
 		r.Fatal(err)
@@ -141,7 +144,7 @@ func run(r *rig.Rig, c *config) error {
 		}
 		targets = append(targets, target{name, ch})
 	}
-	gw, err := r.StartGateway("gateway", gwBin, "--retain.backend=memory")
+	gw, err := r.StartGateway("gateway", gwBin, append([]string{"--retain.backend=memory"}, c.gatewayArgs...)...)
 	if err != nil {
 		return err
 	}
