@@ -1,15 +1,23 @@
 // Command idle measures the memory an idle MQTT connection costs the
 // gateway and bare mochi-mqtt.
 //
-//	go run ./test/bench/idle [-k 5000]
+//	go run ./test/bench/idle [-k 5000] [-wait 250s]
 //
-// For each target (the gateway with retain.backend=memory, bare mochi with
-// its defaults, bare mochi with the gateway's MaximumClientWritesPending of
-// 128) it starts the server as a child process, reads its settled RSS, opens
-// K MQTT 5 connections (a raw CONNECT with clean start and no keepalive,
-// each answered by a successful CONNACK, then nothing), reads the settled
-// RSS again and checks every connection is still open. RLIMIT_NOFILE is
-// raised to its hard limit first; the children inherit it.
+// For each target (the gateway with retain.backend=memory over TCP and over
+// WebSocket, bare mochi with its defaults, bare mochi with
+// MaximumClientWritesPending 128) it starts the server as a child process,
+// reads its settled RSS, opens K MQTT 5 connections (a raw CONNECT with
+// clean start and no keepalive, answered by a successful CONNACK; with
+// -active, the default, each then subscribes to a topic of its own,
+// publishes one QoS 1 message to it and receives it, as a device with a
+// command topic would; then nothing), waits -wait, reads the settled RSS
+// again and checks every connection is still open. RLIMIT_NOFILE is raised
+// to its hard limit first; the children inherit it.
+//
+// A goroutine stack shrinks by half at each garbage collection while it is
+// less than a quarter used, and an idle server collects every 2 minutes, so
+// -wait 250s measures connections that have been idle through two forced
+// collections; -wait 0 measures them just after their last packet.
 //
 // Goal (issue 2): ≤ 20 KiB RSS per idle connection on the gateway.
 package main
@@ -30,6 +38,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/gorilla/websocket"
+
 	"github.com/gatewayd/gateway/test/bench/internal/rig"
 )
 
@@ -45,7 +55,7 @@ type result struct {
 
 func main() {
 	k := flag.Int("k", 5000, "idle connections per target")
-	targets := flag.String("targets", "gateway,mochi,mochi128", "targets: gateway, mochi (defaults), mochi128 (MaximumClientWritesPending=128)")
+	targets := flag.String("targets", "gateway,gatewayws,mochi,mochi128", "targets: gateway, gatewayws (the gateway's MQTT over WebSocket), mochi (defaults), mochi128 (MaximumClientWritesPending=128)")
 	settle := flag.Duration("settle", 30*time.Second, "longest wait for RSS to settle")
 	active := flag.Bool("active", true, "each connection subscribes to its own topic and publishes one QoS 1 message to it, which it receives, before going idle (as a device with a command topic); false: CONNECT only")
 	profiles := flag.String("profiles", "", "save the gateway's heap and goroutine profiles (from /debug/pprof) into this directory once connected")
@@ -83,6 +93,9 @@ func main() {
 		case "gateway":
 			res.name = "gateway"
 			srv, err = r.StartGateway("gateway", gwBin, "--retain.backend=memory")
+		case "gatewayws":
+			res.name = "gateway, WebSocket"
+			srv, err = r.StartGateway("gatewayws", gwBin, "--retain.backend=memory", "--mqtt.ws.listen=127.0.0.1:0")
 		case "mochi":
 			res.name = "bare mochi"
 			srv, err = r.StartMochi("mochi", mochiBin)
@@ -102,7 +115,11 @@ func main() {
 		if m, err := srv.Metrics(); err == nil {
 			res.heap0, res.stack0 = m["go_memstats_heap_inuse_bytes"], m["go_memstats_stack_inuse_bytes"]
 		}
-		conns, err := openIdle(srv.Addr, *k, *active)
+		dial := func(id string) (net.Conn, error) { return dialMQTT(srv.Addr, id) }
+		if t == "gatewayws" {
+			dial = func(id string) (net.Conn, error) { return dialWS(srv.WS, id) }
+		}
+		conns, err := openIdle(dial, *k, *active)
 		if err != nil {
 			r.Fatal(fmt.Errorf("%s: %w", res.name, err))
 		}
@@ -133,7 +150,7 @@ func main() {
 	for _, res := range results {
 		per := float64(res.after-res.before) / float64(*k)
 		verdict := "-"
-		if res.name == "gateway" {
+		if strings.HasPrefix(res.name, "gateway") {
 			verdict = "PASS"
 			if per > 20*1024 {
 				verdict = "FAIL"
@@ -175,7 +192,7 @@ func connectPacket(id string) []byte {
 
 // openIdle opens k connections, 64 at a time, each with a CONNACK 0x00;
 // with active, each then runs exercise.
-func openIdle(addr string, k int, active bool) ([]net.Conn, error) {
+func openIdle(dial func(id string) (net.Conn, error), k int, active bool) ([]net.Conn, error) {
 	conns := make([]net.Conn, k)
 	errs := make(chan error, k)
 	work := make(chan int)
@@ -185,7 +202,7 @@ func openIdle(addr string, k int, active bool) ([]net.Conn, error) {
 		go func() {
 			defer wg.Done()
 			for i := range work {
-				c, err := dialMQTT(addr, fmt.Sprintf("idle-%d", i))
+				c, err := dial(fmt.Sprintf("idle-%d", i))
 				if err == nil && active {
 					if err = exercise(c, fmt.Sprintf("idle/%d", i)); err != nil {
 						c.Close()
@@ -277,6 +294,61 @@ func dialMQTT(addr, id string) (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	return connectMQTT(c, id)
+}
+
+// dialWS connects over WebSocket (subprotocol "mqtt") and sends CONNECT.
+func dialWS(addr, id string) (net.Conn, error) {
+	d := websocket.Dialer{Subprotocols: []string{"mqtt"}, HandshakeTimeout: 10 * time.Second}
+	ws, _, err := d.Dial("ws://"+addr+"/mqtt", nil)
+	if err != nil {
+		return nil, err
+	}
+	return connectMQTT(&wsConn{Conn: ws}, id)
+}
+
+// wsConn is a WebSocket connection as a byte stream: each Write is one
+// binary message, Read reads messages' bytes in turn.
+type wsConn struct {
+	*websocket.Conn
+	r io.Reader
+}
+
+func (c *wsConn) Read(p []byte) (int, error) {
+	for {
+		if c.r == nil {
+			_, r, err := c.NextReader()
+			if err != nil {
+				return 0, err
+			}
+			c.r = r
+		}
+		n, err := c.r.Read(p)
+		if err == io.EOF {
+			c.r = nil
+			if n == 0 {
+				continue
+			}
+			err = nil
+		}
+		return n, err
+	}
+}
+
+func (c *wsConn) Write(p []byte) (int, error) {
+	if err := c.WriteMessage(websocket.BinaryMessage, p); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+func (c *wsConn) SetDeadline(t time.Time) error {
+	_ = c.SetReadDeadline(t)
+	return c.SetWriteDeadline(t)
+}
+
+// connectMQTT sends CONNECT on c and waits for a successful CONNACK.
+func connectMQTT(c net.Conn, id string) (net.Conn, error) {
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 	if _, err := c.Write(connectPacket(id)); err != nil {
 		c.Close()

@@ -124,6 +124,7 @@ type Child struct {
 	Name  string
 	PID   int
 	Addr  string // MQTT (or Redis) address
+	WS    string // gateway MQTT-over-WebSocket address, if it listens
 	Admin string // gateway admin API address, if any
 
 	cmd    *exec.Cmd
@@ -214,6 +215,7 @@ func (r *Rig) Start(name string, env []string, ready *regexp.Regexp, bin string,
 var (
 	gatewayReady = regexp.MustCompile(`msg="gateway ready"`)
 	gatewayMQTT  = regexp.MustCompile(`msg="mqtt listening".* addr=(\S+) transport=tcp`)
+	gatewayWS    = regexp.MustCompile(`msg="mqtt listening".* addr=(\S+) transport=websocket`)
 	gatewayAdmin = regexp.MustCompile(`msg="admin API listening".* addr=(\S+)`)
 	mochiReady   = regexp.MustCompile(`mqtt listening addr=(\S+)`)
 )
@@ -233,6 +235,9 @@ func (r *Rig) StartGateway(name, bin string, args ...string) (*Child, error) {
 	}
 	if m := gatewayAdmin.FindStringSubmatch(out); m != nil {
 		c.Admin = m[1]
+	}
+	if m := gatewayWS.FindStringSubmatch(out); m != nil {
+		c.WS = m[1]
 	}
 	if c.Addr == "" {
 		c.Kill()
