@@ -176,7 +176,10 @@ func (h *hook) OnWill(cl *mochi.Client, will mochi.Will) (mochi.Will, error) {
 		FixedHeader: packets.FixedHeader{Type: packets.Publish, Retain: will.Retain, Qos: will.Qos},
 		TopicName:   will.TopicName,
 		Payload:     will.Payload,
-		Properties:  packets.Properties{User: will.User},
+		Properties:  will.PublishProperties(),
+	}
+	if e := will.MessageExpiryInterval; e > 0 {
+		pk.Expiry = time.Now().Unix() + int64(e)
 	}
 	h.routeWill(cl, &pk)
 	h.willMu.Lock()

@@ -139,6 +139,29 @@ type Will struct {
 	WillDelayInterval uint32                 // -
 	Qos               byte                   // -
 	Retain            bool                   // -
+
+	// The will's other properties, which its PUBLISH carries (MQTT 5
+	// 3.1.3.2; gateway patch: upstream kept only User).
+	PayloadFormat         byte
+	PayloadFormatFlag     bool
+	MessageExpiryInterval uint32
+	ContentType           string
+	ResponseTopic         string
+	CorrelationData       []byte
+}
+
+// PublishProperties returns the properties of the PUBLISH that sends the
+// will (gateway patch).
+func (w Will) PublishProperties() packets.Properties {
+	return packets.Properties{
+		PayloadFormat:         w.PayloadFormat,
+		PayloadFormatFlag:     w.PayloadFormatFlag,
+		MessageExpiryInterval: w.MessageExpiryInterval,
+		ContentType:           w.ContentType,
+		ResponseTopic:         w.ResponseTopic,
+		CorrelationData:       w.CorrelationData,
+		User:                  w.User,
+	}
 }
 
 // ClientState tracks the state of the client.
@@ -355,6 +378,13 @@ func (cl *Client) ParseConnect(lid string, pk packets.Packet) {
 			TopicName:         pk.Connect.WillTopic,
 			WillDelayInterval: pk.Connect.WillProperties.WillDelayInterval,
 			User:              pk.Connect.WillProperties.User,
+
+			PayloadFormat:         pk.Connect.WillProperties.PayloadFormat,
+			PayloadFormatFlag:     pk.Connect.WillProperties.PayloadFormatFlag,
+			MessageExpiryInterval: pk.Connect.WillProperties.MessageExpiryInterval,
+			ContentType:           pk.Connect.WillProperties.ContentType,
+			ResponseTopic:         pk.Connect.WillProperties.ResponseTopic,
+			CorrelationData:       pk.Connect.WillProperties.CorrelationData,
 		}
 		if pk.Properties.SessionExpiryIntervalFlag &&
 			pk.Properties.SessionExpiryInterval < pk.Connect.WillProperties.WillDelayInterval {

@@ -1551,13 +1551,14 @@ func (s *Server) sendLWT(cl *Client) {
 			Retain: modifiedLWT.Retain, // [MQTT-3.1.2-14] [MQTT-3.1.2-15]
 			Qos:    modifiedLWT.Qos,
 		},
-		TopicName: modifiedLWT.TopicName,
-		Payload:   modifiedLWT.Payload,
-		Properties: packets.Properties{
-			User: modifiedLWT.User,
-		},
-		Origin:  cl.ID,
-		Created: time.Now().Unix(),
+		TopicName:  modifiedLWT.TopicName,
+		Payload:    modifiedLWT.Payload,
+		Properties: modifiedLWT.PublishProperties(), // gateway patch: was User only
+		Origin:     cl.ID,
+		Created:    time.Now().Unix(),
+	}
+	if e := pk.Properties.MessageExpiryInterval; e > 0 {
+		pk.Expiry = pk.Created + int64(e) // gateway patch
 	}
 
 	if cl.Properties.Will.WillDelayInterval > 0 {
@@ -1770,6 +1771,13 @@ func (s *Server) clearExpiredInflights(now int64) {
 func (s *Server) sendDelayedLWT(dt int64) {
 	for id, pk := range s.loop.willDelayed.GetAll() {
 		if dt > pk.Expiry {
+			// Expiry held the end of the delay; the message's own expiry
+			// runs from now (gateway patch: upstream sent the will with the
+			// delay's end as its expiry, so with an interval of 1 s).
+			pk.Expiry = 0
+			if e := pk.Properties.MessageExpiryInterval; e > 0 {
+				pk.Expiry = dt + int64(e)
+			}
 			s.publishToSubscribers(pk) // [MQTT-3.1.2-8]
 			if cl, ok := s.Clients.Get(id); ok {
 				if pk.FixedHeader.Retain {

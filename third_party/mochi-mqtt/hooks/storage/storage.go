@@ -68,6 +68,14 @@ type ClientWill struct {
 	WillDelayInterval uint32                 `json:"willDelayInterval,omitempty"`
 	Qos               byte                   `json:"qos,omitempty"`
 	Retain            bool                   `json:"retain,omitempty"`
+
+	// The will's other properties (gateway patch, as in mqtt.Will).
+	PayloadFormat         byte   `json:"payloadFormat,omitempty"`
+	PayloadFormatFlag     bool   `json:"payloadFormatFlag,omitempty"`
+	MessageExpiryInterval uint32 `json:"messageExpiryInterval,omitempty"`
+	ContentType           string `json:"contentType,omitempty"`
+	ResponseTopic         string `json:"responseTopic,omitempty"`
+	CorrelationData       []byte `json:"correlationData,omitempty"`
 }
 
 // MarshalBinary encodes the values into a json string.
