@@ -237,6 +237,12 @@ func (l *wsListener) Init(log *slog.Logger) error {
 		// Devices and browser dashboards connect from any origin; access
 		// control is MQTT authentication, not the Origin header.
 		CheckOrigin: func(*http.Request) bool { return true },
+		// What an idle connection holds: a 512 B read buffer (net/http's
+		// 4 KiB one goes with the handshake) and no write buffer, which
+		// comes from a pool for each message written.
+		ReadBufferSize:  512,
+		WriteBufferSize: 4096,
+		WriteBufferPool: &sync.Pool{},
 	}
 	l.srv = &http.Server{Handler: http.HandlerFunc(l.handle), ReadHeaderTimeout: 10 * time.Second}
 	return nil
@@ -256,9 +262,22 @@ func (l *wsListener) handle(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return // Upgrade has answered the client
 	}
+	// The connection runs on a goroutine of its own, and net/http's
+	// (whose deep frames would stay under every idle connection's
+	// stack) returns.
 	l.wg.Add(1)
-	defer l.wg.Done()
-	if err := l.est(l.id, &wsConn{Conn: c.UnderlyingConn(), c: c}); err != nil && !errors.Is(err, io.EOF) {
+	go l.serveConn(&wsConn{Conn: c.UnderlyingConn(), c: c})
+}
+
+// serveConn runs one upgraded connection; see tcpListener.serveConn.
+func (l *wsListener) serveConn(conn *wsConn) {
+	l.ended(l.est(l.id, conn))
+	l.wg.Done()
+}
+
+//go:noinline
+func (l *wsListener) ended(err error) {
+	if err != nil && !errors.Is(err, io.EOF) {
 		l.log.Debug("mqtt websocket connection ended", "listener", l.id, "error", err)
 	}
 }
