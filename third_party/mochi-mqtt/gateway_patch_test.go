@@ -126,3 +126,29 @@ func waitWritten(cl *Client) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// Inflight messages come back in the order they were set, whatever their
+// packet ids and however many share a creation second; an update keeps its
+// place, and a clone keeps the order.
+func TestInflightGetAllKeepsSetOrder(t *testing.T) {
+	i := NewInflights()
+	var want []uint16
+	for n := 0; n < 300; n++ {
+		id := uint16((n*7919)%65000 + 1) // ids out of numeric order
+		i.Set(packets.Packet{PacketID: id, Created: 1_700_000_000})
+		want = append(want, id)
+	}
+	i.Set(packets.Packet{PacketID: want[5], Created: 1_700_000_001}) // an update (PUBREL)
+	require.True(t, i.Delete(want[7]))
+	want = append(want[:7], want[8:]...)
+
+	ids := func(pks []packets.Packet) []uint16 {
+		var out []uint16
+		for _, pk := range pks {
+			out = append(out, pk.PacketID)
+		}
+		return out
+	}
+	require.Equal(t, want, ids(i.GetAll(false)))
+	require.Equal(t, want, ids(i.Clone().GetAll(false)))
+}

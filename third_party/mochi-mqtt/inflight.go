@@ -16,6 +16,8 @@ import (
 type Inflight struct {
 	sync.RWMutex
 	internal            map[uint16]packets.Packet // internal contains the inflight packets
+	order               map[uint16]uint64         // when each packet id was set (gateway patch)
+	next                uint64                    // the next order value
 	receiveQuota        int32                     // remaining inbound qos quota for flow control
 	sendQuota           int32                     // remaining outbound qos quota for flow control
 	maximumReceiveQuota int32                     // maximum allowed receive quota
@@ -26,6 +28,7 @@ type Inflight struct {
 func NewInflights() *Inflight {
 	return &Inflight{
 		internal: map[uint16]packets.Packet{},
+		order:    map[uint16]uint64{},
 	}
 }
 
@@ -36,6 +39,10 @@ func (i *Inflight) Set(m packets.Packet) bool {
 
 	_, ok := i.internal[m.PacketID]
 	i.internal[m.PacketID] = m
+	if !ok { // an update (PUBREC to PUBREL) keeps its place
+		i.order[m.PacketID] = i.next
+		i.next++
+	}
 	return !ok
 }
 
@@ -66,7 +73,9 @@ func (i *Inflight) Clone() *Inflight {
 	defer i.RUnlock()
 	for k, v := range i.internal {
 		c.internal[k] = v
+		c.order[k] = i.order[k]
 	}
+	c.next = i.next
 	return c
 }
 
@@ -82,8 +91,12 @@ func (i *Inflight) GetAll(immediate bool) []packets.Packet {
 		}
 	}
 
-	sort.Slice(m, func(i, j int) bool {
-		return uint16(m[i].Created) < uint16(m[j].Created)
+	// In the order they were set (gateway patch: upstream sorted by the
+	// creation second truncated to 16 bits, unstably, so messages of one
+	// second came back in any order and the order wrapped every 18 hours
+	// [MQTT-4.6.0-6]).
+	sort.Slice(m, func(a, b int) bool {
+		return i.order[m[a].PacketID] < i.order[m[b].PacketID]
 	})
 
 	return m
@@ -111,6 +124,7 @@ func (i *Inflight) Delete(id uint16) bool {
 
 	_, ok := i.internal[id]
 	delete(i.internal, id)
+	delete(i.order, id)
 
 	return ok
 }
