@@ -2,18 +2,15 @@ package mqtt
 
 import (
 	"bufio"
-	"context"
 	"encoding/binary"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"runtime"
 	"runtime/metrics"
 	"testing"
 	"time"
 
-	"github.com/gatewayd/gateway/core"
 	"github.com/gatewayd/gateway/retain"
 	"github.com/gatewayd/gateway/retain/memory"
 )
@@ -34,20 +31,7 @@ func TestIdleConnectionStackBudget(t *testing.T) {
 	}
 	const n = 200
 	store := memory.New(retain.Limits{})
-	router := core.NewRouter(core.RouterOptions{Retainer: retain.Retainer{Store: store}, Node: "n"})
-	s, err := New(Options{Listen: "127.0.0.1:0", Router: router, Store: store, Node: "n",
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = s.Shutdown(ctx)
-	})
+	s := startTestServer(t, store)
 
 	before := settledStacks()
 	goroutines := runtime.NumGoroutine()

@@ -43,20 +43,7 @@ func (s *gatedStore) Set(ctx context.Context, m *core.Message) error {
 func TestRetainedWillNotLostToSubscriberInBetween(t *testing.T) {
 	store := &gatedStore{Store: memory.New(retain.Limits{}), topic: "will/dev",
 		entered: make(chan struct{}), release: make(chan struct{})}
-	router := core.NewRouter(core.RouterOptions{Retainer: retain.Retainer{Store: store}, Node: "n"})
-	s, err := New(Options{Listen: "127.0.0.1:0", Router: router, Store: store, Node: "n",
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = s.Shutdown(ctx)
-	})
+	s := startTestServer(t, store)
 	released := false
 	release := func() {
 		if !released {
@@ -144,20 +131,7 @@ func (c *testClient) subscribe(t *testing.T, filter string) {
 // an expiry interval of 1 s (third_party/mochi-mqtt, patch 3).
 func TestWillCarriesItsProperties(t *testing.T) {
 	store := memory.New(retain.Limits{})
-	router := core.NewRouter(core.RouterOptions{Retainer: retain.Retainer{Store: store}, Node: "n"})
-	s, err := New(Options{Listen: "127.0.0.1:0", Router: router, Store: store, Node: "n",
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = s.Shutdown(ctx)
-	})
+	s := startTestServer(t, store)
 
 	live := dialTest(t, s.Addr(), "live", nil)
 	live.subscribe(t, "will/#")
@@ -247,4 +221,25 @@ func dialWillRaw(t *testing.T, addr, id, topic string, delayed bool) net.Conn {
 	}
 	_ = c.SetDeadline(time.Time{})
 	return c
+}
+
+// startTestServer runs a front-end on a free port with store behind its
+// router, shut down when the test ends.
+func startTestServer(t *testing.T, store retain.Store) *Server {
+	t.Helper()
+	router := core.NewRouter(core.RouterOptions{Retainer: retain.Retainer{Store: store}, Node: "n"})
+	s, err := New(Options{Listen: "127.0.0.1:0", Router: router, Store: store, Node: "n",
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = s.Shutdown(ctx)
+	})
+	return s
 }
