@@ -11,15 +11,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorilla/websocket"
+
 	"github.com/gatewayd/gateway/retain"
 	"github.com/gatewayd/gateway/retain/memory"
 )
 
 // TestIdleConnectionStackBudget holds the goroutine stack an idle MQTT
-// connection costs to 4 KiB: one goroutine (mochi's reader; the writer runs
+// connection, over TCP and over WebSocket, costs to 4 KiB: one goroutine (mochi's reader; the writer runs
 // only while packets are queued, third_party/mochi-mqtt) whose stack the
 // runtime shrinks to 4 KiB once the connection is idle, because every frame
-// on it while it waits is small (serveConn, drainConn.Read, and mochi's
+// on it while it waits is small (serveConn, drainConn.Read, wsConn.Read, and mochi's
 // attachClient and Client.Read, patched). A frame that grows past that
 // budget shows up here as 8 KiB per connection. Each connection first
 // subscribes, publishes a QoS 1 message to itself and receives it, so both
@@ -29,23 +31,35 @@ func TestIdleConnectionStackBudget(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector enlarges frames; test/run checks this budget without -race")
 	}
-	const n = 200
-	store := memory.New(retain.Limits{})
-	s := startTestServer(t, store)
+	s := startTestServer(t, memory.New(retain.Limits{}))
+	t.Run("tcp", func(t *testing.T) {
+		idleStackBudget(t, func(t *testing.T) net.Conn {
+			c, err := net.Dial("tcp", s.Addr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			return c
+		})
+	})
+	t.Run("websocket", func(t *testing.T) {
+		idleStackBudget(t, func(t *testing.T) net.Conn {
+			c := wsDial(t, s)
+			_ = c.SetReadDeadline(time.Time{})
+			return &wsClientConn{Conn: c.UnderlyingConn(), wsStream: wsStream{c: c}}
+		})
+	})
+}
 
+func idleStackBudget(t *testing.T, dial func(*testing.T) net.Conn) {
+	const n = 200
 	before := settledStacks()
 	goroutines := runtime.NumGoroutine()
-	conns := make([]net.Conn, n)
-	for i := range conns {
-		c, err := net.Dial("tcp", s.Addr())
-		if err != nil {
-			t.Fatal(err)
-		}
+	for i := 0; i < n; i++ {
+		c := dial(t)
 		t.Cleanup(func() { c.Close() })
-		if err := exerciseConn(c, fmt.Sprintf("idle-%d", i)); err != nil {
+		if err := exerciseConn(c, fmt.Sprintf("idle-%s-%d", t.Name(), i)); err != nil {
 			t.Fatalf("connection %d: %v", i, err)
 		}
-		conns[i] = c
 	}
 	// mochi counts a client connected, and its writer goroutine ends, just
 	// after the last write; give them a moment.
@@ -59,9 +73,32 @@ func TestIdleConnectionStackBudget(t *testing.T) {
 	per := float64(after-before) / n
 	t.Logf("goroutine stacks: %.0f B per idle connection (%d connections)", per, n)
 	if per > 4096+512 {
-		t.Errorf("goroutine stacks cost %.0f B per idle connection, budget 4 KiB: a frame on the idle reader's stack grew (see serveConn)", per)
+		t.Errorf("goroutine stacks cost %.0f B per idle connection, budget 4 KiB: a frame on the idle reader's stack grew (see serveConn, wsConn.Read)", per)
 	}
 }
+
+// wsClientConn is the client's side of a WebSocket as a byte stream: each
+// Write is one binary message.
+type wsClientConn struct {
+	net.Conn
+	wsStream
+}
+
+func (c *wsClientConn) Read(p []byte) (int, error) { return c.wsStream.Read(p) }
+
+func (c *wsClientConn) Write(p []byte) (int, error) {
+	if err := c.c.WriteMessage(websocket.BinaryMessage, p); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+func (c *wsClientConn) SetDeadline(t time.Time) error {
+	_ = c.c.SetReadDeadline(t)
+	return c.c.SetWriteDeadline(t)
+}
+
+func (c *wsClientConn) Close() error { return c.c.Close() }
 
 // settledStacks runs enough collections for every idle stack to have
 // shrunk as far as it can (each one halves a stack at most once) and

@@ -237,10 +237,11 @@ func (l *wsListener) Init(log *slog.Logger) error {
 		// Devices and browser dashboards connect from any origin; access
 		// control is MQTT authentication, not the Origin header.
 		CheckOrigin: func(*http.Request) bool { return true },
-		// What an idle connection holds: a 512 B read buffer (net/http's
-		// 4 KiB one goes with the handshake) and no write buffer, which
-		// comes from a pool for each message written.
-		ReadBufferSize:  512,
+		// What an idle connection holds: gorilla's read buffer at its
+		// smallest (wsConn reads frames itself; net/http's 4 KiB buffer
+		// goes with the handshake) and no write buffer, which comes from
+		// a pool for each message written.
+		ReadBufferSize:  128,
 		WriteBufferSize: 4096,
 		WriteBufferPool: &sync.Pool{},
 	}
@@ -266,7 +267,7 @@ func (l *wsListener) handle(w http.ResponseWriter, r *http.Request) {
 	// (whose deep frames would stay under every idle connection's
 	// stack) returns.
 	l.wg.Add(1)
-	go l.serveConn(&wsConn{Conn: c.UnderlyingConn(), c: c})
+	go l.serveConn(newWSConn(c))
 }
 
 // serveConn runs one upgraded connection; see tcpListener.serveConn.
@@ -290,49 +291,3 @@ func (l *wsListener) Close(listeners.CloseFn) {
 }
 
 func (l *wsListener) wait() { l.wg.Wait() }
-
-// wsConn presents a WebSocket as the byte stream mochi reads MQTT from: an
-// MQTT packet may span WebSocket messages and one message may hold several
-// packets [MQTT-6.0.0-2].
-type wsConn struct {
-	net.Conn
-	c  *websocket.Conn
-	r  io.Reader
-	wm sync.Mutex
-}
-
-func (ws *wsConn) Read(p []byte) (int, error) {
-	for {
-		if ws.r == nil {
-			op, r, err := ws.c.NextReader()
-			if err != nil {
-				return 0, err
-			}
-			if op != websocket.BinaryMessage {
-				// [MQTT-6.0.0-1]: MQTT travels in binary messages only.
-				return 0, errors.New("websocket: non-binary message")
-			}
-			ws.r = r
-		}
-		n, err := ws.r.Read(p)
-		if errors.Is(err, io.EOF) {
-			ws.r = nil
-			if n > 0 {
-				return n, nil
-			}
-			continue
-		}
-		return n, err
-	}
-}
-
-func (ws *wsConn) Write(p []byte) (int, error) {
-	ws.wm.Lock()
-	defer ws.wm.Unlock()
-	if err := ws.c.WriteMessage(websocket.BinaryMessage, p); err != nil {
-		return 0, err
-	}
-	return len(p), nil
-}
-
-func (ws *wsConn) Close() error { return ws.c.Close() }

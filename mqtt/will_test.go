@@ -228,7 +228,7 @@ func dialWillRaw(t *testing.T, addr, id, topic string, delayed bool) net.Conn {
 func startTestServer(t *testing.T, store retain.Store) *Server {
 	t.Helper()
 	router := core.NewRouter(core.RouterOptions{Retainer: retain.Retainer{Store: store}, Node: "n"})
-	s, err := New(Options{Listen: "127.0.0.1:0", Router: router, Store: store, Node: "n",
+	s, err := New(Options{Listen: "127.0.0.1:0", WSListen: "127.0.0.1:0", Router: router, Store: store, Node: "n",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)

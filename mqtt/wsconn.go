@@ -1,0 +1,258 @@
+package mqtt
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+// wsConn presents a WebSocket as the byte stream mochi reads MQTT from: an
+// MQTT packet may span WebSocket messages and one message may hold several
+// packets [MQTT-6.0.0-2]. gorilla/websocket does the handshake, every write
+// and the close; wsConn reads the client's frames itself (RFC 6455 §5),
+// because gorilla's reader keeps ~2.5 KiB of frames and a buffer of its own
+// under every connection waiting for its next frame, which held an idle
+// WebSocket connection's stack at 8 KiB. A connection waiting here has the
+// same frames on its stack as a TCP one (serveConn) and holds a 16-byte
+// buffer; while bytes keep arriving it reads 4 KiB a system call through a
+// pooled buffer, as drainConn does.
+type wsConn struct {
+	net.Conn // the hijacked connection: reads and deadlines
+	c        *websocket.Conn
+	wm       sync.Mutex // one message written at a time
+
+	// control writes a control frame (pong, close): c.WriteControl, or a
+	// test's recorder.
+	control func(messageType int, data []byte) error
+
+	// Input, used by the one reading goroutine only.
+	raw       syscall.RawConn       // nil: no read-ahead (not a socket)
+	rawRead   func(fd uintptr) bool // ws.readNow, bound once
+	rawN      int
+	rawErr    error
+	big       *[readAheadSize]byte // pooled; nil while the socket is quiet
+	small     [16]byte             // what a waiting connection reads into
+	cur       []byte               // big or small: unread bytes are cur[r:w]
+	r, w      int
+	remaining uint64 // payload bytes left in the current data frame
+	mask      [4]byte
+	maskAt    int  // position in mask of the next payload byte
+	fragments bool // a binary message continues in the next data frame
+	ctl       [125]byte
+}
+
+func newWSConn(c *websocket.Conn) *wsConn {
+	ws := &wsConn{Conn: c.UnderlyingConn(), c: c}
+	ws.control = func(messageType int, data []byte) error {
+		return c.WriteControl(messageType, data, time.Now().Add(5*time.Second))
+	}
+	if sc, ok := ws.Conn.(syscall.Conn); ok {
+		if raw, err := sc.SyscallConn(); err == nil {
+			ws.raw, ws.rawRead = raw, ws.readNow
+		}
+	}
+	return ws
+}
+
+// Read returns payload bytes of the client's binary messages. While the
+// client is quiet it waits here, in a read into ws.small, with nothing but
+// this frame above the socket read; its frame is on every idle WebSocket
+// connection's stack, so it takes no defer and calls no helper on that path.
+func (ws *wsConn) Read(p []byte) (int, error) {
+	for ws.remaining == 0 {
+		if ws.r == ws.w {
+			if ws.raw != nil {
+				ws.fill()
+			}
+			if ws.r == ws.w {
+				n, err := ws.Conn.Read(ws.small[:])
+				if n == 0 {
+					if err == nil {
+						err = io.ErrNoProgress
+					}
+					return 0, err
+				}
+				ws.cur, ws.r, ws.w = ws.small[:], 0, n
+			}
+		}
+		if err := ws.frame(); err != nil {
+			return 0, err
+		}
+	}
+	n := len(p)
+	if uint64(n) > ws.remaining {
+		n = int(ws.remaining)
+	}
+	if ws.r == ws.w && ws.raw != nil {
+		ws.fill()
+	}
+	var err error
+	if ws.r < ws.w {
+		n = copy(p[:n], ws.cur[ws.r:ws.w])
+		ws.r += n
+	} else if n, err = ws.Conn.Read(p[:n]); n == 0 {
+		return 0, err
+	}
+	for i := range p[:n] {
+		p[i] ^= ws.mask[(ws.maskAt+i)&3]
+	}
+	ws.maskAt = (ws.maskAt + n) & 3
+	ws.remaining -= uint64(n)
+	return n, nil
+}
+
+// WebSocket opcodes (RFC 6455 §5.2).
+const (
+	wsContinuation = 0x0
+	wsText         = 0x1
+	wsBinary       = 0x2
+	wsClose        = 0x8
+	wsPing         = 0x9
+	wsPong         = 0xa
+)
+
+var errWSClosed = fmt.Errorf("websocket: closed by the client: %w", io.EOF)
+
+// frame reads one frame header and handles control frames; after a data
+// frame ws.remaining holds its payload length.
+func (ws *wsConn) frame() error {
+	var h [2]byte
+	if err := ws.readFull(h[:]); err != nil {
+		return err
+	}
+	fin, op := h[0]&0x80 != 0, h[0]&0x0f
+	if h[0]&0x70 != 0 {
+		return ws.fail(websocket.CloseProtocolError, "reserved bits set (no extension was negotiated)")
+	}
+	if h[1]&0x80 == 0 {
+		return ws.fail(websocket.CloseProtocolError, "unmasked client frame") // RFC 6455 §5.1
+	}
+	size := uint64(h[1] & 0x7f)
+	switch size {
+	case 126:
+		var b [2]byte
+		if err := ws.readFull(b[:]); err != nil {
+			return err
+		}
+		size = uint64(binary.BigEndian.Uint16(b[:]))
+	case 127:
+		var b [8]byte
+		if err := ws.readFull(b[:]); err != nil {
+			return err
+		}
+		if size = binary.BigEndian.Uint64(b[:]); size>>63 != 0 {
+			return ws.fail(websocket.CloseProtocolError, "payload length with its top bit set")
+		}
+	}
+	if err := ws.readFull(ws.mask[:]); err != nil {
+		return err
+	}
+	ws.maskAt = 0
+	switch op {
+	case wsBinary, wsContinuation:
+		if (op == wsContinuation) != ws.fragments {
+			return ws.fail(websocket.CloseProtocolError, "data frame out of sequence")
+		}
+		ws.fragments = !fin
+		ws.remaining = size
+		return nil
+	case wsText:
+		// [MQTT-6.0.0-1]: MQTT travels in binary messages only.
+		return ws.fail(websocket.CloseUnsupportedData, "MQTT needs binary messages")
+	case wsClose, wsPing, wsPong:
+		if !fin || size > uint64(len(ws.ctl)) {
+			return ws.fail(websocket.CloseProtocolError, "fragmented or oversized control frame")
+		}
+		data := ws.ctl[:size]
+		if err := ws.readFull(data); err != nil {
+			return err
+		}
+		for i := range data {
+			data[i] ^= ws.mask[i&3]
+		}
+		switch op {
+		case wsPing:
+			return ws.control(websocket.PongMessage, data)
+		case wsClose:
+			code := websocket.CloseNormalClosure
+			if len(data) >= 2 {
+				code = int(binary.BigEndian.Uint16(data))
+			}
+			_ = ws.control(websocket.CloseMessage, websocket.FormatCloseMessage(code, ""))
+			return errWSClosed
+		}
+		return nil // a pong
+	default:
+		return ws.fail(websocket.CloseProtocolError, fmt.Sprintf("unknown opcode %#x", op))
+	}
+}
+
+// fail closes the WebSocket with code and returns the error mochi ends the
+// connection with.
+func (ws *wsConn) fail(code int, reason string) error {
+	_ = ws.control(websocket.CloseMessage, websocket.FormatCloseMessage(code, reason))
+	return errors.New("websocket: " + reason)
+}
+
+// readFull fills b from the buffered input, reading more as needed.
+func (ws *wsConn) readFull(b []byte) error {
+	for len(b) > 0 {
+		if ws.r == ws.w {
+			if ws.raw != nil {
+				ws.fill()
+			}
+			if ws.r == ws.w {
+				n, err := ws.Conn.Read(ws.small[:])
+				if n == 0 {
+					if err == nil {
+						err = io.ErrNoProgress
+					}
+					return err
+				}
+				ws.cur, ws.r, ws.w = ws.small[:], 0, n
+			}
+		}
+		n := copy(b, ws.cur[ws.r:ws.w])
+		ws.r += n
+		b = b[n:]
+	}
+	return nil
+}
+
+// fill reads what the socket holds into the pooled buffer, without waiting;
+// with nothing there it lets the buffer go (see drainConn.fill).
+func (ws *wsConn) fill() {
+	if ws.big == nil {
+		ws.big = readAheadPool.Get().(*[readAheadSize]byte)
+	}
+	ws.rawN, ws.rawErr = 0, nil
+	if err := ws.raw.Read(ws.rawRead); err != nil || ws.rawErr != nil || ws.rawN <= 0 {
+		readAheadPool.Put(ws.big)
+		ws.big, ws.cur, ws.r, ws.w = nil, nil, 0, 0
+		return
+	}
+	ws.cur, ws.r, ws.w = ws.big[:], 0, ws.rawN
+}
+
+func (ws *wsConn) readNow(fd uintptr) bool {
+	ws.rawN, ws.rawErr = readNonblocking(fd, ws.big[:])
+	return true
+}
+
+func (ws *wsConn) Write(p []byte) (int, error) {
+	ws.wm.Lock()
+	defer ws.wm.Unlock()
+	if err := ws.c.WriteMessage(websocket.BinaryMessage, p); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+func (ws *wsConn) Close() error { return ws.c.Close() }
