@@ -333,6 +333,15 @@ func (cl *Client) writeQueued(pk *packets.Packet) {
 	if err := cl.WritePacket(*pk); err != nil {
 		// TODO : Figure out what to do with error
 		cl.ops.log.Debug("failed publishing packet", "error", err, "client", cl.ID, "packet", pk)
+		// gateway patch: a packet refused before it was written (too
+		// large, not encodable) must not strand what writes made while it
+		// was queued left buffered (upstream kept a PUBACK there until
+		// the next write).
+		if cl.State.outbound.Len() == 0 {
+			cl.Lock()
+			_ = cl.flushOutbuf()
+			cl.Unlock()
+		}
 	}
 	atomic.AddInt32(&cl.State.outboundQty, -1)
 }

@@ -53,27 +53,7 @@ func TestOutboundQueueWritesEverythingInOrder(t *testing.T) {
 
 	const producers, each = 4, 500
 	got := make(chan []uint16, 1)
-	go func() {
-		var ids []uint16
-		br := bufio.NewReader(r)
-		for len(ids) < producers*each {
-			fh := new(packets.FixedHeader)
-			b, err := br.ReadByte()
-			if err != nil {
-				break
-			}
-			require.NoError(t, fh.Decode(b))
-			fh.Remaining, _, err = packets.DecodeLength(br)
-			require.NoError(t, err)
-			body := make([]byte, fh.Remaining)
-			_, err = io.ReadFull(br, body)
-			require.NoError(t, err)
-			pk := packets.Packet{FixedHeader: *fh, ProtocolVersion: 4}
-			require.NoError(t, pk.PubackDecode(body))
-			ids = append(ids, pk.PacketID)
-		}
-		got <- ids
-	}()
+	go func() { got <- readPubackIDs(r, producers*each) }()
 
 	var wg sync.WaitGroup
 	for p := 0; p < producers; p++ {
@@ -87,7 +67,12 @@ func TestOutboundQueueWritesEverythingInOrder(t *testing.T) {
 		}(p)
 	}
 	wg.Wait()
-	ids := <-got
+	var ids []uint16
+	select {
+	case ids = <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("not every queued packet was written (a lost wake-up?)")
+	}
 	require.Len(t, ids, producers*each)
 	last := make([]uint16, producers)
 	for _, id := range ids {
@@ -151,4 +136,130 @@ func TestInflightGetAllKeepsSetOrder(t *testing.T) {
 	}
 	require.Equal(t, want, ids(i.GetAll(false)))
 	require.Equal(t, want, ids(i.Clone().GetAll(false)))
+}
+
+// readPubackIDs reads n PUBACKs from r and returns their packet ids; it stops
+// early (returning fewer) at the first error.
+func readPubackIDs(r io.Reader, n int) []uint16 {
+	var ids []uint16
+	br := bufio.NewReader(r)
+	for len(ids) < n {
+		fh := new(packets.FixedHeader)
+		b, err := br.ReadByte()
+		if err != nil || fh.Decode(b) != nil {
+			break
+		}
+		if fh.Remaining, _, err = packets.DecodeLength(br); err != nil {
+			break
+		}
+		body := make([]byte, fh.Remaining)
+		if _, err := io.ReadFull(br, body); err != nil {
+			break
+		}
+		pk := packets.Packet{FixedHeader: *fh, ProtocolVersion: 4}
+		if pk.PubackDecode(body) != nil {
+			break
+		}
+		ids = append(ids, pk.PacketID)
+	}
+	return ids
+}
+
+// The writer exits whenever the queue empties and the next packet starts a
+// new one: packets queued one at a time, each waited for, from several
+// goroutines, are all written; a closed client's queue is dropped and its
+// count returns to 0.
+func TestOutboundWriterStartsAndStopsWithTheQueue(t *testing.T) {
+	cl, r, w := newTestClient()
+	defer w.Close()
+	const producers, each = 4, 300
+	got := make(chan []uint16, 1)
+	go func() { got <- readPubackIDs(r, producers*each) }()
+	var wg sync.WaitGroup
+	for p := 0; p < producers; p++ {
+		wg.Add(1)
+		go func(p int) {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				pk := &packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: uint16(p*each + i + 1)}
+				for !cl.enqueue(pk) { // the queue holds 3 (newTestClient)
+					time.Sleep(time.Microsecond)
+				}
+				if i%7 == 0 {
+					waitWritten(cl) // let the writer run dry and exit
+				}
+			}
+		}(p)
+	}
+	wg.Wait()
+	select {
+	case ids := <-got:
+		require.Len(t, ids, producers*each)
+	case <-time.After(10 * time.Second):
+		t.Fatal("not every queued packet was written (a lost wake-up?)")
+	}
+
+	// Closed: what is queued is dropped, and the count goes back to 0.
+	cl.Stop(errClientStop)
+	for i := 0; i < 3; i++ {
+		cl.enqueue(&packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: 1})
+	}
+	require.Eventually(t, func() bool { return atomic.LoadInt32(&cl.State.outboundQty) == 0 },
+		5*time.Second, time.Millisecond)
+}
+
+// A will's copy queued for an offline MQTT 5 subscriber expires as any
+// MQTT 5 publish does (upstream built the will with protocol version 0,
+// which expiry never applies to).
+func TestWillCopiesExpire(t *testing.T) {
+	s := newServer()
+	sub := s.NewClient(nil, "t", "sub", false)
+	sub.Properties.ProtocolVersion = 5
+	s.Clients.Add(sub)
+	s.Topics.Subscribe("sub", packets.Subscription{Filter: "w/#", Qos: 1})
+
+	dying := s.NewClient(nil, "t", "dying", false)
+	dying.Properties.ProtocolVersion = 5
+	dying.Properties.Will = Will{Flag: 1, TopicName: "w/will", Payload: []byte("x"), Qos: 1, MessageExpiryInterval: 1}
+	s.sendLWT(dying)
+	require.Equal(t, 1, sub.State.Inflight.Len())
+
+	s.clearExpiredInflights(time.Now().Unix() + 10)
+	require.Equal(t, 0, sub.State.Inflight.Len(), "the expired will is still queued for the offline subscriber")
+}
+
+// A PUBACK written directly while a packet is queued is buffered; when that
+// queued packet is then refused before it is written (larger than the
+// client's Maximum Packet Size), the PUBACK still goes out.
+func TestRefusedQueuedPacketStrandsNothing(t *testing.T) {
+	cl, r, w := newTestClient()
+	defer w.Close()
+	cl.ops.options.ClientNetWriteBufferSize = 2048
+	cl.Properties.ProtocolVersion = 5
+	cl.Properties.Props.MaximumPacketSize = 64
+	got := make(chan []uint16, 1)
+	go func() { got <- readPubackIDs(r, 1) }()
+
+	q := &cl.State.outbound
+	big := &packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish}, TopicName: "a", Payload: make([]byte, 200)}
+	q.mu.Lock()
+	q.writing = true // the writer has not run yet
+	q.push(big)
+	q.mu.Unlock()
+	atomic.AddInt32(&cl.State.outboundQty, 1)
+
+	// The reader goroutine acknowledges a QoS 1 publish meanwhile: buffered.
+	require.NoError(t, cl.WritePacket(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: 7}))
+
+	q.mu.Lock()
+	q.writing = false
+	q.mu.Unlock()
+	cl.WriteLoop() // refuses the big packet
+
+	select {
+	case ids := <-got:
+		require.Equal(t, []uint16{7}, ids)
+	case <-time.After(5 * time.Second):
+		t.Fatalf("the PUBACK was never written; %d bytes left buffered", cl.Net.outbuf.Len())
+	}
 }

@@ -1556,9 +1556,11 @@ func (s *Server) sendLWT(cl *Client) {
 		Properties: modifiedLWT.PublishProperties(), // gateway patch: was User only
 		Origin:     cl.ID,
 		Created:    time.Now().Unix(),
-	}
-	if e := pk.Properties.MessageExpiryInterval; e > 0 {
-		pk.Expiry = pk.Created + int64(e) // gateway patch
+		// gateway patch: the will's expiry applies to the copies queued for
+		// offline subscribers, as to any MQTT 5 publish (expiry is enforced
+		// only on packets of version 5); publishToSubscribers sets Expiry
+		// from the interval, capped by MaximumMessageExpiryInterval.
+		ProtocolVersion: cl.Properties.ProtocolVersion,
 	}
 
 	if cl.Properties.Will.WillDelayInterval > 0 {
@@ -1771,13 +1773,11 @@ func (s *Server) clearExpiredInflights(now int64) {
 func (s *Server) sendDelayedLWT(dt int64) {
 	for id, pk := range s.loop.willDelayed.GetAll() {
 		if dt > pk.Expiry {
-			// Expiry held the end of the delay; the message's own expiry
-			// runs from now (gateway patch: upstream sent the will with the
-			// delay's end as its expiry, so with an interval of 1 s).
-			pk.Expiry = 0
-			if e := pk.Properties.MessageExpiryInterval; e > 0 {
-				pk.Expiry = dt + int64(e)
-			}
+			// Expiry held the end of the delay; the message is published
+			// now, and publishToSubscribers sets its expiry from now (gateway
+			// patch: upstream sent the will with the delay's end as its
+			// expiry, so with an interval of 1 s).
+			pk.Expiry, pk.Created = 0, dt
 			s.publishToSubscribers(pk) // [MQTT-3.1.2-8]
 			if cl, ok := s.Clients.Get(id); ok {
 				if pk.FixedHeader.Retain {
