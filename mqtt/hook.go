@@ -178,9 +178,6 @@ func (h *hook) OnWill(cl *mochi.Client, will mochi.Will) (mochi.Will, error) {
 		Payload:     will.Payload,
 		Properties:  will.PublishProperties(),
 	}
-	if e := will.MessageExpiryInterval; e > 0 {
-		pk.Expiry = time.Now().Unix() + int64(e)
-	}
 	h.routeWill(cl, &pk)
 	h.willMu.Lock()
 	h.wills[cl] = struct{}{}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -27,6 +28,51 @@ type tcpListener struct {
 	once         sync.Once
 	wg           sync.WaitGroup // connection goroutines and their closing drains
 	closing      atomic.Bool    // set by Close: connections close at once, no drain
+	conns        openConns
+}
+
+// connectTimeout bounds the wait for a new connection's CONNECT; mochi
+// sets the keep-alive deadline once it has one.
+const connectTimeout = 10 * time.Second
+
+// openConns are a listener's connections being served, so that Close can
+// also end those mochi knows nothing of yet (no CONNECT read), which would
+// otherwise hold mochi's Close, and so Shutdown, for ever.
+type openConns struct {
+	mu     sync.Mutex
+	m      map[net.Conn]struct{}
+	closed bool
+}
+
+// add records c and counts its goroutine in wg; false once closeAll ran.
+func (o *openConns) add(c net.Conn, wg *sync.WaitGroup) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed {
+		return false
+	}
+	if o.m == nil {
+		o.m = map[net.Conn]struct{}{}
+	}
+	o.m[c] = struct{}{}
+	wg.Add(1)
+	return true
+}
+
+func (o *openConns) remove(c net.Conn) {
+	o.mu.Lock()
+	delete(o.m, c)
+	o.mu.Unlock()
+}
+
+// closeAll closes every recorded connection; add refuses from now on.
+func (o *openConns) closeAll() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.closed = true
+	for c := range o.m {
+		_ = c.Close()
+	}
 }
 
 var _ listeners.Listener = (*tcpListener)(nil)
@@ -45,7 +91,10 @@ func (l *tcpListener) Serve(establish listeners.EstablishFn) {
 		if tc, ok := conn.(*net.TCPConn); ok {
 			conn = newDrainConn(tc, l)
 		}
-		l.wg.Add(1)
+		if !l.conns.add(conn, &l.wg) {
+			_ = conn.Close() // closing
+			continue
+		}
 		go l.serveConn(establish, conn)
 	}
 }
@@ -54,9 +103,11 @@ func (l *tcpListener) Serve(establish listeners.EstablishFn) {
 // is idle, this frame and mochi's under it stay on that goroutine's stack,
 // so each is kept small (no defers, logging in a function of its own): the
 // runtime then shrinks an idle connection's stack to 4 KiB
-// (TestIdleConnectionStacks).
+// (TestIdleConnectionStackBudget).
 func (l *tcpListener) serveConn(establish listeners.EstablishFn, conn net.Conn) {
+	_ = conn.SetReadDeadline(time.Now().Add(connectTimeout))
 	l.ended(establish(l.id, conn))
+	l.conns.remove(conn)
 	l.wg.Done()
 }
 
@@ -74,6 +125,7 @@ func (l *tcpListener) Close(listeners.CloseFn) {
 		l.closing.Store(true)
 		_ = l.ln.Close()
 		l.closeClients(l.id)
+		l.conns.closeAll()
 	})
 }
 
@@ -124,7 +176,7 @@ var readAheadPool = sync.Pool{New: func() any { return new([readAheadSize]byte) 
 // newDrainConn wraps a TCP connection the listener accepted.
 func newDrainConn(tc *net.TCPConn, l *tcpListener) *drainConn {
 	c := &drainConn{TCPConn: tc, l: l}
-	if raw, err := tc.SyscallConn(); err == nil {
+	if raw, err := tc.SyscallConn(); err == nil && readAheadSupported {
 		c.raw = raw
 		c.rawRead = c.readNow
 	}
@@ -141,8 +193,11 @@ func (c *drainConn) Read(p []byte) (int, error) {
 		c.rmu.Unlock()
 		return 0, net.ErrClosed
 	}
-	if c.ar == c.aw && c.raw != nil {
-		c.fill()
+	if c.ar == c.aw && c.raw != nil && len(p) < readAheadSize { // a big read goes straight into p
+		if err := c.fill(); err != nil {
+			c.rmu.Unlock()
+			return 0, err
+		}
 	}
 	if c.ar < c.aw {
 		n := copy(p, c.ahead[c.ar:c.aw])
@@ -156,18 +211,39 @@ func (c *drainConn) Read(p []byte) (int, error) {
 }
 
 // fill reads what the socket holds into the read-ahead buffer, without
-// waiting. With nothing there, at the end of the stream or on an error
-// (which the plain Read that follows reports), it lets the buffer go.
-func (c *drainConn) fill() {
+// waiting. With nothing there, or at the end of the stream (which the plain
+// Read that follows reports), it lets the buffer go; an error is returned.
+func (c *drainConn) fill() error {
 	if c.ahead == nil {
 		c.ahead = readAheadPool.Get().(*[readAheadSize]byte)
 	}
 	c.rawN, c.rawErr = 0, nil
-	if err := c.raw.Read(c.rawRead); err != nil || c.rawErr != nil || c.rawN <= 0 {
-		c.releaseAhead()
-		return
+	err := c.raw.Read(c.rawRead)
+	if err == nil && c.rawErr == nil && c.rawN > 0 {
+		c.ar, c.aw = 0, c.rawN
+		return nil
 	}
-	c.ar, c.aw = 0, c.rawN
+	c.releaseAhead()
+	return readAheadError(c.TCPConn, err, c.rawErr)
+}
+
+// readAheadError is the error a failed non-blocking read reports: none when
+// it only found no data, or when RawConn.Read failed (an expired deadline, a
+// closed connection: the plain read that follows reports it as usual).
+func readAheadError(c net.Conn, rawConnErr, readErr error) error {
+	if rawConnErr != nil || readErr == nil || wouldBlock(readErr) {
+		return nil
+	}
+	return &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("read", readErr)}
+}
+
+// Write refuses once mochi has closed the connection: the socket stays open
+// for the drain, and nothing may follow the DISCONNECT [MQTT-3.14.4-1].
+func (c *drainConn) Write(p []byte) (int, error) {
+	if c.closed.Load() {
+		return 0, net.ErrClosed
+	}
+	return c.TCPConn.Write(p)
 }
 
 // readNow is one non-blocking read (Go's sockets are non-blocking: no
@@ -221,6 +297,7 @@ type wsListener struct {
 	wg           sync.WaitGroup
 	upgrader     websocket.Upgrader
 	est          listeners.EstablishFn
+	conns        openConns
 }
 
 var _ listeners.Listener = (*wsListener)(nil)
@@ -266,13 +343,19 @@ func (l *wsListener) handle(w http.ResponseWriter, r *http.Request) {
 	// The connection runs on a goroutine of its own, and net/http's
 	// (whose deep frames would stay under every idle connection's
 	// stack) returns.
-	l.wg.Add(1)
-	go l.serveConn(newWSConn(c))
+	ws := newWSConn(c)
+	if !l.conns.add(ws, &l.wg) {
+		_ = ws.Close() // closing
+		return
+	}
+	go l.serveConn(ws)
 }
 
 // serveConn runs one upgraded connection; see tcpListener.serveConn.
 func (l *wsListener) serveConn(conn *wsConn) {
+	_ = conn.SetReadDeadline(time.Now().Add(connectTimeout))
 	l.ended(l.est(l.id, conn))
+	l.conns.remove(conn)
 	l.wg.Done()
 }
 
@@ -287,6 +370,7 @@ func (l *wsListener) Close(listeners.CloseFn) {
 	l.once.Do(func() {
 		_ = l.srv.Close()
 		l.closeClients(l.id)
+		l.conns.closeAll()
 	})
 }
 

@@ -4,8 +4,9 @@ package mqtt
 
 import "errors"
 
-// readNonblocking is not offered here: drainConn then reads without
-// read-ahead.
-func readNonblocking(uintptr, []byte) (int, error) {
-	return 0, errors.ErrUnsupported
-}
+// readAheadSupported: not here; connections read without read-ahead.
+const readAheadSupported = false
+
+func readNonblocking(uintptr, []byte) (int, error) { return 0, errors.ErrUnsupported }
+
+func wouldBlock(error) bool { return true }

@@ -191,9 +191,10 @@ func (s *Server) Clients() int64 { return s.mochi.Info.ClientsConnected }
 // and waits for connection goroutines until ctx ends.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.opts.Router.Unsubscribe(s.sub)
-	err := s.mochi.Close()
+	var err error
 	done := make(chan struct{})
 	go func() {
+		err = s.mochi.Close() // waits for every client goroutine: bounded by ctx too
 		if s.tcp != nil {
 			s.tcp.wait()
 		}

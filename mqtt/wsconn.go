@@ -53,7 +53,7 @@ func newWSConn(c *websocket.Conn) *wsConn {
 	ws.control = func(messageType int, data []byte) error {
 		return c.WriteControl(messageType, data, time.Now().Add(5*time.Second))
 	}
-	if sc, ok := ws.Conn.(syscall.Conn); ok {
+	if sc, ok := ws.Conn.(syscall.Conn); ok && readAheadSupported {
 		if raw, err := sc.SyscallConn(); err == nil {
 			ws.raw, ws.rawRead = raw, ws.readNow
 		}
@@ -69,7 +69,9 @@ func (ws *wsConn) Read(p []byte) (int, error) {
 	for ws.remaining == 0 {
 		if ws.r == ws.w {
 			if ws.raw != nil {
-				ws.fill()
+				if err := ws.fill(); err != nil {
+					return 0, err
+				}
 			}
 			if ws.r == ws.w {
 				n, err := ws.Conn.Read(ws.small[:])
@@ -90,8 +92,10 @@ func (ws *wsConn) Read(p []byte) (int, error) {
 	if uint64(n) > ws.remaining {
 		n = int(ws.remaining)
 	}
-	if ws.r == ws.w && ws.raw != nil {
-		ws.fill()
+	if ws.r == ws.w && ws.raw != nil && n < readAheadSize { // a big read goes straight into p
+		if err := ws.fill(); err != nil {
+			return 0, err
+		}
 	}
 	var err error
 	if ws.r < ws.w {
@@ -206,7 +210,9 @@ func (ws *wsConn) readFull(b []byte) error {
 	for len(b) > 0 {
 		if ws.r == ws.w {
 			if ws.raw != nil {
-				ws.fill()
+				if err := ws.fill(); err != nil {
+					return err
+				}
 			}
 			if ws.r == ws.w {
 				n, err := ws.Conn.Read(ws.small[:])
@@ -228,17 +234,19 @@ func (ws *wsConn) readFull(b []byte) error {
 
 // fill reads what the socket holds into the pooled buffer, without waiting;
 // with nothing there it lets the buffer go (see drainConn.fill).
-func (ws *wsConn) fill() {
+func (ws *wsConn) fill() error {
 	if ws.big == nil {
 		ws.big = readAheadPool.Get().(*[readAheadSize]byte)
 	}
 	ws.rawN, ws.rawErr = 0, nil
-	if err := ws.raw.Read(ws.rawRead); err != nil || ws.rawErr != nil || ws.rawN <= 0 {
-		readAheadPool.Put(ws.big)
-		ws.big, ws.cur, ws.r, ws.w = nil, nil, 0, 0
-		return
+	err := ws.raw.Read(ws.rawRead)
+	if err == nil && ws.rawErr == nil && ws.rawN > 0 {
+		ws.cur, ws.r, ws.w = ws.big[:], 0, ws.rawN
+		return nil
 	}
-	ws.cur, ws.r, ws.w = ws.big[:], 0, ws.rawN
+	readAheadPool.Put(ws.big)
+	ws.big, ws.cur, ws.r, ws.w = nil, nil, 0, 0
+	return readAheadError(ws.Conn, err, ws.rawErr)
 }
 
 func (ws *wsConn) readNow(fd uintptr) bool {

@@ -3,16 +3,19 @@ package mqtt
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"testing"
 	"time"
 
 	"github.com/gorilla/websocket"
 
+	"github.com/gatewayd/gateway/core"
 	"github.com/gatewayd/gateway/retain"
 	"github.com/gatewayd/gateway/retain/memory"
 )
@@ -219,5 +222,48 @@ func TestWebSocketTruncatedFrame(t *testing.T) {
 	}
 	if typ, _ := readMQTT(t, bufio.NewReader(&wsStream{c: d})); typ != 2 {
 		t.Fatalf("want CONNACK, got type %d", typ)
+	}
+}
+
+// Shutdown ends connections that never sent CONNECT (mochi knows nothing of
+// them, and its Close waited for them for ever), over TCP and WebSocket.
+func TestShutdownWithConnectionsThatNeverConnect(t *testing.T) {
+	store := memory.New(retain.Limits{})
+	router := core.NewRouter(core.RouterOptions{Retainer: retain.Retainer{Store: store}, Node: "n"})
+	s, err := New(Options{Listen: "127.0.0.1:0", WSListen: "127.0.0.1:0", Router: router, Store: store, Node: "n",
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	tc, err := net.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	ws := wsDial(t, s)
+	connected := wsDial(t, s) // and one that did connect
+	if err := connected.WriteMessage(websocket.BinaryMessage, mqttConnect("connected")); err != nil {
+		t.Fatal(err)
+	}
+	if typ, _ := readMQTT(t, bufio.NewReader(&wsStream{c: connected})); typ != 2 {
+		t.Fatalf("want CONNACK, got type %d", typ)
+	}
+	time.Sleep(50 * time.Millisecond) // both silent ones are being served
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := s.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown: %v after %v", err, time.Since(start))
+	}
+	_ = tc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := tc.Read(make([]byte, 1)); err == nil {
+		t.Error("the silent TCP connection is still open")
+	}
+	if _, _, err := ws.ReadMessage(); err == nil {
+		t.Error("the silent WebSocket connection is still open")
 	}
 }
