@@ -165,7 +165,7 @@ type drainConn struct {
 }
 
 // readAheadSize is the most one read takes from the socket while bytes keep
-// arriving. mochi reads through a small bufio.Reader (512 B,
+// arriving. mochi reads through a small bufio.Reader (256 B,
 // ClientNetReadBufferSize, which every connection holds); this buffer comes
 // from a pool and is held only while the socket has data, so a busy
 // connection reads 4 KiB a system call and an idle one holds nothing.

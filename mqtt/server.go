@@ -109,12 +109,12 @@ func New(opts Options) (*Server, error) {
 		Capabilities: caps,
 		InlineClient: true,
 		Logger:       opts.Logger.With("part", "mochi"),
-		// The read buffer lives as long as the connection (512 B of each
+		// The read buffer lives as long as the connection (256 B of each
 		// idle connection's cost); bigger reads than it bypass it.
 		// Writes are batched up to the write size only while more are
 		// queued, in a buffer that exists only then.
 		ClientNetWriteBufferSize: 2048,
-		ClientNetReadBufferSize:  512,
+		ClientNetReadBufferSize:  256,
 		SysTopicResendInterval:   0,
 	})
 	s := &Server{opts: opts, mochi: ms, log: opts.Logger.With("part", "mqtt")}

@@ -125,6 +125,12 @@ func (i *Inflight) Delete(id uint16) bool {
 	_, ok := i.internal[id]
 	delete(i.internal, id)
 	delete(i.order, id)
+	if ok && len(i.internal) == 0 {
+		// gateway patch: let an emptied session's map groups go (a map
+		// keeps its largest size): most connections sit idle with nothing
+		// in flight.
+		i.internal, i.order = map[uint16]packets.Packet{}, map[uint16]uint64{}
+	}
 
 	return ok
 }
