@@ -267,3 +267,39 @@ func TestShutdownWithConnectionsThatNeverConnect(t *testing.T) {
 		t.Error("the silent WebSocket connection is still open")
 	}
 }
+
+// FuzzWSFrames: whatever a client sends, the frame reader returns payload
+// bytes or an error, never more payload than it was sent, and never
+// (0, nil).
+func FuzzWSFrames(f *testing.F) {
+	f.Add(wsFrame(wsBinary, true, false, mqttConnect("x")))
+	f.Add(append(wsFrame(wsBinary, false, false, []byte{1, 2}), append(wsFrame(wsPing, true, false, []byte("p")),
+		wsFrame(wsContinuation, true, false, []byte{3})...)...))
+	f.Add(wsFrame(wsClose, true, false, websocket.FormatCloseMessage(1000, "")))
+	f.Add(wsFrame(wsBinary, true, false, make([]byte, 70000)))
+	f.Add(wsFrame(wsText, true, true, []byte("x")))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		srv, cli := net.Pipe()
+		defer srv.Close()
+		ws := &wsConn{Conn: srv, control: func(int, []byte) error { return nil }}
+		go func() {
+			_, _ = cli.Write(in)
+			cli.Close()
+		}()
+		buf := make([]byte, 100)
+		total := 0
+		for {
+			n, err := ws.Read(buf)
+			total += n
+			if err != nil {
+				break
+			}
+			if n == 0 {
+				t.Fatal("Read returned 0 bytes and no error")
+			}
+		}
+		if total > len(in) {
+			t.Fatalf("%d payload bytes from %d bytes of input", total, len(in))
+		}
+	})
+}
