@@ -50,6 +50,7 @@ CGO_ENABLED=0 go build -o "$tmp/gateway" ./cmd/gateway || die "go build ./cmd/ga
 
 "$tmp/gateway" \
   --mqtt.listen=127.0.0.1:0 \
+  --mqtt.ws.listen=127.0.0.1:0 \
   --amqp.listen=127.0.0.1:0 \
   --admin.listen=127.0.0.1:0 \
   --amqp.allowAnonymous=true \
@@ -65,6 +66,10 @@ addr_of() { # $1: log message
   grep -E "msg=\"$1\"" "$tmp/gateway.log" | grep -v 'transport=websocket' | head -n 1 |
     sed -nE 's/.* (addr|address)=("?)([^ "]+)\2.*/\3/p' || true
 }
+ws_addr() {
+  grep -E 'msg="mqtt listening"' "$tmp/gateway.log" | grep 'transport=websocket' | head -n 1 |
+    sed -nE 's/.* addr=([^ ]+).*/\1/p' || true
+}
 ready() {
   "$PY" - "$1" <<'EOF'
 import sys, urllib.request
@@ -75,18 +80,20 @@ except Exception:
 EOF
 }
 
-admin="" mqtt="" amqp=""
+admin="" mqtt="" amqp="" mqttws=""
 for _ in $(seq 150); do
   kill -0 "$gw_pid" 2>/dev/null || die "the gateway exited during start"
   admin=$(addr_of "admin API listening")
   mqtt=$(addr_of "mqtt listening")
   amqp=$(addr_of "amqp listening")
+  mqttws=$(ws_addr)
   if [[ -n "$admin" ]] && ready "$admin"; then break; fi
   sleep 0.1
 done
 [[ -n "$admin" ]] || die "no \"admin API listening\" line in the gateway log"
 ready "$admin" || die "GET http://$admin/readyz did not answer 200 within 15 s"
 [[ -n "$mqtt" ]] || die "no \"mqtt listening\" line in the gateway log"
+[[ -n "$mqttws" ]] || die "no \"mqtt listening ... transport=websocket\" line in the gateway log"
 [[ -n "$amqp" ]] || die "no \"amqp listening\" line in the gateway log: the gateway does not serve AMQP (amqp.listen=127.0.0.1:0)"
 echo "gateway up: amqp=$amqp mqtt=$mqtt admin=$admin"
 
@@ -94,7 +101,7 @@ rc=0
 echo "== Qpid Proton (python3-qpid-proton)"
 timeout 45 "$PY" test/e2e/amqp/proton_checks.py --amqp "$amqp" --mqtt "$mqtt" --user alice --password secret || rc=1
 echo "== rhea (node $(node --version))"
-timeout 45 node test/e2e/js/rhea_checks.js --amqp "$amqp" --mqtt "$mqtt" --user alice --password secret || rc=1
+timeout 45 node test/e2e/js/rhea_checks.js --amqp "$amqp" --mqtt "$mqtt" --mqtt-ws "$mqttws" --user alice --password secret || rc=1
 
 if ! kill -0 "$gw_pid" 2>/dev/null; then
   echo "FAIL amqp_clients: the gateway died during the checks"

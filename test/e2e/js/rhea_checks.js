@@ -30,7 +30,7 @@ function parseArgs(argv) {
     a[k.replace(/^--/, '')] = v;
   }
   if (!a.amqp) {
-    console.error('usage: rhea_checks.js --amqp HOST:PORT [--mqtt HOST:PORT] [--user U --password P] [--target gateway|broker] [--only TEXT]');
+    console.error('usage: rhea_checks.js --amqp HOST:PORT [--mqtt HOST:PORT] [--mqtt-ws HOST:PORT] [--user U --password P] [--target gateway|broker] [--only TEXT]');
     process.exit(2);
   }
   return a;
@@ -236,10 +236,17 @@ async function expectRefused(p, what, condition = 'amqp:not-found') {
 
 // --- MQTT helpers -------------------------------------------------------------
 
-async function mqttClient(cs, name) {
+async function mqttClient(cs, name, { ws = false } = {}) {
   const mqtt = require('mqtt');
-  const { host, port } = hostPort(args.mqtt);
-  const c = mqtt.connect({ host, port, protocolVersion: 5, clientId: `e2e-js-${name}-${RUN}`, reconnectPeriod: 0, connectTimeout: T });
+  const opts = { protocolVersion: 5, clientId: `e2e-js-${name}-${RUN}`, reconnectPeriod: 0, connectTimeout: T };
+  let c;
+  if (ws) {
+    if (!args['mqtt-ws']) throw new CheckFailed('no --mqtt-ws HOST:PORT given');
+    c = mqtt.connect(`ws://${args['mqtt-ws']}/mqtt`, opts); // mqtt.js over the ws library
+  } else {
+    const { host, port } = hostPort(args.mqtt);
+    c = mqtt.connect({ host, port, ...opts });
+  }
   cs.mqtt.push(c);
   c.msgs = [];
   c.waiters = [];
@@ -259,7 +266,7 @@ async function mqttClient(cs, name) {
       c.once('error', reject);
     }),
     T,
-    'MQTT connect to ' + args.mqtt
+    'MQTT connect to ' + (ws ? 'ws://' + args['mqtt-ws'] : args.mqtt)
   );
   return c;
 }
@@ -513,6 +520,23 @@ check('retained (MQTT retain=true): late AMQP receiver gets x-opt-retain=true', 
   expect(bodyBytes(m).toString() === 'stored-state', 'retained body differs: ' + describe(m));
   expect(retainFlag(m) === true, 'retained copy lacks x-opt-retain=true: ' + describe(m));
   await new Promise((res, rej) => mq.publish(t, '', { qos: 1, retain: true }, (err) => (err ? rej(err) : res()))); // clear
+}, { gatewayOnly: true, mqtt: true });
+
+check('MQTT 5 over WebSocket (mqtt.js): a 200 KB publish reaches a TCP subscriber; an AMQP send reaches the WebSocket subscriber', async (cs) => {
+  const ws = await mqttClient(cs, 'ws', { ws: true });
+  const tcp = await mqttClient(cs, 'ws-tcp');
+  const t = BASE + '/ws/big';
+  await new Promise((res, rej) => tcp.subscribe(t, { qos: 1 }, (err) => (err ? rej(err) : res())));
+  const big = crypto.randomBytes(200 * 1024);
+  await new Promise((res, rej) => ws.publish(t, big, { qos: 1 }, (err) => (err ? rej(err) : res())));
+  const m = await tcp.next('200 KB publish over WebSocket on ' + t);
+  expect(m.payload.equals(big), `payload differs: got ${m.payload.length} bytes`);
+  const t2 = BASE + '/ws/a2m';
+  await new Promise((res, rej) => ws.subscribe(t2, { qos: 1 }, (err) => (err ? rej(err) : res())));
+  const c = await cs.connect();
+  await send(await sender(c, t2, TOPIC), { body: 'to-ws' });
+  const mm = await ws.next('AMQP send on ' + t2 + ' to the WebSocket subscriber');
+  expect(mm.payload.toString() === 'to-ws', 'payload differs: ' + mm.payload.toString('hex'));
 }, { gatewayOnly: true, mqtt: true });
 
 // --- runner -----------------------------------------------------------------
