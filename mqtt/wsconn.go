@@ -185,9 +185,16 @@ func (ws *wsConn) frame() error {
 		case wsPing:
 			return ws.control(websocket.PongMessage, data)
 		case wsClose:
+			// Echo the client's code (RFC 6455 §5.5.1); a one-byte body or
+			// a code no endpoint may send is a protocol error (§7.4).
 			code := websocket.CloseNormalClosure
-			if len(data) >= 2 {
-				code = int(binary.BigEndian.Uint16(data))
+			switch {
+			case len(data) == 1:
+				return ws.fail(websocket.CloseProtocolError, "close frame with a one-byte body")
+			case len(data) >= 2:
+				if code = int(binary.BigEndian.Uint16(data)); !validCloseCode(code) {
+					return ws.fail(websocket.CloseProtocolError, fmt.Sprintf("close code %d", code))
+				}
 			}
 			_ = ws.control(websocket.CloseMessage, websocket.FormatCloseMessage(code, ""))
 			return errWSClosed
@@ -196,6 +203,12 @@ func (ws *wsConn) frame() error {
 	default:
 		return ws.fail(websocket.CloseProtocolError, fmt.Sprintf("unknown opcode %#x", op))
 	}
+}
+
+// validCloseCode reports whether a close frame may carry code (RFC 6455
+// §7.4.1, §7.4.2: 1004, 1005, 1006 and 1015 are reserved or never sent).
+func validCloseCode(code int) bool {
+	return (code >= 1000 && code <= 1003) || (code >= 1007 && code <= 1014) || (code >= 3000 && code <= 4999)
 }
 
 // fail closes the WebSocket with code and returns the error mochi ends the

@@ -188,6 +188,10 @@ func TestWebSocketBadFramesCloseTheConnection(t *testing.T) {
 		{"fragmented ping", wsFrame(wsPing, false, false, nil), websocket.CloseProtocolError},
 		{"oversized ping", wsFrame(wsPing, true, false, make([]byte, 126)), websocket.CloseProtocolError},
 		{"client close", wsFrame(wsClose, true, false, websocket.FormatCloseMessage(4001, "bye")), 4001},
+		{"client close without a code", wsFrame(wsClose, true, false, nil), websocket.CloseNormalClosure},
+		{"close with a one-byte body", wsFrame(wsClose, true, false, []byte{3}), websocket.CloseProtocolError},
+		{"close with code 1005", wsFrame(wsClose, true, false, []byte{0x03, 0xed}), websocket.CloseProtocolError},
+		{"close with code 999", wsFrame(wsClose, true, false, []byte{0x03, 0xe7}), websocket.CloseProtocolError},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := wsDial(t, s)
