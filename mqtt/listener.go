@@ -132,6 +132,9 @@ func (l *tcpListener) Close(listeners.CloseFn) {
 // wait blocks until every connection goroutine has returned.
 func (l *tcpListener) wait() { l.wg.Wait() }
 
+// stopAccepting closes the listening socket at once (Close does the rest).
+func (l *tcpListener) stopAccepting() { _ = l.ln.Close() }
+
 // closeDrain bounds how long a closed connection keeps reading.
 const closeDrain = time.Second
 
@@ -268,8 +271,10 @@ func (c *drainConn) Close() error {
 	}
 	c.once.Do(func() {
 		c.closed.Store(true)
+		// Counted before the Read in progress ends (and with it serveConn's
+		// own count), so the listener's wait never misses the drain.
+		c.l.wg.Add(1)
 		_ = c.TCPConn.SetReadDeadline(time.Unix(1, 0)) // ends a Read in progress
-		c.l.wg.Add(1)                                  // Close runs on a counted goroutine
 		go func() {
 			defer c.l.wg.Done()
 			c.rmu.Lock() // mochi's reader is out; it never gets in again
@@ -375,3 +380,6 @@ func (l *wsListener) Close(listeners.CloseFn) {
 }
 
 func (l *wsListener) wait() { l.wg.Wait() }
+
+// stopAccepting closes the listening socket at once (Close does the rest).
+func (l *wsListener) stopAccepting() { _ = l.ln.Close() }

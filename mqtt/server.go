@@ -191,6 +191,14 @@ func (s *Server) Clients() int64 { return s.mochi.Info.ClientsConnected }
 // and waits for connection goroutines until ctx ends.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.opts.Router.Unsubscribe(s.sub)
+	// No new connections from here on, even if ctx ends before mochi's
+	// Close (which disconnects the clients and waits for them) returns.
+	if s.tcp != nil {
+		s.tcp.stopAccepting()
+	}
+	if s.ws != nil {
+		s.ws.stopAccepting()
+	}
 	var err error
 	done := make(chan struct{})
 	go func() {

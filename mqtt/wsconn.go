@@ -51,7 +51,7 @@ type wsConn struct {
 func newWSConn(c *websocket.Conn) *wsConn {
 	ws := &wsConn{Conn: c.UnderlyingConn(), c: c}
 	ws.control = func(messageType int, data []byte) error {
-		return c.WriteControl(messageType, data, time.Now().Add(5*time.Second))
+		return c.WriteControl(messageType, data, time.Now().Add(time.Second))
 	}
 	if sc, ok := ws.Conn.(syscall.Conn); ok && readAheadSupported {
 		if raw, err := sc.SyscallConn(); err == nil {
@@ -183,7 +183,12 @@ func (ws *wsConn) frame() error {
 		}
 		switch op {
 		case wsPing:
-			return ws.control(websocket.PongMessage, data)
+			// A pong that cannot be written now (the socket is backed up
+			// behind a long write) is skipped, not fatal: the client asked
+			// a question, and data is still flowing (gorilla's own ping
+			// handler does the same).
+			_ = ws.control(websocket.PongMessage, data)
+			return nil
 		case wsClose:
 			// Echo the client's code (RFC 6455 §5.5.1); a one-byte body or
 			// a code no endpoint may send is a protocol error (§7.4).
