@@ -6,10 +6,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -158,31 +156,14 @@ type drainConn struct {
 	closed atomic.Bool
 	rmu    sync.Mutex // held by every Read, and by the drain for good
 
-	// Read-ahead, guarded by rmu.
-	raw     syscall.RawConn
-	rawRead func(fd uintptr) bool // c.readNow, bound once
-	ahead   *[readAheadSize]byte  // nil while the socket has nothing to read
-	ar, aw  int                   // unread bytes: ahead[ar:aw]
-	rawN    int                   // readNow's result
-	rawErr  error
+	ahead   readAhead // guarded by rmu, as pending is
+	pending []byte    // unread bytes from ahead
 }
-
-// readAheadSize is the most one read takes from the socket while bytes keep
-// arriving. mochi reads through a small bufio.Reader (256 B,
-// ClientNetReadBufferSize, which every connection holds); this buffer comes
-// from a pool and is held only while the socket has data, so a busy
-// connection reads 4 KiB a system call and an idle one holds nothing.
-const readAheadSize = 4 << 10
-
-var readAheadPool = sync.Pool{New: func() any { return new([readAheadSize]byte) }}
 
 // newDrainConn wraps a TCP connection the listener accepted.
 func newDrainConn(tc *net.TCPConn, l *tcpListener) *drainConn {
 	c := &drainConn{TCPConn: tc, l: l}
-	if raw, err := tc.SyscallConn(); err == nil && readAheadSupported {
-		c.raw = raw
-		c.rawRead = c.readNow
-	}
+	c.ahead.init(tc)
 	return c
 }
 
@@ -196,48 +177,22 @@ func (c *drainConn) Read(p []byte) (int, error) {
 		c.rmu.Unlock()
 		return 0, net.ErrClosed
 	}
-	if c.ar == c.aw && c.raw != nil && len(p) < readAheadSize { // a big read goes straight into p
-		if err := c.fill(); err != nil {
+	if len(c.pending) == 0 && len(p) < readAheadSize { // a big read goes straight into p
+		var err error
+		if c.pending, err = c.ahead.fill(); err != nil {
 			c.rmu.Unlock()
 			return 0, err
 		}
 	}
-	if c.ar < c.aw {
-		n := copy(p, c.ahead[c.ar:c.aw])
-		c.ar += n
+	if len(c.pending) > 0 {
+		n := copy(p, c.pending)
+		c.pending = c.pending[n:]
 		c.rmu.Unlock()
 		return n, nil
 	}
 	n, err := c.TCPConn.Read(p)
 	c.rmu.Unlock()
 	return n, err
-}
-
-// fill reads what the socket holds into the read-ahead buffer, without
-// waiting. With nothing there, or at the end of the stream (which the plain
-// Read that follows reports), it lets the buffer go; an error is returned.
-func (c *drainConn) fill() error {
-	if c.ahead == nil {
-		c.ahead = readAheadPool.Get().(*[readAheadSize]byte)
-	}
-	c.rawN, c.rawErr = 0, nil
-	err := c.raw.Read(c.rawRead)
-	if err == nil && c.rawErr == nil && c.rawN > 0 {
-		c.ar, c.aw = 0, c.rawN
-		return nil
-	}
-	c.releaseAhead()
-	return readAheadError(c.TCPConn, err, c.rawErr)
-}
-
-// readAheadError is the error a failed non-blocking read reports: none when
-// it only found no data, or when RawConn.Read failed (an expired deadline, a
-// closed connection: the plain read that follows reports it as usual).
-func readAheadError(c net.Conn, rawConnErr, readErr error) error {
-	if rawConnErr != nil || readErr == nil || wouldBlock(readErr) {
-		return nil
-	}
-	return &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("read", readErr)}
 }
 
 // Write refuses once mochi has closed the connection: the socket stays open
@@ -247,22 +202,6 @@ func (c *drainConn) Write(p []byte) (int, error) {
 		return 0, net.ErrClosed
 	}
 	return c.TCPConn.Write(p)
-}
-
-// readNow is one non-blocking read (Go's sockets are non-blocking: no
-// data is EAGAIN); returning true tells RawConn.Read not to wait.
-func (c *drainConn) readNow(fd uintptr) bool {
-	c.rawN, c.rawErr = readNonblocking(fd, c.ahead[:])
-	return true
-}
-
-// releaseAhead returns the read-ahead buffer to the pool, dropping what it
-// held. The caller holds rmu.
-func (c *drainConn) releaseAhead() {
-	if c.ahead != nil {
-		readAheadPool.Put(c.ahead)
-		c.ahead, c.ar, c.aw = nil, 0, 0
-	}
 }
 
 func (c *drainConn) Close() error {
@@ -279,7 +218,8 @@ func (c *drainConn) Close() error {
 			defer c.l.wg.Done()
 			c.rmu.Lock() // mochi's reader is out; it never gets in again
 			defer c.rmu.Unlock()
-			c.releaseAhead()
+			c.ahead.release()
+			c.pending = nil
 			_ = c.TCPConn.SetReadDeadline(time.Time{})
 			t := time.AfterFunc(closeDrain, func() { _ = c.TCPConn.Close() })
 			_, _ = io.Copy(io.Discard, c.TCPConn)

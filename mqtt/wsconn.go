@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -33,15 +32,10 @@ type wsConn struct {
 	control func(messageType int, data []byte) error
 
 	// Input, used by the one reading goroutine only.
-	raw       syscall.RawConn       // nil: no read-ahead (not a socket)
-	rawRead   func(fd uintptr) bool // ws.readNow, bound once
-	rawN      int
-	rawErr    error
-	big       *[readAheadSize]byte // pooled; nil while the socket is quiet
-	small     [16]byte             // what a waiting connection reads into
-	cur       []byte               // big or small: unread bytes are cur[r:w]
-	r, w      int
-	remaining uint64 // payload bytes left in the current data frame
+	ahead     readAhead
+	small     [16]byte // what a waiting connection reads into
+	in        []byte   // unread input: of small or of ahead's buffer
+	remaining uint64   // payload bytes left in the current data frame
 	mask      [4]byte
 	maskAt    int  // position in mask of the next payload byte
 	fragments bool // a binary message continues in the next data frame
@@ -53,11 +47,7 @@ func newWSConn(c *websocket.Conn) *wsConn {
 	ws.control = func(messageType int, data []byte) error {
 		return c.WriteControl(messageType, data, time.Now().Add(time.Second))
 	}
-	if sc, ok := ws.Conn.(syscall.Conn); ok && readAheadSupported {
-		if raw, err := sc.SyscallConn(); err == nil {
-			ws.raw, ws.rawRead = raw, ws.readNow
-		}
-	}
+	ws.ahead.init(ws.Conn)
 	return ws
 }
 
@@ -67,13 +57,12 @@ func newWSConn(c *websocket.Conn) *wsConn {
 // connection's stack, so it takes no defer and calls no helper on that path.
 func (ws *wsConn) Read(p []byte) (int, error) {
 	for ws.remaining == 0 {
-		if ws.r == ws.w {
-			if ws.raw != nil {
-				if err := ws.fill(); err != nil {
-					return 0, err
-				}
+		if len(ws.in) == 0 {
+			var err error
+			if ws.in, err = ws.ahead.fill(); err != nil {
+				return 0, err
 			}
-			if ws.r == ws.w {
+			if len(ws.in) == 0 {
 				n, err := ws.Conn.Read(ws.small[:])
 				if n == 0 {
 					if err == nil {
@@ -81,7 +70,7 @@ func (ws *wsConn) Read(p []byte) (int, error) {
 					}
 					return 0, err
 				}
-				ws.cur, ws.r, ws.w = ws.small[:], 0, n
+				ws.in = ws.small[:n]
 			}
 		}
 		if err := ws.frame(); err != nil {
@@ -92,15 +81,15 @@ func (ws *wsConn) Read(p []byte) (int, error) {
 	if uint64(n) > ws.remaining {
 		n = int(ws.remaining)
 	}
-	if ws.r == ws.w && ws.raw != nil && n < readAheadSize { // a big read goes straight into p
-		if err := ws.fill(); err != nil {
+	var err error
+	if len(ws.in) == 0 && n < readAheadSize { // a big read goes straight into p
+		if ws.in, err = ws.ahead.fill(); err != nil {
 			return 0, err
 		}
 	}
-	var err error
-	if ws.r < ws.w {
-		n = copy(p[:n], ws.cur[ws.r:ws.w])
-		ws.r += n
+	if len(ws.in) > 0 {
+		n = copy(p[:n], ws.in)
+		ws.in = ws.in[n:]
 	} else if n, err = ws.Conn.Read(p[:n]); n == 0 {
 		return 0, err
 	}
@@ -226,13 +215,12 @@ func (ws *wsConn) fail(code int, reason string) error {
 // readFull fills b from the buffered input, reading more as needed.
 func (ws *wsConn) readFull(b []byte) error {
 	for len(b) > 0 {
-		if ws.r == ws.w {
-			if ws.raw != nil {
-				if err := ws.fill(); err != nil {
-					return err
-				}
+		if len(ws.in) == 0 {
+			var err error
+			if ws.in, err = ws.ahead.fill(); err != nil {
+				return err
 			}
-			if ws.r == ws.w {
+			if len(ws.in) == 0 {
 				n, err := ws.Conn.Read(ws.small[:])
 				if n == 0 {
 					if err == nil {
@@ -240,36 +228,14 @@ func (ws *wsConn) readFull(b []byte) error {
 					}
 					return err
 				}
-				ws.cur, ws.r, ws.w = ws.small[:], 0, n
+				ws.in = ws.small[:n]
 			}
 		}
-		n := copy(b, ws.cur[ws.r:ws.w])
-		ws.r += n
+		n := copy(b, ws.in)
+		ws.in = ws.in[n:]
 		b = b[n:]
 	}
 	return nil
-}
-
-// fill reads what the socket holds into the pooled buffer, without waiting;
-// with nothing there it lets the buffer go (see drainConn.fill).
-func (ws *wsConn) fill() error {
-	if ws.big == nil {
-		ws.big = readAheadPool.Get().(*[readAheadSize]byte)
-	}
-	ws.rawN, ws.rawErr = 0, nil
-	err := ws.raw.Read(ws.rawRead)
-	if err == nil && ws.rawErr == nil && ws.rawN > 0 {
-		ws.cur, ws.r, ws.w = ws.big[:], 0, ws.rawN
-		return nil
-	}
-	readAheadPool.Put(ws.big)
-	ws.big, ws.cur, ws.r, ws.w = nil, nil, 0, 0
-	return readAheadError(ws.Conn, err, ws.rawErr)
-}
-
-func (ws *wsConn) readNow(fd uintptr) bool {
-	ws.rawN, ws.rawErr = readNonblocking(fd, ws.big[:])
-	return true
 }
 
 func (ws *wsConn) Write(p []byte) (int, error) {
