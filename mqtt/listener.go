@@ -19,14 +19,49 @@ import (
 // mochi's listeners.Net, whose accept loop shares an error variable between
 // goroutines (a data race under -race).
 type tcpListener struct {
+	connServer
+	once    sync.Once
+	closing atomic.Bool // set by Close: connections close at once, no drain
+}
+
+// connServer is what the TCP and WebSocket listeners share: the listening
+// socket, and the goroutines of the connections it accepted.
+type connServer struct {
 	closeClients listeners.CloseFn // disconnects this listener's clients on Close
 	id           string
 	ln           net.Listener
 	log          *slog.Logger
-	once         sync.Once
-	wg           sync.WaitGroup // connection goroutines and their closing drains
-	closing      atomic.Bool    // set by Close: connections close at once, no drain
+	wg           sync.WaitGroup // connection goroutines (TCP: and their closing drains)
 	conns        openConns
+}
+
+func (l *connServer) ID() string                  { return l.id }
+func (l *connServer) Address() string             { return l.ln.Addr().String() }
+func (l *connServer) Init(log *slog.Logger) error { l.log = log; return nil }
+
+// wait blocks until every connection goroutine has returned.
+func (l *connServer) wait() { l.wg.Wait() }
+
+// stopAccepting closes the listening socket at once (Close does the rest).
+func (l *connServer) stopAccepting() { _ = l.ln.Close() }
+
+// serveConn runs one connection on its own goroutine, counted in l.wg by
+// l.conns.add. While the connection is idle, this frame and mochi's under
+// it stay on that goroutine's stack, so each is kept small (no defers,
+// logging in a function of its own): the runtime then shrinks an idle
+// connection's stack to 4 KiB (TestIdleConnectionStackBudget).
+func (l *connServer) serveConn(establish listeners.EstablishFn, conn net.Conn) {
+	_ = conn.SetReadDeadline(time.Now().Add(connectTimeout))
+	l.ended(establish(l.id, conn))
+	l.conns.remove(conn)
+	l.wg.Done()
+}
+
+//go:noinline
+func (l *connServer) ended(err error) {
+	if err != nil && !errors.Is(err, io.EOF) {
+		l.log.Debug("mqtt connection ended", "listener", l.id, "error", err)
+	}
 }
 
 // connectTimeout bounds the wait for a new connection's CONNECT; mochi
@@ -75,10 +110,7 @@ func (o *openConns) closeAll() {
 
 var _ listeners.Listener = (*tcpListener)(nil)
 
-func (l *tcpListener) ID() string                  { return l.id }
-func (l *tcpListener) Address() string             { return l.ln.Addr().String() }
-func (l *tcpListener) Protocol() string            { return "tcp" }
-func (l *tcpListener) Init(log *slog.Logger) error { l.log = log; return nil }
+func (l *tcpListener) Protocol() string { return "tcp" }
 
 func (l *tcpListener) Serve(establish listeners.EstablishFn) {
 	for {
@@ -97,27 +129,6 @@ func (l *tcpListener) Serve(establish listeners.EstablishFn) {
 	}
 }
 
-// serveConn runs one connection on its own goroutine. While the connection
-// is idle, this frame and mochi's under it stay on that goroutine's stack,
-// so each is kept small (no defers, logging in a function of its own): the
-// runtime then shrinks an idle connection's stack to 4 KiB
-// (TestIdleConnectionStackBudget).
-func (l *tcpListener) serveConn(establish listeners.EstablishFn, conn net.Conn) {
-	_ = conn.SetReadDeadline(time.Now().Add(connectTimeout))
-	l.ended(establish(l.id, conn))
-	l.conns.remove(conn)
-	l.wg.Done()
-}
-
-//go:noinline
-func (l *tcpListener) ended(err error) {
-	if err != nil && !errors.Is(err, io.EOF) {
-		l.log.Debug("mqtt connection ended", "listener", l.id, "error", err)
-	}
-}
-
-// Close stops accepting and disconnects the listener's clients through
-// l.closeClients, not mochi's callback (see disconnectListener).
 func (l *tcpListener) Close(listeners.CloseFn) {
 	l.once.Do(func() {
 		l.closing.Store(true)
@@ -126,12 +137,6 @@ func (l *tcpListener) Close(listeners.CloseFn) {
 		l.conns.closeAll()
 	})
 }
-
-// wait blocks until every connection goroutine has returned.
-func (l *tcpListener) wait() { l.wg.Wait() }
-
-// stopAccepting closes the listening socket at once (Close does the rest).
-func (l *tcpListener) stopAccepting() { _ = l.ln.Close() }
 
 // closeDrain bounds how long a closed connection keeps reading.
 const closeDrain = time.Second
@@ -233,27 +238,20 @@ func (c *drainConn) Close() error {
 // wsListener serves MQTT over WebSocket (subprotocol "mqtt", binary
 // messages) on paths / and /mqtt.
 type wsListener struct {
-	closeClients listeners.CloseFn // disconnects this listener's clients on Close
-	id           string
-	ln           net.Listener
-	log          *slog.Logger
-	srv          *http.Server
-	once         sync.Once
-	wg           sync.WaitGroup
-	upgrader     websocket.Upgrader
-	est          listeners.EstablishFn
-	conns        openConns
+	connServer
+	srv      *http.Server
+	once     sync.Once
+	upgrader websocket.Upgrader
+	est      listeners.EstablishFn
 }
 
 var _ listeners.Listener = (*wsListener)(nil)
 
-func (l *wsListener) ID() string       { return l.id }
-func (l *wsListener) Address() string  { return l.ln.Addr().String() }
 func (l *wsListener) Protocol() string { return "ws" }
 
 // Init runs in AddListener, before Serve and Close can run concurrently.
 func (l *wsListener) Init(log *slog.Logger) error {
-	l.log = log
+	_ = l.connServer.Init(log)
 	l.upgrader = websocket.Upgrader{
 		Subprotocols: []string{"mqtt", "mqttv3.1"},
 		// Devices and browser dashboards connect from any origin; access
@@ -293,22 +291,7 @@ func (l *wsListener) handle(w http.ResponseWriter, r *http.Request) {
 		_ = ws.Close() // closing
 		return
 	}
-	go l.serveConn(ws)
-}
-
-// serveConn runs one upgraded connection; see tcpListener.serveConn.
-func (l *wsListener) serveConn(conn *wsConn) {
-	_ = conn.SetReadDeadline(time.Now().Add(connectTimeout))
-	l.ended(l.est(l.id, conn))
-	l.conns.remove(conn)
-	l.wg.Done()
-}
-
-//go:noinline
-func (l *wsListener) ended(err error) {
-	if err != nil && !errors.Is(err, io.EOF) {
-		l.log.Debug("mqtt websocket connection ended", "listener", l.id, "error", err)
-	}
+	go l.serveConn(l.est, ws)
 }
 
 func (l *wsListener) Close(listeners.CloseFn) {
@@ -318,8 +301,3 @@ func (l *wsListener) Close(listeners.CloseFn) {
 		l.conns.closeAll()
 	})
 }
-
-func (l *wsListener) wait() { l.wg.Wait() }
-
-// stopAccepting closes the listening socket at once (Close does the rest).
-func (l *wsListener) stopAccepting() { _ = l.ln.Close() }

@@ -132,7 +132,7 @@ func (s *Server) Start() error {
 	if err != nil {
 		return fmt.Errorf("mqtt.listen %s: %w", s.opts.Listen, err)
 	}
-	s.tcp = &tcpListener{id: "mqtt-tcp", ln: ln, closeClients: s.disconnectListener}
+	s.tcp = &tcpListener{connServer: connServer{id: "mqtt-tcp", ln: ln, closeClients: s.disconnectListener}}
 	if err := s.mochi.AddListener(s.tcp); err != nil {
 		ln.Close()
 		return fmt.Errorf("mqtt: %w", err)
@@ -143,7 +143,7 @@ func (s *Server) Start() error {
 			ln.Close()
 			return fmt.Errorf("mqtt.ws.listen %s: %w", s.opts.WSListen, err)
 		}
-		s.ws = &wsListener{id: "mqtt-ws", ln: wl, closeClients: s.disconnectListener}
+		s.ws = &wsListener{connServer: connServer{id: "mqtt-ws", ln: wl, closeClients: s.disconnectListener}}
 		if err := s.mochi.AddListener(s.ws); err != nil {
 			ln.Close()
 			wl.Close()
