@@ -227,6 +227,19 @@ func dialWillRaw(t *testing.T, addr, id, topic string, delayed bool) net.Conn {
 // router, shut down when the test ends.
 func startTestServer(t *testing.T, store retain.Store) *Server {
 	t.Helper()
+	s := startTestServerOnly(t, store)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = s.Shutdown(ctx)
+	})
+	return s
+}
+
+// startTestServerOnly runs a front-end (TCP and WebSocket) on free ports
+// with store behind its router; the test shuts it down.
+func startTestServerOnly(t *testing.T, store retain.Store) *Server {
+	t.Helper()
 	router := core.NewRouter(core.RouterOptions{Retainer: retain.Retainer{Store: store}, Node: "n"})
 	s, err := New(Options{Listen: "127.0.0.1:0", WSListen: "127.0.0.1:0", Router: router, Store: store, Node: "n",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
@@ -236,10 +249,5 @@ func startTestServer(t *testing.T, store retain.Store) *Server {
 	if err := s.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = s.Shutdown(ctx)
-	})
 	return s
 }

@@ -8,14 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"testing"
 	"time"
 
 	"github.com/gorilla/websocket"
 
-	"github.com/gatewayd/gateway/core"
 	"github.com/gatewayd/gateway/retain"
 	"github.com/gatewayd/gateway/retain/memory"
 )
@@ -233,16 +231,7 @@ func TestWebSocketTruncatedFrame(t *testing.T) {
 // Shutdown ends connections that never sent CONNECT (mochi knows nothing of
 // them, and its Close waited for them for ever), over TCP and WebSocket.
 func TestShutdownWithConnectionsThatNeverConnect(t *testing.T) {
-	store := memory.New(retain.Limits{})
-	router := core.NewRouter(core.RouterOptions{Retainer: retain.Retainer{Store: store}, Node: "n"})
-	s, err := New(Options{Listen: "127.0.0.1:0", WSListen: "127.0.0.1:0", Router: router, Store: store, Node: "n",
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
+	s := startTestServerOnly(t, memory.New(retain.Limits{})) // shut down below
 	tc, err := net.Dial("tcp", s.Addr())
 	if err != nil {
 		t.Fatal(err)
