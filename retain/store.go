@@ -12,6 +12,7 @@ package retain
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/gatewayd/gateway/core"
 )
@@ -80,3 +81,16 @@ type Retainer struct{ Store Store }
 func (r Retainer) Retain(ctx context.Context, m *core.Message) error { return r.Store.Set(ctx, m) }
 
 var _ core.Retainer = Retainer{}
+
+// ValidFilter checks a filter given to Store.Match or Store.Delete: MQTT
+// filter grammar, and not a shared subscription, which gets no retained
+// messages.
+func ValidFilter(filter string) error {
+	if err := core.ValidateFilter(filter); err != nil {
+		return fmt.Errorf("retain: filter %q: %w", filter, err)
+	}
+	if core.IsShared(filter) {
+		return fmt.Errorf("retain: filter %q: shared subscriptions get no retained messages", filter)
+	}
+	return nil
+}

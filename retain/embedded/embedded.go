@@ -298,7 +298,7 @@ const matchChunk = 512
 // Match implements retain.Store: an index walk, then one read transaction
 // per matchChunk messages (one for the usual handful).
 func (s *Store) Match(ctx context.Context, filter string, fn func(*core.Message) bool) error {
-	if err := validFilter(filter); err != nil {
+	if err := retain.ValidFilter(filter); err != nil {
 		return err
 	}
 	if err := s.enter(); err != nil {
@@ -364,7 +364,7 @@ func (s *Store) Match(ctx context.Context, filter string, fn func(*core.Message)
 
 // Delete implements retain.Store.
 func (s *Store) Delete(ctx context.Context, filter string) (int, error) {
-	if err := validFilter(filter); err != nil {
+	if err := retain.ValidFilter(filter); err != nil {
 		return 0, err
 	}
 	if err := s.enter(); err != nil {
@@ -500,14 +500,4 @@ func (s *Store) sweep() {
 			return
 		}
 	}
-}
-
-func validFilter(filter string) error {
-	if err := core.ValidateFilter(filter); err != nil {
-		return fmt.Errorf("retain: filter %q: %w", filter, err)
-	}
-	if core.IsShared(filter) {
-		return fmt.Errorf("retain: filter %q: shared subscriptions get no retained messages", filter)
-	}
-	return nil
 }

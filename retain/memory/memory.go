@@ -95,7 +95,7 @@ func (s *Store) Match(ctx context.Context, filter string, fn func(*core.Message)
 	if s.closed.Load() {
 		return retain.ErrClosed
 	}
-	if err := validFilter(filter); err != nil {
+	if err := retain.ValidFilter(filter); err != nil {
 		return err
 	}
 	now := s.nowNanos()
@@ -120,7 +120,7 @@ func (s *Store) Delete(ctx context.Context, filter string) (int, error) {
 	if s.closed.Load() {
 		return 0, retain.ErrClosed
 	}
-	if err := validFilter(filter); err != nil {
+	if err := retain.ValidFilter(filter); err != nil {
 		return 0, err
 	}
 	now := s.nowNanos()
@@ -150,15 +150,5 @@ func (s *Store) Stats() retain.Stats {
 // Close implements retain.Store. The messages are dropped.
 func (s *Store) Close() error {
 	s.closed.Store(true)
-	return nil
-}
-
-func validFilter(filter string) error {
-	if err := core.ValidateFilter(filter); err != nil {
-		return fmt.Errorf("retain: filter %q: %w", filter, err)
-	}
-	if core.IsShared(filter) {
-		return fmt.Errorf("retain: filter %q: shared subscriptions get no retained messages", filter)
-	}
 	return nil
 }

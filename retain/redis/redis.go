@@ -428,7 +428,7 @@ func (s *Store) Get(ctx context.Context, topic string) (*core.Message, error) {
 // Match implements retain.Store: an index walk, then one MGET per
 // MatchBatch topics (a single round trip for the usual handful).
 func (s *Store) Match(ctx context.Context, filter string, fn func(*core.Message) bool) error {
-	if err := validFilter(filter); err != nil {
+	if err := retain.ValidFilter(filter); err != nil {
 		return err
 	}
 	if _, err := s.available(); err != nil {
@@ -487,7 +487,7 @@ const deleteBatch = 256
 
 // Delete implements retain.Store.
 func (s *Store) Delete(ctx context.Context, filter string) (int, error) {
-	if err := validFilter(filter); err != nil {
+	if err := retain.ValidFilter(filter); err != nil {
 		return 0, err
 	}
 	session, err := s.available()
@@ -534,14 +534,4 @@ func (s *Store) Stats() retain.Stats {
 	cat := s.cat.Load()
 	cat.Expire(codec.ExpiryNanos(s.now()), math.MaxInt)
 	return retain.Stats{Count: cat.Len(), Bytes: cat.Bytes()}
-}
-
-func validFilter(filter string) error {
-	if err := core.ValidateFilter(filter); err != nil {
-		return fmt.Errorf("retain: filter %q: %w", filter, err)
-	}
-	if core.IsShared(filter) {
-		return fmt.Errorf("retain: filter %q: shared subscriptions get no retained messages", filter)
-	}
-	return nil
 }
