@@ -52,9 +52,11 @@ var keyDefs = []keyDef{
 	{name: "mqtt.maxPendingWrites", def: "8192", kind: kindInt, max: 1 << 20, help: "outgoing packets queued per MQTT client before new QoS 0 ones are dropped and counted (QoS 1/2 ones are kept); the queue takes memory only while it holds packets"},
 	{name: "mqtt.maxInflight", def: "8192", kind: kindInt, max: 65535, help: "QoS 1/2 messages held per MQTT session, in flight or queued while it is offline (beyond it new ones are dropped and counted); costs memory only when used"},
 	{name: "mqtt.receiveMaximum", def: "1024", kind: kindInt, max: 65535, help: "QoS 1/2 publishes a client may have unacknowledged towards the gateway (MQTT 5 Receive Maximum)"},
-	{name: "mqtt.maxPacketSize", def: "0", kind: kindBytes, max: 268435460, help: "largest MQTT packet accepted, bytes; 0 = protocol limit (256 MiB)"},
+	{name: "mqtt.maxPacketSize", def: "1MiB", kind: kindBytes, max: 268435460, help: "largest MQTT packet accepted, bytes, fixed header included (announced to MQTT 5 clients as Maximum Packet Size; a larger one ends the connection, MQTT 5 with DISCONNECT 0x95); 0 = protocol limit (256 MiB)"},
 	{name: "mqtt.maxMessageExpiry", def: "0", kind: kindDuration, help: "cap on how long queued session messages live (mochi's 24 h default would purge them); 0 = no cap beyond each message's own expiry"},
 	{name: "mqtt.maxKeepAlive", def: "0", kind: kindDuration, help: "longest keep alive an MQTT 5 client may use (longer or none is replaced, and announced as Server Keep Alive); 0 = the client's choice"},
+	{name: "mqtt.writeTimeout", def: "30s", kind: kindDuration, help: "how long a write to an MQTT client may wait for it to read before it is disconnected (a subscriber that stopped reading never slows others); 0 = no limit"},
+	{name: "mqtt.connectTimeout", def: "10s", kind: kindDuration, help: "how long a new MQTT connection has to send its whole CONNECT packet"},
 	{name: "mqtt.maxSessionExpiry", def: "0", kind: kindDuration, help: "cap on MQTT 5 session expiry for disconnected persistent sessions; 0 = no cap"},
 	{name: "amqp.listen", def: "127.0.0.1:5672", kind: kindAddr, optional: true, help: "AMQP 1.0 listen address; empty disables"},
 	{name: "amqp.maxMessageSize", def: "16MiB", kind: kindBytes, help: "largest AMQP message accepted, bytes (link max-message-size); 0 = no limit"},
@@ -88,6 +90,8 @@ type Config struct {
 		MaxMessageExpiry time.Duration
 		MaxSessionExpiry time.Duration
 		MaxKeepAlive     time.Duration
+		WriteTimeout     time.Duration
+		ConnectTimeout   time.Duration
 	}
 	AMQP struct {
 		Listen         string
@@ -262,6 +266,8 @@ func buildConfig(k *koanf.Koanf, byName map[string]*keyDef) (*Config, error) {
 	c.MQTT.MaxMessageExpiry = dur("mqtt.maxMessageExpiry")
 	c.MQTT.MaxSessionExpiry = dur("mqtt.maxSessionExpiry")
 	c.MQTT.MaxKeepAlive = dur("mqtt.maxKeepAlive")
+	c.MQTT.WriteTimeout = dur("mqtt.writeTimeout")
+	c.MQTT.ConnectTimeout = dur("mqtt.connectTimeout")
 	c.AMQP.Listen = get("amqp.listen")
 	c.AMQP.MaxMessageSize = num("amqp.maxMessageSize")
 	c.AMQP.MaxFrameSize = num("amqp.maxFrameSize")
@@ -285,6 +291,9 @@ func buildConfig(k *koanf.Koanf, byName map[string]*keyDef) (*Config, error) {
 	}
 	if c.MQTT.MaxKeepAlive > 65535*time.Second || (c.MQTT.MaxKeepAlive > 0 && c.MQTT.MaxKeepAlive < time.Second) {
 		return nil, &ConfigError{Key: "mqtt.maxKeepAlive", Msg: "must be 0 or between 1s and 65535s"}
+	}
+	if c.MQTT.ConnectTimeout <= 0 {
+		return nil, &ConfigError{Key: "mqtt.connectTimeout", Msg: "must be more than 0"}
 	}
 	if c.MQTT.MaxPendingWrites < 1 {
 		return nil, &ConfigError{Key: "mqtt.maxPendingWrites", Msg: "must be at least 1"}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/gatewayd/gateway/amqp"
 	"github.com/gatewayd/gateway/core"
@@ -103,6 +104,8 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 		MaxMessageExpiry: g.cfg.MQTT.MaxMessageExpiry,
 		MaxSessionExpiry: g.cfg.MQTT.MaxSessionExpiry,
 		MaxKeepAlive:     g.cfg.MQTT.MaxKeepAlive,
+		WriteTimeout:     writeTimeout(g.cfg.MQTT.WriteTimeout),
+		ConnectTimeout:   g.cfg.MQTT.ConnectTimeout,
 	})
 	if err != nil {
 		return err
@@ -200,3 +203,12 @@ func (g *Gateway) AdminAddr() string {
 func (g *Gateway) Router() *core.Router      { return g.router }
 func (g *Gateway) Store() retain.Store       { return g.store }
 func (g *Gateway) Metrics() *metrics.Metrics { return g.metrics }
+
+// writeTimeout maps the config's 0 ("no limit") to the front-ends' negative
+// value, whose 0 takes their default.
+func writeTimeout(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
+}

@@ -3,6 +3,7 @@ package mqtt
 import (
 	"context"
 	"errors"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -90,8 +91,19 @@ func (h *hook) OnSessionEstablished(cl *mochi.Client, _ packets.Packet) {
 	h.s.opts.Metrics.Conn("mqtt", 1)
 }
 
-func (h *hook) OnDisconnect(cl *mochi.Client, _ error, _ bool) {
+func (h *hook) OnDisconnect(cl *mochi.Client, err error, _ bool) {
 	h.s.opts.Metrics.Conn("mqtt", -1)
+	if cause := cl.StopCause(); cause != nil {
+		err = cause // the first reason the connection ended, not the read that saw it close
+	}
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded) && errors.Is(err, mochi.ErrWriteFailed):
+		h.s.opts.Metrics.Closed("mqtt", "write_timeout")
+		h.s.log.Info("mqtt client disconnected: it stopped reading", "client", cl.ID, "remote", cl.Net.Remote,
+			"timeout", h.s.opts.WriteTimeout)
+	case errors.Is(err, packets.ErrPacketTooLarge):
+		h.s.opts.Metrics.Closed("mqtt", "packet_too_large")
+	}
 	h.forgetSubs(cl)
 	h.backlog.forget(cl)
 	if h.ackWait.Load() > 0 {

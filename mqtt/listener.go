@@ -33,6 +33,11 @@ type connServer struct {
 	log          *slog.Logger
 	wg           sync.WaitGroup // connection goroutines (TCP: and their closing drains)
 	conns        openConns
+	// connectTimeout bounds the wait for a new connection's CONNECT
+	// (Options.ConnectTimeout): the deadline is absolute, so a CONNECT
+	// that trickles in is cut off too; mochi sets the keep-alive
+	// deadline once it has one.
+	connectTimeout time.Duration
 }
 
 func (l *connServer) ID() string                  { return l.id }
@@ -51,7 +56,7 @@ func (l *connServer) stopAccepting() { _ = l.ln.Close() }
 // logging in a function of its own): the runtime then shrinks an idle
 // connection's stack to 4 KiB (TestIdleConnectionStackBudget).
 func (l *connServer) serveConn(establish listeners.EstablishFn, conn net.Conn) {
-	_ = conn.SetReadDeadline(time.Now().Add(connectTimeout))
+	_ = conn.SetReadDeadline(time.Now().Add(l.connectTimeout))
 	l.ended(establish(l.id, conn))
 	l.conns.remove(conn)
 	l.wg.Done()
@@ -63,10 +68,6 @@ func (l *connServer) ended(err error) {
 		l.log.Debug("mqtt connection ended", "listener", l.id, "error", err)
 	}
 }
-
-// connectTimeout bounds the wait for a new connection's CONNECT; mochi
-// sets the keep-alive deadline once it has one.
-const connectTimeout = 10 * time.Second
 
 // openConns are a listener's connections being served, so that Close can
 // also end those mochi knows nothing of yet (no CONNECT read), which would

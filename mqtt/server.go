@@ -55,6 +55,14 @@ type Options struct {
 	// 0 = the client's choice. MQTT 3 clients cannot be told, so they keep
 	// theirs.
 	MaxKeepAlive time.Duration
+	// WriteTimeout is how long a write to a client may wait for it to
+	// read before it is disconnected (default 30 s; negative: no limit).
+	// A subscriber that stops reading then holds only its own session
+	// queues, bounded by MaxPendingWrites and MaxInflight, for that long.
+	WriteTimeout time.Duration
+	// ConnectTimeout bounds the wait for a new connection's whole CONNECT
+	// packet, however slowly its bytes arrive (default 10 s).
+	ConnectTimeout time.Duration
 }
 
 // Server is the running MQTT front-end.
@@ -89,6 +97,12 @@ func New(opts Options) (*Server, error) {
 	if opts.ReceiveMaximum <= 0 {
 		opts.ReceiveMaximum = 1024
 	}
+	if opts.WriteTimeout == 0 {
+		opts.WriteTimeout = 30 * time.Second
+	}
+	if opts.ConnectTimeout <= 0 {
+		opts.ConnectTimeout = 10 * time.Second
+	}
 	caps := mochi.NewDefaultServerCapabilities()
 	caps.MaximumClientWritesPending = int32(opts.MaxPendingWrites)
 	caps.MaximumInflight = uint16(min(opts.MaxInflight, math.MaxUint16))
@@ -116,6 +130,7 @@ func New(opts Options) (*Server, error) {
 		ClientNetWriteBufferSize: 2048,
 		ClientNetReadBufferSize:  256,
 		SysTopicResendInterval:   0,
+		WriteTimeout:             max(opts.WriteTimeout, 0),
 	})
 	s := &Server{opts: opts, mochi: ms, log: opts.Logger.With("part", "mqtt")}
 	s.hook = newHook(s)
@@ -132,7 +147,8 @@ func (s *Server) Start() error {
 	if err != nil {
 		return fmt.Errorf("mqtt.listen %s: %w", s.opts.Listen, err)
 	}
-	s.tcp = &tcpListener{connServer: connServer{id: "mqtt-tcp", ln: ln, closeClients: s.disconnectListener}}
+	s.tcp = &tcpListener{connServer: connServer{id: "mqtt-tcp", ln: ln, closeClients: s.disconnectListener,
+		connectTimeout: s.opts.ConnectTimeout}}
 	if err := s.mochi.AddListener(s.tcp); err != nil {
 		ln.Close()
 		return fmt.Errorf("mqtt: %w", err)
@@ -143,7 +159,8 @@ func (s *Server) Start() error {
 			ln.Close()
 			return fmt.Errorf("mqtt.ws.listen %s: %w", s.opts.WSListen, err)
 		}
-		s.ws = &wsListener{connServer: connServer{id: "mqtt-ws", ln: wl, closeClients: s.disconnectListener}}
+		s.ws = &wsListener{connServer: connServer{id: "mqtt-ws", ln: wl, closeClients: s.disconnectListener,
+			connectTimeout: s.opts.ConnectTimeout}}
 		if err := s.mochi.AddListener(s.ws); err != nil {
 			ln.Close()
 			wl.Close()
@@ -230,7 +247,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 func (s *Server) disconnectListener(id string) {
 	for _, cl := range s.mochi.Clients.GetAll() {
 		if cl.Net.Listener == id && !cl.Closed() {
-			_ = s.mochi.DisconnectClient(cl, packets.ErrServerShuttingDown)
+			// Not waiting behind a write to a client that stopped reading.
+			_ = s.mochi.DisconnectClientNoWait(cl, packets.ErrServerShuttingDown)
 		}
 	}
 }

@@ -248,3 +248,23 @@ func (ws *wsConn) Write(p []byte) (int, error) {
 }
 
 func (ws *wsConn) Close() error { return ws.c.Close() }
+
+// SetWriteDeadline bounds gorilla's writes: gorilla sets its own deadline
+// on the socket before each frame it writes, so one set on the socket
+// directly would be replaced by none (mochi's write timeout).
+func (ws *wsConn) SetWriteDeadline(t time.Time) error { return ws.c.SetWriteDeadline(t) }
+
+func (ws *wsConn) SetDeadline(t time.Time) error {
+	_ = ws.c.SetWriteDeadline(t)
+	return ws.Conn.SetReadDeadline(t)
+}
+
+// CloseRead stops reading from the client, keeping what has arrived (a
+// TCP half-close): mochi's takeover reads a session's old connection to
+// its end for a DISCONNECT the client may have sent before reconnecting.
+func (ws *wsConn) CloseRead() error {
+	if hc, ok := ws.Conn.(interface{ CloseRead() error }); ok {
+		return hc.CloseRead()
+	}
+	return errors.ErrUnsupported
+}

@@ -21,6 +21,7 @@ type Metrics struct {
 	StoreErrors   *prometheus.CounterVec // by operation
 	RetainRefused *prometheus.CounterVec // by reason (quota, unavailable)
 	Latency       *prometheus.HistogramVec
+	ConnsClosed   *prometheus.CounterVec // connections the gateway ended, by protocol and reason
 }
 
 // New registers the collectors in a new registry.
@@ -49,8 +50,12 @@ func New() *Metrics {
 		Help:    "Time from a message entering the gateway to its hand-off to a subscriber's connection.",
 		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
 	}, []string{"protocol"})
+	m.ConnsClosed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gateway_connections_closed_total",
+		Help: "Connections the gateway ended because of the client: write_timeout (it stopped reading), packet_too_large, limit, ...",
+	}, []string{"protocol", "reason"})
 	m.Registry.MustRegister(m.Connections, m.MessagesIn, m.MessagesOut, m.Dropped,
-		m.StoreErrors, m.RetainRefused, m.Latency,
+		m.StoreErrors, m.RetainRefused, m.Latency, m.ConnsClosed,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }
@@ -134,6 +139,13 @@ func (m *Metrics) StoreError(op string) {
 func (m *Metrics) Refused(reason string) {
 	if m != nil {
 		m.RetainRefused.WithLabelValues(reason).Inc()
+	}
+}
+
+// Closed counts a connection the gateway ended because of its client.
+func (m *Metrics) Closed(protocol, reason string) {
+	if m != nil {
+		m.ConnsClosed.WithLabelValues(protocol, reason).Inc()
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,6 +30,13 @@ const (
 
 var (
 	ErrMinimumKeepalive = errors.New("client keepalive is below minimum recommended value and may exhibit connection instability")
+
+	// ErrWriteFailed is the stop cause of a client whose socket write
+	// failed or passed Options.WriteTimeout (gateway patch).
+	ErrWriteFailed = errors.New("write to client failed")
+	// ErrWriteBusy: a write that must not wait found another in progress
+	// (gateway patch).
+	ErrWriteBusy = errors.New("a write to the client is in progress")
 )
 
 // ReadFn is the function signature for the function used for reading and processing new packets.
@@ -88,6 +96,18 @@ func (cl *Clients) Delete(id string) {
 	delete(cl.internal, id)
 }
 
+// DeleteIf removes id's client if it is val, and reports whether it did
+// (gateway patch: Delete removes whichever client holds the id by then).
+func (cl *Clients) DeleteIf(id string, val *Client) bool {
+	cl.Lock()
+	defer cl.Unlock()
+	if cl.internal[id] != val {
+		return false
+	}
+	delete(cl.internal, id)
+	return true
+}
+
 // GetByListener returns clients matching a listener id.
 func (cl *Clients) GetByListener(id string) []*Client {
 	cl.RLock()
@@ -113,12 +133,21 @@ type Client struct {
 
 // ClientConnection contains the connection transport and metadata for the client.
 type ClientConnection struct {
-	Conn     net.Conn      // the net.Conn used to establish the connection
-	bconn    *bufio.Reader // a buffered net.Conn for reading packets
-	outbuf   *bytes.Buffer // a buffer for writing packets
-	Remote   string        // the remote address of the client
-	Listener string        // listener id of the client
-	Inline   bool          // if true, the client is the built-in 'inline' embedded client
+	Conn   net.Conn      // the net.Conn used to establish the connection
+	bconn  *bufio.Reader // a buffered net.Conn for reading packets
+	outbuf *bytes.Buffer // a buffer for writing packets; guarded by wmu
+
+	// wmu serialises writes to Conn and guards outbuf and writeRearm
+	// (gateway patch). Upstream held the client's own lock across the
+	// socket write, and that lock is also taken by NextPacketID, which
+	// every publisher routing a QoS 1/2 message to this client calls: one
+	// subscriber that stopped reading its socket froze every QoS 1/2
+	// publisher behind its blocked write. Nothing but writes takes wmu.
+	wmu        sync.Mutex
+	writeRearm int64  // unix nanoseconds after which the write deadline is set again
+	Remote     string // the remote address of the client
+	Listener   string // listener id of the client
+	Inline     bool   // if true, the client is the built-in 'inline' embedded client
 }
 
 // ClientProperties contains the properties which define the client behaviour.
@@ -174,6 +203,7 @@ type ClientState struct {
 	outbound        outboundQueue      // queue for pending outbound packets (gateway patch: was a channel)
 	endOnce         sync.Once          // only end once
 	isTakenOver     atomic.Bool        // used to identify orphaned clients
+	takenOver       atomic.Bool        // another connection took the session: only its DISCONNECT is written and read (gateway patch)
 	packetID        uint32             // the current highest packetID
 	open            context.Context    // indicate that the client is open for packet exchange
 	cancelOpen      context.CancelFunc // cancel function for open context
@@ -338,9 +368,10 @@ func (cl *Client) writeQueued(pk *packets.Packet) {
 		// was queued left buffered (upstream kept a PUBACK there until
 		// the next write).
 		if cl.State.outbound.Len() == 0 {
-			cl.Lock()
+			cl.Net.wmu.Lock()
+			cl.armWriteDeadline()
 			_ = cl.flushOutbuf()
-			cl.Unlock()
+			cl.Net.wmu.Unlock()
 		}
 	}
 	atomic.AddInt32(&cl.State.outboundQty, -1)
@@ -412,9 +443,16 @@ func (cl *Client) refreshDeadline(keepalive uint16) {
 		expiry = time.Now().Add(time.Duration(keepalive+(keepalive/2)) * time.Second) // [MQTT-3.1.2-22]
 	}
 
-	if cl.Net.Conn != nil {
-		_ = cl.Net.Conn.SetDeadline(expiry) // [MQTT-3.1.2-22]
+	if cl.Net.Conn == nil {
+		return
 	}
+	if cl.ops.options.WriteTimeout > 0 {
+		// gateway patch: writes have deadlines of their own
+		// (armWriteDeadline); keep alive bounds the reads.
+		_ = cl.Net.Conn.SetReadDeadline(expiry) // [MQTT-3.1.2-22]
+		return
+	}
+	_ = cl.Net.Conn.SetDeadline(expiry) // [MQTT-3.1.2-22]
 }
 
 // NextPacketID returns the next available (unused) packet id for the client.
@@ -515,7 +553,9 @@ func (cl *Client) Read(packetHandler ReadFn) error {
 			return nil
 		}
 
-		cl.refreshDeadline(cl.State.Keepalive)
+		if !cl.State.takenOver.Load() { // gateway patch: takeOver's deadline stands
+			cl.refreshDeadline(cl.State.Keepalive)
+		}
 		fh := new(packets.FixedHeader)
 		if err := cl.ReadFixedHeader(fh); err != nil {
 			return err
@@ -605,7 +645,10 @@ func (cl *Client) ReadFixedHeader(fh *packets.FixedHeader) error {
 		return err
 	}
 
-	if cl.ops.options.Capabilities.MaximumPacketSize > 0 && uint32(fh.Remaining+1) > cl.ops.options.Capabilities.MaximumPacketSize {
+	// gateway patch: the whole packet counts, fixed header included
+	// (upstream counted one byte of it), as the Maximum Packet Size the
+	// CONNACK announces does [MQTT-3.1.2-24].
+	if max := cl.ops.options.Capabilities.MaximumPacketSize; max > 0 && uint64(1+bu)+uint64(fh.Remaining) > uint64(max) {
 		return packets.ErrPacketTooLarge // [MQTT-3.2.2-15]
 	}
 
@@ -619,17 +662,14 @@ func (cl *Client) ReadPacket(fh *packets.FixedHeader) (pk packets.Packet, err er
 
 	pk.ProtocolVersion = cl.Properties.ProtocolVersion // inherit client protocol version for decoding
 	pk.FixedHeader = *fh
-	p := make([]byte, pk.FixedHeader.Remaining)
-	n, err := io.ReadFull(cl.Net.bconn, p)
+	px, err := cl.readBody(pk.FixedHeader.Remaining)
 	if err != nil {
 		return pk, err
 	}
 
-	atomic.AddInt64(&cl.ops.info.BytesReceived, int64(n))
+	atomic.AddInt64(&cl.ops.info.BytesReceived, int64(len(px)))
 
-	// Decode the remaining packet values using a fresh copy of the bytes,
-	// otherwise the next packet will change the data of this one.
-	px := append([]byte{}, p[:]...)
+	// px is the packet's own: decoding may keep slices of it.
 	switch pk.FixedHeader.Type {
 	case packets.Connect:
 		err = pk.ConnectDecode(px)
@@ -674,10 +714,50 @@ func (cl *Client) ReadPacket(fh *packets.FixedHeader) (pk packets.Packet, err er
 	return
 }
 
-// WritePacket encodes and writes a packet to the client.
+// readBodyChunk is the most of a packet body reserved before its bytes
+// arrive (gateway patch).
+const readBodyChunk = 64 << 10
+
+// readBody reads a packet body of n bytes into a new slice. Upstream made
+// the whole slice from the remaining length in the fixed header, before a
+// byte of the body had arrived: one header, with the connection then left
+// silent, reserved up to 256 MiB. A body larger than readBodyChunk now grows
+// (doubling) as its bytes arrive, so memory follows what a client sent
+// (gateway patch).
+func (cl *Client) readBody(n int) ([]byte, error) {
+	if n <= readBodyChunk {
+		p := make([]byte, n)
+		_, err := io.ReadFull(cl.Net.bconn, p)
+		return p, err
+	}
+	p := make([]byte, 0, readBodyChunk)
+	for len(p) < n {
+		if len(p) == cap(p) {
+			p = slices.Grow(p, min(len(p), n-len(p)))
+		}
+		m, err := io.ReadFull(cl.Net.bconn, p[len(p):min(cap(p), n)])
+		p = p[:len(p)+m]
+		if err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// WritePacket encodes and writes a packet to the client, waiting for a
+// write in progress to end (at most the write timeout).
 func (cl *Client) WritePacket(pk packets.Packet) error {
+	return cl.writePacket(pk, true)
+}
+
+// writePacket is WritePacket; with wait false it does not wait for a write
+// in progress and returns ErrWriteBusy instead (gateway patch).
+func (cl *Client) writePacket(pk packets.Packet, wait bool) error {
 	if cl.Closed() {
 		return ErrConnectionClosed
+	}
+	if cl.State.takenOver.Load() && pk.FixedHeader.Type != packets.Disconnect {
+		return ErrConnectionClosed // nothing follows the DISCONNECT [MQTT-3.14.4-1]
 	}
 
 	if cl.Net.Conn == nil {
@@ -752,8 +832,14 @@ func (cl *Client) WritePacket(pk packets.Packet) error {
 	}
 
 	n, err := func() (int64, error) {
-		cl.Lock()
-		defer cl.Unlock()
+		// gateway patch: wmu, not the client lock (see ClientConnection).
+		if wait {
+			cl.Net.wmu.Lock()
+		} else if !cl.Net.wmu.TryLock() {
+			return 0, ErrWriteBusy
+		}
+		defer cl.Net.wmu.Unlock()
+		cl.armWriteDeadline()
 		if cl.State.outbound.Len() == 0 {
 			if cl.Net.outbuf == nil {
 				return buf.WriteTo(cl.Net.Conn)
@@ -782,6 +868,17 @@ func (cl *Client) WritePacket(pk packets.Packet) error {
 		return int64(n), err
 	}()
 	if err != nil {
+		// A session taken over is ended by its reader (takeOver): the
+		// DISCONNECT failing to reach a client that already closed must
+		// not close the socket before the reader has taken what the
+		// client sent.
+		if err != ErrWriteBusy && !cl.State.takenOver.Load() {
+			// gateway patch: a write that failed or ran past its
+			// deadline may have sent part of a packet; nothing can
+			// follow it on this connection, so it ends here (upstream
+			// went on writing into the broken stream).
+			cl.Stop(fmt.Errorf("%w: %w", ErrWriteFailed, err))
+		}
 		return err
 	}
 
@@ -796,6 +893,27 @@ func (cl *Client) WritePacket(pk packets.Packet) error {
 	return err
 }
 
+// armWriteDeadline gives the socket writes that follow a deadline of
+// Options.WriteTimeout (gateway patch): a client that stops reading is
+// disconnected once a write has waited that long, instead of holding its
+// writer, and everything queued behind it, for ever. Setting a deadline
+// costs a timer update, so it is set again only once half of it has gone:
+// every write has between half of WriteTimeout and all of it. The caller
+// holds wmu.
+func (cl *Client) armWriteDeadline() {
+	t := cl.ops.options.WriteTimeout
+	if t <= 0 || cl.Net.Conn == nil {
+		return
+	}
+	now := time.Now()
+	if now.UnixNano() < cl.Net.writeRearm {
+		return
+	}
+	_ = cl.Net.Conn.SetWriteDeadline(now.Add(t))
+	cl.Net.writeRearm = now.Add(t / 2).UnixNano()
+}
+
+// flushOutbuf writes what is buffered; the caller holds wmu.
 func (cl *Client) flushOutbuf() (err error) {
 	if cl.Net.outbuf == nil {
 		return

@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -129,6 +130,11 @@ type Options struct {
 	// Enable Inline client to allow direct subscribing and publishing from the parent codebase,
 	// with negligible performance difference (disabled by default to prevent confusion in statistics).
 	InlineClient bool `yaml:"inline_client" json:"inline_client"`
+
+	// WriteTimeout is how long a write to a client may wait for the
+	// client to read before the client is disconnected; 0 = no limit
+	// (writes then share the keep-alive deadline, as upstream). Gateway patch.
+	WriteTimeout time.Duration `yaml:"write_timeout" json:"write_timeout"`
 }
 
 // Server is an MQTT broker server. It should be created with server.New()
@@ -144,6 +150,25 @@ type Server struct {
 	Log          *slog.Logger         // minimal no-alloc logger
 	hooks        *Hooks               // hooks contains hooks for extra functionality such as auth and persistent storage
 	inlineClient *Client              // inlineClient is a special client used for inline subscriptions and inline Publish
+
+	// sessionLocks serialise, per client id, what may change which
+	// connection holds the id: a new connection taking the session over,
+	// an old connection's cleanup, the expiry of a disconnected session
+	// (gateway patch). Upstream cleaned up an old connection by client id
+	// with no lock, so a connection ending just as its client reconnected
+	// could delete the new session from Clients or its subscriptions from
+	// Topics. A stripe is held only for map and index updates, never
+	// across network I/O.
+	sessionLocks [64]sync.Mutex
+}
+
+// sessionLock is the lock of id's stripe (gateway patch).
+func (s *Server) sessionLock(id string) *sync.Mutex {
+	h := uint32(2166136261) // FNV-1a
+	for i := 0; i < len(id); i++ {
+		h = (h ^ uint32(id[i])) * 16777619
+	}
+	return &s.sessionLocks[h%uint32(len(s.sessionLocks))]
 }
 
 // loop contains interval tickers for the system events loop.
@@ -479,8 +504,16 @@ func (s *Server) establishClient(cl *Client, listener string) (counted bool, err
 
 	s.hooks.OnSessionEstablish(cl, pk)
 
-	sessionPresent := s.inheritClientSession(pk, cl)
+	// gateway patch: the session is taken and cl registered under the id's
+	// lock (see sessionLocks); the old connection is told after.
+	mu := s.sessionLock(cl.ID)
+	mu.Lock()
+	sessionPresent, old := s.inheritClientSession(pk, cl)
 	s.Clients.Add(cl) // [MQTT-4.1.0-1]
+	mu.Unlock()
+	if old != nil {
+		s.takeOver(old)
+	}
 
 	err = s.SendConnack(cl, code, sessionPresent, nil) // [MQTT-3.1.4-5] [MQTT-3.2.0-1] [MQTT-3.2.0-2] &[MQTT-3.14.0-1]
 	if err != nil {
@@ -504,6 +537,9 @@ func (s *Server) establishClient(cl *Client, listener string) (counted bool, err
 //
 //go:noinline
 func (s *Server) detachClient(cl *Client, listener string, err error) {
+	if errors.Is(err, packets.ErrPacketTooLarge) && cl.Properties.ProtocolVersion == 5 {
+		_ = s.DisconnectClient(cl, packets.ErrPacketTooLarge) // gateway patch [MQTT-3.1.2-24]
+	}
 	if err != nil {
 		s.sendLWT(cl)
 		cl.Stop(err)
@@ -515,11 +551,18 @@ func (s *Server) detachClient(cl *Client, listener string, err error) {
 	expire := (cl.Properties.ProtocolVersion == 5 && cl.Properties.Props.SessionExpiryInterval == 0) || (cl.Properties.ProtocolVersion < 5 && cl.Properties.Clean)
 	s.hooks.OnDisconnect(cl, err, expire)
 
-	if expire && !cl.IsTakenOver() {
+	if !expire {
+		return
+	}
+	// gateway patch: only while cl still holds its id; a connection that
+	// took the session over has already cleaned cl up (inheritClientSession).
+	mu := s.sessionLock(cl.ID)
+	mu.Lock()
+	if !cl.IsTakenOver() && s.Clients.DeleteIf(cl.ID, cl) { // [MQTT-4.1.0-2] ![MQTT-3.1.2-23]
 		cl.ClearInflights()
 		s.UnsubscribeClient(cl)
-		s.Clients.Delete(cl.ID) // [MQTT-4.1.0-2] ![MQTT-3.1.2-23]
 	}
+	mu.Unlock()
 }
 
 // readConnectionPacket reads the first incoming header for a connection, and if
@@ -546,6 +589,12 @@ func (s *Server) readConnectionPacket(cl *Client) (pk packets.Packet, err error)
 // receivePacket processes an incoming packet for a client, and issues a disconnect to the client
 // if an error has occurred (if mqtt v5).
 func (s *Server) receivePacket(cl *Client, pk packets.Packet) error {
+	if cl.State.takenOver.Load() && pk.FixedHeader.Type != packets.Disconnect {
+		// gateway patch: what the old connection of a session taken over
+		// sent before it read the DISCONNECT is read only to find a
+		// DISCONNECT of its own (takeOver); the rest belongs to no session.
+		return nil
+	}
 	err := s.processPacket(cl, pk)
 	if err != nil {
 		if code, ok := err.(packets.Code); ok &&
@@ -586,15 +635,20 @@ func (s *Server) validateConnect(cl *Client, pk packets.Packet) packets.Code {
 
 // inheritClientSession inherits the state of an existing client sharing the same
 // connection ID. If clean is true, the state of any previously existing client
-// session is abandoned.
-func (s *Server) inheritClientSession(pk packets.Packet, cl *Client) bool {
+// session is abandoned. The caller holds the id's session lock and, when old
+// is not nil, ends old's connection with takeOver (gateway patch: upstream
+// disconnected it here, waiting on its writes with no lock).
+func (s *Server) inheritClientSession(pk packets.Packet, cl *Client) (present bool, old *Client) {
 	if existing, ok := s.Clients.Get(cl.ID); ok {
-		_ = s.DisconnectClient(existing, packets.ErrSessionTakenOver)                                   // [MQTT-3.1.4-3]
+		if !existing.Closed() {
+			existing.State.takenOver.Store(true) // its reader takes only a DISCONNECT from now on
+			old = existing
+		}
 		if pk.Connect.Clean || (existing.Properties.Clean && existing.Properties.ProtocolVersion < 5) { // [MQTT-3.1.2-4] [MQTT-3.1.4-4]
 			s.UnsubscribeClient(existing)
 			existing.ClearInflights()
 			existing.State.isTakenOver.Store(true) // only set isTakenOver after unsubscribe has occurred
-			return false                           // [MQTT-3.2.2-3]
+			return false, old                      // [MQTT-3.2.2-3]
 		}
 
 		existing.State.isTakenOver.Store(true)
@@ -621,14 +675,49 @@ func (s *Server) inheritClientSession(pk packets.Packet, cl *Client) bool {
 
 		s.Log.Debug("session taken over", "client", cl.ID, "old_remote", existing.Net.Remote, "new_remote", cl.Net.Remote)
 
-		return true // [MQTT-3.2.2-3]
+		return true, old // [MQTT-3.2.2-3]
 	}
 
 	if atomic.LoadInt64(&s.Info.ClientsConnected) > atomic.LoadInt64(&s.Info.ClientsMaximum) {
 		atomic.AddInt64(&s.Info.ClientsMaximum, 1)
 	}
 
-	return false // [MQTT-3.2.2-2]
+	return false, nil // [MQTT-3.2.2-2]
+}
+
+// takeOverDrain bounds how long the old connection of a session taken over
+// is read for a DISCONNECT of its own (gateway patch).
+const takeOverDrain = time.Second
+
+// takeOver ends the connection of a session a new connection took over
+// [MQTT-3.1.4-3] (gateway patch). It sends DISCONNECT 0x8E (Session taken
+// over) and, where the connection can stop reading while keeping what has
+// arrived (a TCP half-close), lets the old connection's reader take what
+// the client sent before: a client that sent DISCONNECT and reconnected at
+// once must not have its will published because the new connection was
+// quicker than the old one's reader (upstream closed the socket at once,
+// the reader failed, and the will went out). Everything else the old
+// connection sent is ignored (receivePacket). Its end of stream, or
+// takeOverDrain, which its reader no longer extends (Read), ends it with an
+// error, which publishes its will as any connection ended by the server
+// does.
+func (s *Server) takeOver(cl *Client) {
+	hc, ok := cl.Net.Conn.(interface{ CloseRead() error })
+	if !ok || s.Options.Capabilities.Compatibilities.PassiveClientDisconnect {
+		_ = s.DisconnectClientNoWait(cl, packets.ErrSessionTakenOver)
+		return
+	}
+	_ = cl.Net.Conn.SetReadDeadline(time.Now().Add(takeOverDrain))
+	// Before the DISCONNECT: a client that has closed answers it with a
+	// reset, after which the socket can no longer be half-closed (its
+	// reader still gets what had arrived, then the error).
+	_ = hc.CloseRead()
+	out := packets.Packet{
+		FixedHeader: packets.FixedHeader{Type: packets.Disconnect},
+		ReasonCode:  packets.ErrSessionTakenOver.Code,
+		Properties:  packets.Properties{ReasonString: packets.ErrSessionTakenOver.Reason},
+	}
+	_ = cl.writePacket(out, false)
 }
 
 // SendConnack returns a Connack packet to a client.
@@ -663,6 +752,10 @@ func (s *Server) SendConnack(cl *Client, reason packets.Code, present bool, prop
 		}
 		return cl.WritePacket(ack)
 	}
+
+	// gateway patch: announced, so that a client does not send what
+	// would end its connection (upstream enforced the limit unannounced).
+	properties.MaximumPacketSize = s.Options.Capabilities.MaximumPacketSize // 3.2.2.3.6
 
 	if s.Options.Capabilities.MaximumQos < 2 {
 		properties.MaximumQos = s.Options.Capabilities.MaximumQos // [MQTT-3.2.2-9]
@@ -1093,7 +1186,7 @@ func (s *Server) publishToClient(cl *Client, sub packets.Subscription, pk packet
 		if cl.State.Inflight.Len() >= int(s.Options.Capabilities.MaximumInflight) {
 			// add hook?
 			atomic.AddInt64(&s.Info.InflightDropped, 1)
-			s.Log.Warn("client store quota reached", "client", cl.ID, "listener", cl.Net.Listener)
+			s.Log.Debug("client store quota reached", "client", cl.ID, "listener", cl.Net.Listener) // gateway patch: was Warn, a line per message (counted in Info.InflightDropped)
 			return out, packets.ErrQuotaExceeded
 		}
 
@@ -1101,7 +1194,7 @@ func (s *Server) publishToClient(cl *Client, sub packets.Subscription, pk packet
 		if err != nil {
 			s.hooks.OnPacketIDExhausted(cl, pk)
 			atomic.AddInt64(&s.Info.InflightDropped, 1)
-			s.Log.Warn("packet ids exhausted", "error", err, "client", cl.ID, "listener", cl.Net.Listener)
+			s.Log.Debug("packet ids exhausted", "error", err, "client", cl.ID, "listener", cl.Net.Listener) // gateway patch: was Warn, a line per message (counted in Info.InflightDropped)
 			return out, packets.ErrQuotaExceeded
 		}
 
@@ -1437,6 +1530,18 @@ func (s *Server) processDisconnect(cl *Client, pk packets.Packet) error {
 
 // DisconnectClient sends a Disconnect packet to a client and then closes the client connection.
 func (s *Server) DisconnectClient(cl *Client, code packets.Code) error {
+	return s.disconnectClient(cl, code, true)
+}
+
+// DisconnectClientNoWait is DisconnectClient for a client some other
+// client's goroutine is ending (a takeover, a shutdown): when a write to it
+// is in progress, which a client that stopped reading holds for the write
+// timeout, the connection is closed without the DISCONNECT (gateway patch).
+func (s *Server) DisconnectClientNoWait(cl *Client, code packets.Code) error {
+	return s.disconnectClient(cl, code, false)
+}
+
+func (s *Server) disconnectClient(cl *Client, code packets.Code, wait bool) error {
 	out := packets.Packet{
 		FixedHeader: packets.FixedHeader{
 			Type: packets.Disconnect,
@@ -1451,7 +1556,7 @@ func (s *Server) DisconnectClient(cl *Client, code packets.Code) error {
 
 	// We already have a code we are using to disconnect the client, so we are not
 	// interested if the write packet fails due to a closed connection (as we are closing it).
-	err := cl.WritePacket(out)
+	err := cl.writePacket(out, wait)
 	if !s.Options.Capabilities.Compatibilities.PassiveClientDisconnect {
 		cl.Stop(code)
 		if code.Code >= packets.ErrUnspecifiedError.Code {
@@ -1533,7 +1638,7 @@ func (s *Server) Close() error {
 func (s *Server) closeListenerClients(listener string) {
 	clients := s.Clients.GetByListener(listener)
 	for _, cl := range clients {
-		_ = s.DisconnectClient(cl, packets.ErrServerShuttingDown)
+		_ = s.DisconnectClientNoWait(cl, packets.ErrServerShuttingDown) // gateway patch: was DisconnectClient
 	}
 }
 
@@ -1735,8 +1840,16 @@ func (s *Server) clearExpiredClients(dt int64) {
 		}
 
 		if disconnected+int64(expire) < dt {
-			s.hooks.OnClientExpired(client)
-			s.Clients.Delete(id) // [MQTT-4.1.0-2]
+			// gateway patch: only while it still holds the id (a
+			// connection may just have taken the session), and its
+			// subscriptions go with it (upstream left them in Topics).
+			mu := s.sessionLock(id)
+			mu.Lock()
+			if s.Clients.DeleteIf(id, client) { // [MQTT-4.1.0-2]
+				s.hooks.OnClientExpired(client)
+				s.UnsubscribeClient(client)
+			}
+			mu.Unlock()
 		}
 	}
 }
@@ -1778,7 +1891,11 @@ func (s *Server) sendDelayedLWT(dt int64) {
 			// patch: upstream sent the will with the delay's end as its
 			// expiry, so with an interval of 1 s).
 			pk.Expiry, pk.Created = 0, dt
-			s.publishToSubscribers(pk) // [MQTT-3.1.2-8]
+			// gateway patch: the hooks hear of it before the fan-out,
+			// so that a retained will is stored before a client that
+			// subscribes in between looks for it (it got the will
+			// neither live nor stored; TestWillCarriesItsProperties
+			// failed now and then on a loaded machine).
 			if cl, ok := s.Clients.Get(id); ok {
 				if pk.FixedHeader.Retain {
 					s.retainMessage(cl, pk)
@@ -1786,6 +1903,7 @@ func (s *Server) sendDelayedLWT(dt int64) {
 				cl.Properties.Will = Will{} // [MQTT-3.1.2-10]
 				s.hooks.OnWillSent(cl, pk)
 			}
+			s.publishToSubscribers(pk) // [MQTT-3.1.2-8]
 			s.loop.willDelayed.Delete(id)
 		}
 	}

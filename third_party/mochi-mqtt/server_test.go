@@ -1231,7 +1231,7 @@ func TestInheritClientSession(t *testing.T) {
 	require.Equal(t, 0, cl.State.Subscriptions.Len())
 
 	// Inherit existing client properties
-	b := s.inheritClientSession(packets.Packet{Connect: packets.ConnectParams{ClientIdentifier: "mochi"}}, cl)
+	b, _ := s.inheritClientSession(packets.Packet{Connect: packets.ConnectParams{ClientIdentifier: "mochi"}}, cl)
 	require.True(t, b)
 	require.Equal(t, 2, cl.State.Inflight.Len())
 	require.Equal(t, 1, cl.State.Subscriptions.Len())
@@ -1239,7 +1239,7 @@ func TestInheritClientSession(t *testing.T) {
 	// On clean, clear existing properties
 	cl, _, _ = newTestClient()
 	cl.Properties.ProtocolVersion = 5
-	b = s.inheritClientSession(packets.Packet{Connect: packets.ConnectParams{ClientIdentifier: "mochi", Clean: true}}, cl)
+	b, _ = s.inheritClientSession(packets.Packet{Connect: packets.ConnectParams{ClientIdentifier: "mochi", Clean: true}}, cl)
 	require.False(t, b)
 	require.Equal(t, 0, cl.State.Inflight.Len())
 	require.Equal(t, 0, cl.State.Subscriptions.Len())
