@@ -263,3 +263,33 @@ func TestRefusedQueuedPacketStrandsNothing(t *testing.T) {
 		t.Fatalf("the PUBACK was never written; %d bytes left buffered", cl.Net.outbuf.Len())
 	}
 }
+
+// TestInflightNextImmediateWithConcurrentSet: NextImmediate read-locked
+// the store and then GetAll read-locked it again; a Set queued between the
+// two deadlocked all three (gateway patch 10).
+func TestInflightNextImmediateWithConcurrentSet(t *testing.T) {
+	in := NewInflights()
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		for i := 0; i < 20000; i++ {
+			id := uint16(i%500 + 1)
+			in.Set(packets.Packet{PacketID: id, Expiry: -1})
+			in.Delete(id)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for i := 0; i < 20000; i++ {
+			in.NextImmediate()
+		}
+	}()
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Set and NextImmediate deadlocked")
+	}
+}

@@ -105,10 +105,13 @@ func (i *Inflight) GetAll(immediate bool) []packets.Packet {
 // NextImmediate returns the next inflight packet which is indicated to be sent immediately.
 // This typically occurs when the quota has been exhausted, and we need to wait until new quota
 // is free to continue sending.
+//
+// gateway patch: it no longer read-locks around GetAll, which read-locks
+// again. A recursive read lock deadlocks when a writer (Set, from a
+// publisher routing a message to this client) queues between the two: the
+// client's reader, the publisher and the expiry loop then waited for ever
+// (seen as a QoS 1 publisher whose PUBACKs stopped).
 func (i *Inflight) NextImmediate() (packets.Packet, bool) {
-	i.RLock()
-	defer i.RUnlock()
-
 	m := i.GetAll(true)
 	if len(m) > 0 {
 		return m[0], true
