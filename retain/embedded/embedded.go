@@ -28,6 +28,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/gatewayd/gateway/core"
 	"github.com/gatewayd/gateway/retain"
@@ -127,7 +128,7 @@ func Open(dir string, limits retain.Limits, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("retain: embedded: open %s: %w", path, err)
 	}
-	db.MaxBatchDelay = o.batchDelay
+	db.MaxBatchDelay = batchDelay
 	s := &Store{
 		db:     db,
 		path:   path,
