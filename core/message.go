@@ -7,10 +7,9 @@ type Protocol string
 
 // The protocols a message can come from.
 const (
-	ProtocolMQTT  Protocol = "mqtt"
-	ProtocolAMQP  Protocol = "amqp"
-	ProtocolNATS  Protocol = "nats"
-	ProtocolAdmin Protocol = "admin"
+	ProtocolMQTT Protocol = "mqtt"
+	ProtocolAMQP Protocol = "amqp"
+	ProtocolNATS Protocol = "nats"
 )
 
 // Origin says where a message entered the topic space, so that it is never
