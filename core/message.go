@@ -45,7 +45,7 @@ type Message struct {
 	Payload []byte
 	QoS     byte
 	// Retain is the publisher's retain flag. On delivery it is true only for
-	// a stored copy sent to a late subscriber (decision 1 in docs).
+	// a stored copy sent to a late subscriber (docs/architecture.md, decision 1).
 	Retain          bool
 	ContentType     string
 	CorrelationData []byte
