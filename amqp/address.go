@@ -6,12 +6,13 @@ import (
 	"github.com/gatewayd/gateway/amqp/internal/encoding"
 )
 
-// Addressing (design decision 3, issue 3 "Addressing"): a terminus address
-// names a topic (an MQTT topic string, wildcards allowed in a receiver's
-// source) or a queue. Capability "topic" or prefix "topic://" says topic;
-// capability "queue" or prefix "queue://" says queue; a bare address is a
-// queue of that name if one exists, otherwise a topic. Queues are not
-// built yet, so a bare address is always a topic for now.
+// Addressing (docs/architecture.md, decision 3; docs/mapping.md): a
+// terminus address names a topic (an MQTT topic string, wildcards allowed
+// in a receiver's source) or a queue. Capability "topic" or prefix
+// "topic://" says topic; capability "queue" or prefix "queue://" says
+// queue; a bare address is a queue of that name if one exists, otherwise a
+// topic. Queues are not built yet, so a bare address is always a topic for
+// now.
 //
 // Dynamic nodes get an address under "$tmp/": a "$" topic, so "#" and "+"
 // at the first level never match it [MQTT-4.7.2-1]. Such an address is a

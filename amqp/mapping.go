@@ -277,8 +277,8 @@ type encoder struct {
 
 // encode appends m as an AMQP message to w. retained marks a stored copy
 // sent to a late subscriber (x-opt-retain = true; live messages never carry
-// it, design decision 1). dest and replyTo are x-opt-jms-dest and
-// x-opt-jms-reply-to (-1: omit).
+// it: docs/architecture.md, decision 1). dest and replyTo are
+// x-opt-jms-dest and x-opt-jms-reply-to (-1: omit).
 func (e *encoder) encode(w *buffer.Buffer, m *core.Message, retained bool, dest, replyTo int8, now time.Time) error {
 	e.msg = frames.Message{}
 	if m.QoS > 0 || !m.Expiry.IsZero() {

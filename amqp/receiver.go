@@ -218,7 +218,7 @@ func (l *inLink) tooBig(n int) {
 }
 
 // deliver decodes, maps and publishes one whole message, then settles it
-// with the outcome (design decision 4).
+// with the outcome (docs/architecture.md, decision 4).
 func (l *inLink) deliver(payload []byte) {
 	c := l.sess.c
 	opts := &c.s.opts
@@ -282,7 +282,7 @@ func (l *inLink) result(m *core.Message, res core.PublishResult) frames.Delivery
 			"delivered to current subscribers but not retained: "+res.RetainErr.Error())}
 	}
 	// No subscriber is fine: a topic publish with nobody listening is
-	// accepted, never released (design decision 4).
+	// accepted, never released (docs/architecture.md, decision 4).
 	return stateAccepted
 }
 

@@ -189,7 +189,7 @@ func (s *session) attachOut(a *frames.Attach) error {
 	sc.Filter, noLocal = supportedFilters(src.Filter)
 	// Stored retained copies go to a late subscriber first; not for a
 	// dynamic node (nothing is retained there) nor a shared subscription
-	// (design decision 1).
+	// (docs/architecture.md, decision 1).
 	l.retainedDone = src.Dynamic || core.IsShared(l.filter)
 	if key, durable, shared, ok := subscriptionKey(c.containerID, a.Name, src); ok && !src.Dynamic {
 		_, created, err := c.s.openSubscription(l, key, noLocal, durable, shared, c.containerID, sc)

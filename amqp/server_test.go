@@ -99,7 +99,7 @@ func retainedMsg(payload string) *goamqp.Message {
 
 // TestRetained: a retained publish reaches current subscribers without
 // x-opt-retain, is stored, and reaches a late subscriber with it, before
-// any live message (design decision 1).
+// any live message (docs/architecture.md, decision 1).
 func TestRetained(t *testing.T) {
 	e := startServer(t)
 	s := e.session(t)

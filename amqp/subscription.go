@@ -9,7 +9,7 @@ import (
 	"github.com/gatewayd/gateway/core"
 )
 
-// JMS durable and shared subscriptions (Qpid JMS; issue 3 "Addressing").
+// JMS durable and shared subscriptions (Qpid JMS; README, "AMQP 1.0").
 //
 // A subscription outlives the links that consume from it:
 //
@@ -26,7 +26,7 @@ import (
 //     unless the source also has capability "global". Each message goes to
 //     one of the attached links. A non-durable shared subscription ends
 //     with its last link; shared subscriptions get no retained messages
-//     (design decision 1).
+//     (docs/architecture.md, decision 1).
 //
 // Subscriptions live in memory: a gateway restart forgets them.
 

@@ -7,10 +7,9 @@ type Protocol string
 
 // The protocols a message can come from.
 const (
-	ProtocolMQTT  Protocol = "mqtt"
-	ProtocolAMQP  Protocol = "amqp"
-	ProtocolNATS  Protocol = "nats"
-	ProtocolAdmin Protocol = "admin"
+	ProtocolMQTT Protocol = "mqtt"
+	ProtocolAMQP Protocol = "amqp"
+	ProtocolNATS Protocol = "nats"
 )
 
 // Origin says where a message entered the topic space, so that it is never
@@ -46,7 +45,7 @@ type Message struct {
 	Payload []byte
 	QoS     byte
 	// Retain is the publisher's retain flag. On delivery it is true only for
-	// a stored copy sent to a late subscriber (decision 1 in docs).
+	// a stored copy sent to a late subscriber (docs/architecture.md, decision 1).
 	Retain          bool
 	ContentType     string
 	CorrelationData []byte

@@ -200,9 +200,8 @@ func (g *Gateway) AdminAddr() string {
 }
 
 // Router and Store are exposed for tests and benchmarks in this module.
-func (g *Gateway) Router() *core.Router      { return g.router }
-func (g *Gateway) Store() retain.Store       { return g.store }
-func (g *Gateway) Metrics() *metrics.Metrics { return g.metrics }
+func (g *Gateway) Router() *core.Router { return g.router }
+func (g *Gateway) Store() retain.Store  { return g.store }
 
 // writeTimeout maps the config's 0 ("no limit") to the front-ends' negative
 // value, whose 0 takes their default.

@@ -3,7 +3,7 @@
 // keepalive, and fans MQTT→MQTT messages out itself; a hook feeds every MQTT
 // publish into core.Router (for AMQP, NATS and queues), keeps retained
 // messages out of mochi's own index (the retained store holds them, see
-// docs/retained.md) and delivers stored retained copies to late subscribers.
+// docs/mqtt-frontend.md) and delivers stored retained copies to late subscribers.
 // Messages from other front-ends reach MQTT sessions through mochi's inline
 // client.
 //

@@ -3,10 +3,11 @@
 // they all pass. It knows the core Message and the topic grammar; it must not
 // know about front-ends or wire protocols.
 //
-// Semantics shared by every backend (design decision 1): a new retained
-// message on a topic replaces the old one; an empty payload deletes; a
-// message past its expiry is never returned; lookups by wildcard filter cost
-// O(matches), through an in-process core.TopicIndex of retained topics.
+// Semantics shared by every backend (docs/architecture.md, decision 1): a
+// new retained message on a topic replaces the old one; an empty payload
+// deletes; a message past its expiry is never returned; lookups by wildcard
+// filter cost O(matches), through an in-process core.TopicIndex of retained
+// topics.
 package retain
 
 import (

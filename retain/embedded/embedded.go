@@ -28,6 +28,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/gatewayd/gateway/core"
 	"github.com/gatewayd/gateway/retain"
@@ -52,7 +53,6 @@ type Option func(*options)
 type options struct {
 	logger        *slog.Logger
 	sweepInterval time.Duration
-	batchDelay    time.Duration
 	openTimeout   time.Duration
 	now           func() time.Time
 }
@@ -64,14 +64,14 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l 
 // (default 1 s). Reads that meet an expired message also trigger a purge.
 func WithSweepInterval(d time.Duration) Option { return func(o *options) { o.sweepInterval = d } }
 
-// WithBatchDelay sets how long a Set waits for others to share its commit
-// (bbolt's MaxBatchDelay; default 2 ms). Longer batches more under load and
-// adds latency to a lone Set.
-func WithBatchDelay(d time.Duration) Option { return func(o *options) { o.batchDelay = d } }
-
 // WithOpenTimeout bounds the wait for the file lock held by another process
 // (default 5 s).
 func WithOpenTimeout(d time.Duration) Option { return func(o *options) { o.openTimeout = d } }
+
+// batchDelay is how long a Set waits for others to share its commit
+// (bbolt's MaxBatchDelay): longer batches more under load and adds latency
+// to a lone Set.
+const batchDelay = 2 * time.Millisecond
 
 // stripes serialize the file write and the index update of one topic, so
 // that two Sets racing on a topic leave the index describing the message the
@@ -106,7 +106,6 @@ func Open(dir string, limits retain.Limits, opts ...Option) (*Store, error) {
 	o := options{
 		logger:        slog.Default(),
 		sweepInterval: time.Second,
-		batchDelay:    2 * time.Millisecond,
 		openTimeout:   5 * time.Second,
 		now:           time.Now,
 	}
@@ -127,7 +126,7 @@ func Open(dir string, limits retain.Limits, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("retain: embedded: open %s: %w", path, err)
 	}
-	db.MaxBatchDelay = o.batchDelay
+	db.MaxBatchDelay = batchDelay
 	s := &Store{
 		db:     db,
 		path:   path,
@@ -491,7 +490,7 @@ func (s *Store) sweep() {
 			return nil
 		})
 		if err != nil {
-			if !errors.Is(err, bolt.ErrDatabaseNotOpen) {
+			if !errors.Is(err, bolterrors.ErrDatabaseNotOpen) {
 				s.opts.logger.Error("retain: embedded: purging expired messages", "err", err)
 			}
 			return

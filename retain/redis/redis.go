@@ -1,8 +1,8 @@
 // Package redis is the retained store shared by several gateways: Redis
-// holds every retained message (design decision 2) and each gateway keeps an
-// in-process index of retained topics so that a wildcard subscription costs
-// O(matches). It owns the keys under its prefix and the events channel; it
-// must not touch other keys in the same Redis.
+// holds every retained message (docs/architecture.md, decision 2) and each
+// gateway keeps an in-process index of retained topics so that a wildcard
+// subscription costs O(matches). It owns the keys under its prefix and the
+// events channel; it must not touch other keys in the same Redis.
 //
 // Layout in Redis, for prefix P (default "gateway:retained:"):
 //

@@ -97,9 +97,6 @@ func (s *Server) Restart() {
 	}
 }
 
-// Log is what the server printed.
-func (s *Server) Log() string { return s.log.String() }
-
 func (s *Server) start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

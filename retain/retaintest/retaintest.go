@@ -1,8 +1,8 @@
 // Package retaintest is the conformance suite every retain.Store backend
-// passes: the semantics of design decision 1 (replace, empty payload deletes,
-// expiry), the MQTT filter grammar of Match and Delete, Stats, Limits,
-// concurrency and copy safety. Backends call Run from their own tests; the
-// suite knows no backend.
+// passes: the semantics of docs/architecture.md, decision 1 (replace, empty
+// payload deletes, expiry), the MQTT filter grammar of Match and Delete,
+// Stats, Limits, concurrency and copy safety. Backends call Run from their
+// own tests; the suite knows no backend.
 package retaintest
 
 import (

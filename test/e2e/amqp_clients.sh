@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Reference AMQP 1.0 clients against a real gateway binary (issue 3, "Tests:
-# reference clients"): Qpid Proton (python3-qpid-proton, with paho-mqtt for
+# Reference AMQP 1.0 clients against a real gateway binary (README, "Test
+# it"): Qpid Proton (python3-qpid-proton, with paho-mqtt for
 # the cross-protocol checks) and rhea (npm, with mqtt.js).
 #
 # Builds the gateway, starts it on free ports (anonymous allowed, SASL PLAIN

@@ -20,7 +20,8 @@
 // compare latencies at a load every flow sustains.
 //
 // Clients and gateway share the machine, as they share the CPU in every
-// flow. Goal (issue 3): every cross-protocol flow at least 0.8× MQTT→MQTT.
+// flow. Goal (docs/benchmarks.md, "Goals"): every cross-protocol flow at
+// least 0.8× MQTT→MQTT.
 package main
 
 import (

@@ -6,8 +6,9 @@
 //
 // It prints "mqtt listening addr=HOST:PORT" on stdout once it accepts
 // connections and runs until SIGINT/SIGTERM. --max-pending sets
-// Capabilities.MaximumClientWritesPending (the gateway uses 128, mochi 8192)
-// for a like-for-like comparison of per-connection memory and QoS 0 drops.
+// Capabilities.MaximumClientWritesPending (mochi's default is 8192, as is the
+// gateway's mqtt.maxPendingWrites) for a like-for-like comparison of
+// per-connection memory and QoS 0 drops when either is changed.
 package main
 
 import (

@@ -19,7 +19,7 @@
 // -wait 250s measures connections that have been idle through two forced
 // collections; -wait 0 measures them just after their last packet.
 //
-// Goal (issue 2): ≤ 20 KiB RSS per idle connection on the gateway.
+// Goal (docs/benchmarks.md, "Goals"): ≤ 20 KiB RSS per idle connection on the gateway.
 package main
 
 import (

@@ -15,7 +15,7 @@
 // latency is measured on the one machine's clock. Rounds alternate which
 // target goes first.
 //
-// Goal (issue 2): gateway throughput at most 10% below bare mochi's.
+// Goal (docs/benchmarks.md, "Goals"): gateway throughput at most 10% below bare mochi's.
 package main
 
 import (

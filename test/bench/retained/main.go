@@ -15,9 +15,9 @@
 // N/100 groups) and the clock runs from SUBSCRIBE sent to the 100th message
 // received.
 //
-// Goals (issue 2): ≤ 1 KiB RSS per retained message on every backend
-// (design.md measured bare mochi at ~4.8 KiB); late-subscription p99
-// ≤ 10 ms on Redis.
+// Goals (docs/benchmarks.md, "Goals"): ≤ 1 KiB RSS per retained message on
+// every backend (bare mochi was measured at ~4.8 KiB); late-subscription
+// p99 ≤ 10 ms on Redis.
 package main
 
 import (

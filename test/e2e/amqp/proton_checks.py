@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """Reference-client checks of the gateway's AMQP 1.0 port with Qpid Proton.
 
-Run by test/e2e/amqp_clients.sh against a running gateway (issue 3, "Tests:
-reference clients"). Uses Debian's python3-qpid-proton (proton.utils
+Run by test/e2e/amqp_clients.sh against a running gateway (README, "Test
+it"). Uses Debian's python3-qpid-proton (proton.utils
 BlockingConnection, plus SyncRequestResponse) and python3-paho-mqtt for the
 cross-protocol checks. Prints one PASS/FAIL/SKIP line per check and exits 1
 if any check failed.
@@ -643,7 +643,7 @@ def c_retained_amqp(cs):
     send(s, Message(body="kept", annotations={symbol("x-opt-retain"): True}))
     m = receive(live, "live receiver on " + t)
     expect(body_bytes(m) == b"kept", "live body differs: " + desc(m))
-    expect(retain_flag(m) is not True, "live receiver's copy carries x-opt-retain (decision 1): " + desc(m))
+    expect(retain_flag(m) is not True, "live receiver's copy carries x-opt-retain (docs/architecture.md, decision 1): " + desc(m))
     late = c.create_receiver(t, credit=10, options=TOPIC, name="late-" + RUN)  # Proton names links by address
     m = receive(late, "late AMQP receiver on " + t)
     expect(body_bytes(m) == b"kept", "late body differs: " + desc(m))

@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // Reference-client checks of the gateway's AMQP 1.0 port with rhea (and
 // mqtt.js for the cross-protocol checks). Run by test/e2e/amqp_clients.sh
-// against a running gateway (issue 3, "Tests: reference clients").
+// against a running gateway (README, "Test it").
 // Prints one PASS/FAIL/SKIP line per check; exits 1 if any check failed.
 //
 //   node rhea_checks.js --amqp 127.0.0.1:5672 --mqtt 127.0.0.1:1883 --user alice --password secret
@@ -499,7 +499,7 @@ check('retained (AMQP x-opt-retain=true): live receiver unflagged, late receiver
   await send(s, { body: 'kept', message_annotations: { 'x-opt-retain': true } });
   let m = await next(live, 'live receiver on ' + t);
   expect(bodyBytes(m).toString() === 'kept', 'live body differs: ' + describe(m));
-  expect(retainFlag(m) !== true, "live receiver's copy carries x-opt-retain (decision 1): " + describe(m));
+  expect(retainFlag(m) !== true, "live receiver's copy carries x-opt-retain (docs/architecture.md, decision 1): " + describe(m));
   const late = await receiver(c, t, TOPIC);
   m = await next(late, 'late receiver on ' + t);
   expect(bodyBytes(m).toString() === 'kept', 'late body differs: ' + describe(m));
