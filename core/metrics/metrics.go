@@ -20,6 +20,7 @@ type Metrics struct {
 	Dropped       *prometheus.CounterVec // by protocol and reason
 	StoreErrors   *prometheus.CounterVec // by operation
 	RetainRefused *prometheus.CounterVec // by reason (quota, unavailable)
+	TopicsRefused *prometheus.CounterVec // by protocol and limit (levels, length)
 	Latency       *prometheus.HistogramVec
 }
 
@@ -44,13 +45,17 @@ func New() *Metrics {
 	m.RetainRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gateway_retained_refused_total", Help: "Retained publishes not stored, by reason.",
 	}, []string{"reason"})
+	m.TopicsRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gateway_topics_refused_total",
+		Help: "Topic names and filters refused for exceeding mqtt.maxTopicLevels or mqtt.maxTopicLength, by protocol and limit.",
+	}, []string{"protocol", "limit"})
 	m.Latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "gateway_publish_to_deliver_seconds",
 		Help:    "Time from a message entering the gateway to its hand-off to a subscriber's connection.",
 		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
 	}, []string{"protocol"})
 	m.Registry.MustRegister(m.Connections, m.MessagesIn, m.MessagesOut, m.Dropped,
-		m.StoreErrors, m.RetainRefused, m.Latency,
+		m.StoreErrors, m.RetainRefused, m.TopicsRefused, m.Latency,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }
@@ -134,6 +139,14 @@ func (m *Metrics) StoreError(op string) {
 func (m *Metrics) Refused(reason string) {
 	if m != nil {
 		m.RetainRefused.WithLabelValues(reason).Inc()
+	}
+}
+
+// TopicRefused counts a topic name or filter refused through protocol for
+// breaking limit ("levels" or "length", core.LimitReason).
+func (m *Metrics) TopicRefused(protocol, limit string) {
+	if m != nil {
+		m.TopicsRefused.WithLabelValues(protocol, limit).Inc()
 	}
 }
 
