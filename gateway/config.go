@@ -57,7 +57,7 @@ var keyDefs = []keyDef{
 	{name: "mqtt.maxMessageExpiry", def: "0", kind: kindDuration, help: "cap on how long queued session messages live (mochi's 24 h default would purge them); 0 = no cap beyond each message's own expiry"},
 	{name: "mqtt.maxKeepAlive", def: "0", kind: kindDuration, help: "longest keep alive an MQTT 5 client may use (longer or none is replaced, and announced as Server Keep Alive); 0 = the client's choice"},
 	{name: "mqtt.maxSessionExpiry", def: "0", kind: kindDuration, help: "cap on MQTT 5 session expiry for disconnected persistent sessions; 0 = no cap"},
-	{name: "mqtt.maxTopicLevels", def: "128", kind: kindInt, max: 32768, help: "most levels in a topic name or filter, in every protocol (MQTT topics, AMQP addresses); over it: SUBACK 0x8F, PUBACK 0x90, MQTT 3.1.1 connection closed, AMQP invalid-field"},
+	{name: "mqtt.maxTopicLevels", def: "128", kind: kindInt, max: 1024, help: "most levels in a topic name or filter (at most 1024: mochi's index costs levels² per subscribe), in every protocol (MQTT topics, AMQP addresses); over it: SUBACK 0x8F, PUBACK 0x90, MQTT 3.1.1 connection closed, AMQP invalid-field"},
 	{name: "mqtt.maxTopicLength", def: "4096", kind: kindBytes, max: 65535, help: "longest topic name or filter in bytes, in every protocol; at most 32768 with retain.backend=embedded (its key limit); refused as for mqtt.maxTopicLevels"},
 	{name: "amqp.listen", def: "127.0.0.1:5672", kind: kindAddr, optional: true, help: "AMQP 1.0 listen address; empty disables"},
 	{name: "amqp.maxMessageSize", def: "16MiB", kind: kindBytes, help: "largest AMQP message accepted, bytes (link max-message-size); 0 = no limit"},

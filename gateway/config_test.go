@@ -63,6 +63,7 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{env: []string{"GATEWAY_LOG_FORMAT=xml"}, key: "log.format"},
 		{args: []string{"--no.such.key=1"}, key: ""},
 		{args: []string{"--mqtt.maxTopicLevels=0"}, key: "mqtt.maxTopicLevels"},
+		{args: []string{"--mqtt.maxTopicLevels=1025"}, key: "mqtt.maxTopicLevels"},
 		{args: []string{"--mqtt.maxTopicLength=65536"}, key: "mqtt.maxTopicLength"},
 		// bbolt refuses keys over 32 KiB: the embedded store could not hold such a topic.
 		{args: []string{"--mqtt.maxTopicLength=40000"}, key: "mqtt.maxTopicLength"},
@@ -113,12 +114,12 @@ func TestConfigTopicLimits(t *testing.T) {
 		t.Fatalf("defaults: %d levels, %d bytes", c.MQTT.MaxTopicLevels, c.MQTT.MaxTopicLength)
 	}
 	// The embedded store's key limit binds only that backend.
-	c, err := LoadConfig([]string{"--retain.backend=memory", "--mqtt.maxTopicLength=64KiB", "--mqtt.maxTopicLevels=32768"}, nil, io.Discard)
+	c, err := LoadConfig([]string{"--retain.backend=memory", "--mqtt.maxTopicLength=64KiB", "--mqtt.maxTopicLevels=1024"}, nil, io.Discard)
 	if err == nil {
 		t.Fatal("64 KiB is over MQTT's 65,535 bytes")
 	}
-	c, err = LoadConfig([]string{"--retain.backend=memory", "--mqtt.maxTopicLength=65535", "--mqtt.maxTopicLevels=32768"}, nil, io.Discard)
-	if err != nil || c.MQTT.MaxTopicLength != 65535 || c.MQTT.MaxTopicLevels != 32768 {
+	c, err = LoadConfig([]string{"--retain.backend=memory", "--mqtt.maxTopicLength=65535", "--mqtt.maxTopicLevels=1024"}, nil, io.Discard)
+	if err != nil || c.MQTT.MaxTopicLength != 65535 || c.MQTT.MaxTopicLevels != 1024 {
 		t.Fatalf("memory backend, MQTT's own limits: %v %+v", err, c)
 	}
 }
