@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/gatewayd/gateway/amqp/internal/encoding"
+	"github.com/gatewayd/gateway/core"
 )
 
 // Addressing (docs/architecture.md, decision 3; docs/mapping.md): a
@@ -104,4 +105,26 @@ func tempKind(caps []encoding.Symbol) int8 {
 		return jmsTempQueue
 	}
 	return jmsTempTopic
+}
+
+// checkTopic checks a topic name an address or a message's "to" resolved to:
+// MQTT's grammar and the gateway's topic limits (mqtt.maxTopicLevels,
+// mqtt.maxTopicLength, which the router holds). AMQP addresses name the same
+// topics as MQTT (design decision 3), so they obey the same bounds; a filter
+// of thousands of levels would cost AMQP's subscribers what it cost mochi's.
+// A refusal for a limit is counted.
+func (s *Server) checkTopic(name string) error {
+	return s.countRefusal(s.opts.Router.TopicLimits().ValidateTopic(name))
+}
+
+// checkFilter is checkTopic for a receiving link's source filter.
+func (s *Server) checkFilter(filter string) error {
+	return s.countRefusal(s.opts.Router.TopicLimits().ValidateFilter(filter))
+}
+
+func (s *Server) countRefusal(err error) error {
+	if r := core.LimitReason(err); r != "" {
+		s.opts.Metrics.TopicRefused("amqp", r)
+	}
+	return err
 }

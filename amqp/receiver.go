@@ -78,8 +78,8 @@ func (s *session) attachIn(a *frames.Attach) error {
 		if kind == nodeQueue {
 			return s.refuse(l, reply, linkErr(frames.ErrCondNotFound, "queue %q does not exist", name))
 		}
-		if err := core.ValidateTopic(name); err != nil {
-			return s.refuse(l, reply, linkErr(frames.ErrCondInvalidField, "target %q is not a topic name: %v", t.Address, err))
+		if err := s.c.s.checkTopic(name); err != nil {
+			return s.refuse(l, reply, linkErr(frames.ErrCondInvalidField, "target %q is not a topic name: %v", core.ShortTopic(t.Address), err))
 		}
 		l.topic = name
 		tc := *t
@@ -245,8 +245,8 @@ func (l *inLink) deliver(payload []byte) {
 			l.outcome(&frames.Rejected{Error: wireError(frames.ErrCondNotFound, fmt.Sprintf("queue %q does not exist", name))})
 			return
 		}
-		if err := core.ValidateTopic(name); err != nil {
-			l.outcome(&frames.Rejected{Error: wireError(frames.ErrCondInvalidField, fmt.Sprintf("%q is not a topic name: %v", in.to, err))})
+		if err := c.s.checkTopic(name); err != nil {
+			l.outcome(&frames.Rejected{Error: wireError(frames.ErrCondInvalidField, fmt.Sprintf("%q is not a topic name: %v", core.ShortTopic(in.to), err))})
 			return
 		}
 		m.Topic = name

@@ -180,8 +180,8 @@ func (s *session) attachOut(a *frames.Attach) error {
 		if kind == nodeQueue {
 			return s.refuse(l, reply, linkErr(frames.ErrCondNotFound, "queue %q does not exist", name))
 		}
-		if err := core.ValidateFilter(name); err != nil {
-			return s.refuse(l, reply, linkErr(frames.ErrCondInvalidField, "source %q is not a topic filter: %v", src.Address, err))
+		if err := c.s.checkFilter(name); err != nil {
+			return s.refuse(l, reply, linkErr(frames.ErrCondInvalidField, "source %q is not a topic filter: %v", core.ShortTopic(src.Address), err))
 		}
 		l.filter = name
 	}

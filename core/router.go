@@ -77,6 +77,10 @@ type RouterOptions struct {
 	Node string
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+	// TopicLimits bound every filter Subscribe takes, and are what the
+	// front-ends check topic names against at their door (TopicLimits()).
+	// The zero value means the defaults.
+	TopicLimits TopicLimits
 }
 
 // Router fans messages out to subscribers of every front-end. It is safe for
@@ -116,16 +120,27 @@ func NewRouter(opts RouterOptions) *Router {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	opts.TopicLimits = opts.TopicLimits.Effective()
 	return &Router{opts: opts}
 }
+
+// TopicLimits are the gateway-wide bounds on topic names and filters, with
+// the defaults filled in. Front-ends check at their door, before a name or
+// filter costs anything (mochi indexes a filter in time levels × length).
+func (r *Router) TopicLimits() TopicLimits { return r.opts.TopicLimits }
 
 // ErrInvalidFilter wraps a filter grammar error from Subscribe.
 var ErrInvalidFilter = errors.New("invalid filter")
 
 // Subscribe registers filter (MQTT grammar; "$share/g/f" is taken as group g)
 // for s. The same subscriber may hold several filters; it still gets each
-// message once.
+// message once. A filter over the topic limits is refused with an error that
+// wraps ErrInvalidFilter and ErrTopicLevels or ErrTopicLength.
 func (r *Router) Subscribe(filter string, s Subscriber, opts SubOptions) (*Subscription, error) {
+	if err := r.opts.TopicLimits.CheckFilter(filter); err != nil {
+		// Shortened: the filter may be 64 KiB.
+		return nil, fmt.Errorf("%w %q: %w", ErrInvalidFilter, ShortTopic(filter), err)
+	}
 	if err := ValidateFilter(filter); err != nil {
 		return nil, fmt.Errorf("%w %q: %w", ErrInvalidFilter, filter, err)
 	}

@@ -2,6 +2,7 @@ package core
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"unicode/utf8"
 )
@@ -22,6 +23,126 @@ var (
 	ErrSharedFilter     = errors.New("malformed shared subscription: want $share/{group}/{filter} [MQTT-4.8.2-1]")
 	ErrSharedGroupChars = errors.New("shared subscription group must not contain '/', '+' or '#' [MQTT-4.8.2-2]")
 )
+
+// Default topic limits: the gateway's own bounds, well inside MQTT's. A
+// subscription's cost in mochi's index grows with levels × length (issue 7
+// item 6: 32,767 levels took seconds under the index's lock), and the
+// embedded retained store keys messages by topic (bbolt refuses keys over
+// 32 KiB). EMQX also defaults to 128 levels; 4,096 bytes is far above any
+// IoT topic tree seen in practice (AWS IoT allows 256).
+const (
+	DefaultMaxTopicLevels = 128
+	DefaultMaxTopicLength = 4096
+)
+
+// Topic limit errors: the name or filter is well formed but over the
+// gateway's limits (MQTT 5 reason codes 0x8F/0x90: "not accepted by this
+// Server").
+var (
+	ErrTopicLevels = errors.New("topic has more levels than the gateway allows")
+	ErrTopicLength = errors.New("topic is longer than the gateway allows")
+)
+
+// TopicLimits bound the topic names and filters the gateway accepts, in every
+// protocol: MQTT topics, AMQP addresses and bridge subjects name the same
+// topic space (design decision 3), so one rule serves all. Checks cost at
+// most one pass over the string, and none when it is over MaxLength.
+type TopicLimits struct {
+	MaxLevels int // most levels ("a/b/c" has 3); 0 = DefaultMaxTopicLevels
+	MaxLength int // most bytes; 0 = DefaultMaxTopicLength
+}
+
+func (l TopicLimits) levels() int {
+	if l.MaxLevels <= 0 {
+		return DefaultMaxTopicLevels
+	}
+	return l.MaxLevels
+}
+
+func (l TopicLimits) length() int {
+	if l.MaxLength <= 0 {
+		return DefaultMaxTopicLength
+	}
+	return min(l.MaxLength, MaxTopicLength)
+}
+
+// Effective is l with its defaults filled in.
+func (l TopicLimits) Effective() TopicLimits {
+	return TopicLimits{MaxLevels: l.levels(), MaxLength: l.length()}
+}
+
+// CheckTopic reports whether topic is within the limits; the error wraps
+// ErrTopicLength or ErrTopicLevels. It does not check the grammar.
+func (l TopicLimits) CheckTopic(topic string) error {
+	if max := l.length(); len(topic) > max {
+		return fmt.Errorf("%w: %d bytes, limit %d", ErrTopicLength, len(topic), max)
+	}
+	if n, max := strings.Count(topic, "/")+1, l.levels(); n > max {
+		return fmt.Errorf("%w: %d levels, limit %d", ErrTopicLevels, n, max)
+	}
+	return nil
+}
+
+// CheckFilter is CheckTopic for a subscription filter. The levels of a
+// shared subscription are those of its filter: $share/{group}/ adds none.
+func (l TopicLimits) CheckFilter(filter string) error {
+	if max := l.length(); len(filter) > max {
+		return fmt.Errorf("%w: %d bytes, limit %d", ErrTopicLength, len(filter), max)
+	}
+	if _, f, ok := SplitShared(filter); ok {
+		filter = f
+	}
+	if n, max := strings.Count(filter, "/")+1, l.levels(); n > max {
+		return fmt.Errorf("%w: %d levels, limit %d", ErrTopicLevels, n, max)
+	}
+	return nil
+}
+
+// ValidateTopic is CheckTopic, then the grammar (ValidateTopic).
+func (l TopicLimits) ValidateTopic(topic string) error {
+	if err := l.CheckTopic(topic); err != nil {
+		return err
+	}
+	return ValidateTopic(topic)
+}
+
+// ValidateFilter is CheckFilter, then the grammar (ValidateFilter).
+func (l TopicLimits) ValidateFilter(filter string) error {
+	if err := l.CheckFilter(filter); err != nil {
+		return err
+	}
+	return ValidateFilter(filter)
+}
+
+// LimitReason names the limit err broke ("levels" or "length") for a
+// metric label, or "" when err is not a limit error.
+func LimitReason(err error) string {
+	switch {
+	case errors.Is(err, ErrTopicLevels):
+		return "levels"
+	case errors.Is(err, ErrTopicLength):
+		return "length"
+	}
+	return ""
+}
+
+// ShortTopic is topic cut for a log line or an error text: at most 128 bytes
+// and the full length, so that a 64 KiB topic cannot make a 64 KiB log line
+// (issue 7 item 6).
+func ShortTopic(topic string) string { return Shorten(topic, 128) }
+
+// Shorten cuts s to at most keep bytes, on a rune boundary, followed by
+// "…(N bytes)" giving its full length. s is returned as is when it fits.
+func Shorten(s string, keep int) string {
+	if len(s) <= keep {
+		return s
+	}
+	cut := keep
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s…(%d bytes)", s[:cut], len(s))
+}
 
 func validString(s string) error {
 	switch {

@@ -18,6 +18,7 @@ import (
 	"github.com/knadh/koanf/providers/file"
 	"github.com/knadh/koanf/v2"
 	"github.com/spf13/pflag"
+	bolt "go.etcd.io/bbolt"
 )
 
 // keyKind is how a config value is parsed and checked.
@@ -58,6 +59,8 @@ var keyDefs = []keyDef{
 	{name: "mqtt.writeTimeout", def: "30s", kind: kindDuration, help: "how long a write to an MQTT client may wait for it to read before it is disconnected (a subscriber that stopped reading never slows others); 0 = no limit"},
 	{name: "mqtt.connectTimeout", def: "10s", kind: kindDuration, help: "how long a new MQTT connection has to send its whole CONNECT packet"},
 	{name: "mqtt.maxSessionExpiry", def: "0", kind: kindDuration, help: "cap on MQTT 5 session expiry for disconnected persistent sessions; 0 = no cap"},
+	{name: "mqtt.maxTopicLevels", def: "128", kind: kindInt, max: 1024, help: "most levels in a topic name or filter (at most 1024: mochi's index costs levels² per subscribe), in every protocol (MQTT topics, AMQP addresses); over it: SUBACK 0x8F, PUBACK 0x90, MQTT 3.1.1 connection closed, AMQP invalid-field"},
+	{name: "mqtt.maxTopicLength", def: "4096", kind: kindBytes, max: 65535, help: "longest topic name or filter in bytes, in every protocol; at most 32768 with retain.backend=embedded (its key limit); refused as for mqtt.maxTopicLevels"},
 	{name: "amqp.listen", def: "127.0.0.1:5672", kind: kindAddr, optional: true, help: "AMQP 1.0 listen address; empty disables"},
 	{name: "amqp.maxMessageSize", def: "16MiB", kind: kindBytes, help: "largest AMQP message accepted, bytes (link max-message-size); 0 = no limit"},
 	{name: "amqp.maxFrameSize", def: "65536", kind: kindBytes, max: 1 << 32, help: "largest AMQP frame the gateway accepts (open max-frame-size)"},
@@ -92,6 +95,8 @@ type Config struct {
 		MaxKeepAlive     time.Duration
 		WriteTimeout     time.Duration
 		ConnectTimeout   time.Duration
+		MaxTopicLevels   int
+		MaxTopicLength   int
 	}
 	AMQP struct {
 		Listen         string
@@ -268,6 +273,8 @@ func buildConfig(k *koanf.Koanf, byName map[string]*keyDef) (*Config, error) {
 	c.MQTT.MaxKeepAlive = dur("mqtt.maxKeepAlive")
 	c.MQTT.WriteTimeout = dur("mqtt.writeTimeout")
 	c.MQTT.ConnectTimeout = dur("mqtt.connectTimeout")
+	c.MQTT.MaxTopicLevels = int(num("mqtt.maxTopicLevels"))
+	c.MQTT.MaxTopicLength = int(num("mqtt.maxTopicLength"))
 	c.AMQP.Listen = get("amqp.listen")
 	c.AMQP.MaxMessageSize = num("amqp.maxMessageSize")
 	c.AMQP.MaxFrameSize = num("amqp.maxFrameSize")
@@ -294,6 +301,18 @@ func buildConfig(k *koanf.Koanf, byName map[string]*keyDef) (*Config, error) {
 	}
 	if c.MQTT.ConnectTimeout <= 0 {
 		return nil, &ConfigError{Key: "mqtt.connectTimeout", Msg: "must be more than 0"}
+	}
+	if c.MQTT.MaxTopicLevels < 1 {
+		return nil, &ConfigError{Key: "mqtt.maxTopicLevels", Msg: "must be at least 1"}
+	}
+	if c.MQTT.MaxTopicLength < 1 {
+		return nil, &ConfigError{Key: "mqtt.maxTopicLength", Msg: "must be at least 1"}
+	}
+	// The embedded store keys a retained message by its topic, and bbolt
+	// refuses keys over MaxKeySize: a longer topic would be taken at the
+	// door and then fail in the store.
+	if c.RetainBackend == "embedded" && c.MQTT.MaxTopicLength > bolt.MaxKeySize {
+		return nil, &ConfigError{Key: "mqtt.maxTopicLength", Msg: fmt.Sprintf("%d is over the embedded store's key limit of %d bytes (retain.backend=embedded)", c.MQTT.MaxTopicLength, bolt.MaxKeySize)}
 	}
 	if c.MQTT.MaxPendingWrites < 1 {
 		return nil, &ConfigError{Key: "mqtt.maxPendingWrites", Msg: "must be at least 1"}

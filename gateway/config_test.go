@@ -62,6 +62,11 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{env: []string{"GATEWAY_MQTT_LISEN=1"}, key: "GATEWAY_MQTT_LISEN"},
 		{env: []string{"GATEWAY_LOG_FORMAT=xml"}, key: "log.format"},
 		{args: []string{"--no.such.key=1"}, key: ""},
+		{args: []string{"--mqtt.maxTopicLevels=0"}, key: "mqtt.maxTopicLevels"},
+		{args: []string{"--mqtt.maxTopicLevels=1025"}, key: "mqtt.maxTopicLevels"},
+		{args: []string{"--mqtt.maxTopicLength=65536"}, key: "mqtt.maxTopicLength"},
+		// bbolt refuses keys over 32 KiB: the embedded store could not hold such a topic.
+		{args: []string{"--mqtt.maxTopicLength=40000"}, key: "mqtt.maxTopicLength"},
 	}
 	for _, c := range cases {
 		_, err := LoadConfig(c.args, c.env, io.Discard)
@@ -100,5 +105,21 @@ func TestSampleConfigHasEveryKey(t *testing.T) {
 		if !strings.Contains(string(b), leaf+":") {
 			t.Errorf("deploy/gateway.yaml lacks %s", d.name)
 		}
+	}
+}
+
+func TestConfigTopicLimits(t *testing.T) {
+	c := DefaultConfig()
+	if c.MQTT.MaxTopicLevels != 128 || c.MQTT.MaxTopicLength != 4096 {
+		t.Fatalf("defaults: %d levels, %d bytes", c.MQTT.MaxTopicLevels, c.MQTT.MaxTopicLength)
+	}
+	// The embedded store's key limit binds only that backend.
+	c, err := LoadConfig([]string{"--retain.backend=memory", "--mqtt.maxTopicLength=64KiB", "--mqtt.maxTopicLevels=1024"}, nil, io.Discard)
+	if err == nil {
+		t.Fatal("64 KiB is over MQTT's 65,535 bytes")
+	}
+	c, err = LoadConfig([]string{"--retain.backend=memory", "--mqtt.maxTopicLength=65535", "--mqtt.maxTopicLevels=1024"}, nil, io.Discard)
+	if err != nil || c.MQTT.MaxTopicLength != 65535 || c.MQTT.MaxTopicLevels != 1024 {
+		t.Fatalf("memory backend, MQTT's own limits: %v %+v", err, c)
 	}
 }

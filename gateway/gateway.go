@@ -87,7 +87,13 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 	g.metrics.GaugeFunc("gateway_retained_bytes", "Bytes of retained messages held by the store.",
 		func() float64 { return float64(store.Stats().Bytes) })
 
-	g.router = core.NewRouter(core.RouterOptions{Retainer: retain.Retainer{Store: store}, Node: g.cfg.NodeID})
+	g.router = core.NewRouter(core.RouterOptions{
+		Retainer: retain.Retainer{Store: store},
+		Node:     g.cfg.NodeID,
+		// One rule for every protocol's topics; the front-ends read it
+		// from the router.
+		TopicLimits: core.TopicLimits{MaxLevels: g.cfg.MQTT.MaxTopicLevels, MaxLength: g.cfg.MQTT.MaxTopicLength},
+	})
 
 	g.mqtt, err = mqtt.New(mqtt.Options{
 		Listen:           g.cfg.MQTT.Listen,

@@ -96,3 +96,30 @@ func TestBadRedisURLIsAConfigError(t *testing.T) {
 		t.Fatalf("got %v, want a ConfigError naming retain.redis.url", err)
 	}
 }
+
+// The topic limits reach the front-ends through the router: a publish over
+// --mqtt.maxTopicLevels is refused with PUBACK 0x90.
+func TestTopicLimitsReachTheFrontEnds(t *testing.T) {
+	g := New(testConfig(t, "--mqtt.maxTopicLevels=3"), quiet())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := g.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer g.Stop(ctx)
+	conn, err := net.Dial("tcp", g.MQTTAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := paho.NewClient(paho.ClientConfig{Conn: conn})
+	if _, err := c.Connect(ctx, &paho.Connect{ClientID: "limits", CleanStart: true}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Disconnect(&paho.Disconnect{}); <-c.Done() }()
+	if pr, err := c.Publish(ctx, &paho.Publish{Topic: "a/b/c", QoS: 1, Payload: []byte("x")}); err != nil || pr.ReasonCode >= 0x80 {
+		t.Fatalf("3 levels: %+v %v", pr, err)
+	}
+	if pr, _ := c.Publish(ctx, &paho.Publish{Topic: "a/b/c/d", QoS: 1, Payload: []byte("x")}); pr == nil || pr.ReasonCode != 0x90 {
+		t.Fatalf("4 levels: %+v, want PUBACK 0x90", pr)
+	}
+}

@@ -41,6 +41,8 @@ type hook struct {
 
 	backlog backlog // QoS 1/2 messages a full write queue would have lost
 
+	limits core.TopicLimits // the router's: mqtt.maxTopicLevels, mqtt.maxTopicLength
+
 	in  prometheus.Counter // messages in over MQTT, resolved once: it counts every publish
 	out *metrics.Outlet    // deliveries the hook makes (other front-ends' messages, retained copies)
 
@@ -57,7 +59,8 @@ type ackKey struct {
 var _ core.Subscriber = (*hook)(nil)
 
 func newHook(s *Server) *hook {
-	return &hook{s: s, in: s.opts.Metrics.Counter(s.opts.Metrics.InVec(), "mqtt"), out: s.opts.Metrics.Outlet("mqtt"),
+	return &hook{s: s, limits: s.opts.Router.TopicLimits(),
+		in: s.opts.Metrics.Counter(s.opts.Metrics.InVec(), "mqtt"), out: s.opts.Metrics.Outlet("mqtt"),
 		acks:    map[ackKey]packets.Code{},
 		clients: map[*mochi.Client]*clientSubs{}, wills: map[*mochi.Client]struct{}{}}
 }
@@ -126,6 +129,9 @@ func (h *hook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet, e
 	if cl.Net.Inline {
 		return pk, nil // injected by Deliver: already routed
 	}
+	if err := h.limits.CheckTopic(pk.TopicName); err != nil {
+		return pk, h.refusePublish(cl, &pk, err)
+	}
 	h.in.Inc()
 	if !pk.FixedHeader.Retain && !h.s.opts.Router.Wants(pk.TopicName, core.ProtocolMQTT) {
 		return pk, nil // MQTT-only traffic: mochi fans it out, nothing else to do
@@ -142,6 +148,41 @@ func (h *hook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet, e
 		h.retainFailed(cl, &pk, res.RetainErr)
 	}
 	return pk, nil
+}
+
+// refusePublish answers a PUBLISH whose topic is over the topic limits, and
+// returns the error that makes mochi drop it. The topic is well formed, so
+// this is no protocol error: the answer is the one MQTT has for a server
+// that does not accept a publish.
+//   - MQTT 5, QoS 1/2: PUBACK/PUBREC 0x90 Topic Name invalid ("not accepted
+//     by this Server"); the connection goes on. Written here rather than
+//     returned to mochi as a reason code: mochi answers a refused QoS 2
+//     PUBLISH with a PUBACK where a PUBREC is due.
+//   - MQTT 5, QoS 0: no ack exists, so DISCONNECT 0x90 [MQTT-4.13.2-1].
+//   - MQTT 3.1.1: no reason codes; a server that does not accept a PUBLISH
+//     must either acknowledge it as if taken or close the network
+//     connection [MQTT-3.3.5-2]. We close: the publisher learns of it.
+func (h *hook) refusePublish(cl *mochi.Client, pk *packets.Packet, err error) error {
+	h.s.opts.Metrics.TopicRefused("mqtt", core.LimitReason(err))
+	h.s.log.Debug("publish refused", "client", cl.ID, "topic", pk.TopicName, "error", err)
+	switch {
+	case cl.Properties.ProtocolVersion < 5:
+		cl.Stop(packets.ErrTopicNameInvalid)
+	case pk.FixedHeader.Qos == 0:
+		_ = h.s.mochi.DisconnectClient(cl, packets.ErrTopicNameInvalid)
+	default:
+		ack := packets.Packet{
+			FixedHeader: packets.FixedHeader{Type: packets.Puback},
+			PacketID:    pk.PacketID,
+			ReasonCode:  packets.ErrTopicNameInvalid.Code,
+			Properties:  packets.Properties{ReasonString: err.Error()},
+		}
+		if pk.FixedHeader.Qos == 2 {
+			ack.FixedHeader.Type = packets.Pubrec // a PUBREC >= 0x80 ends the flow [MQTT-4.3.3]
+		}
+		_ = cl.WritePacket(ack) // a closed connection ends the client anyway
+	}
+	return packets.ErrRejectPacket
 }
 
 // retainFailed records the PUBACK reason for a retained publish that was not
@@ -287,9 +328,23 @@ func (h *hook) Deliver(m *core.Message, _ core.Delivery) error {
 	return nil
 }
 
-// OnConnect caps an MQTT 5 client's keep alive at mqtt.maxKeepAlive; mochi
-// announces the cap as Server Keep Alive in the CONNACK [MQTT-3.2.2-21].
+// OnConnect refuses a will whose topic is over the topic limits, as
+// OnPublish refuses such a publish: MQTT 5 with CONNACK 0x90 Topic Name
+// invalid; MQTT 3.1.1, which has no return code for it, by closing the
+// connection [MQTT-3.1.4-1]. It caps an MQTT 5 client's keep alive at
+// mqtt.maxKeepAlive; mochi announces the cap as Server Keep Alive in the
+// CONNACK [MQTT-3.2.2-21].
 func (h *hook) OnConnect(cl *mochi.Client, _ packets.Packet) error {
+	if w := &cl.Properties.Will; w.Flag > 0 {
+		if err := h.limits.CheckTopic(w.TopicName); err != nil {
+			h.s.opts.Metrics.TopicRefused("mqtt", core.LimitReason(err))
+			h.s.log.Debug("connect refused: will topic", "client", cl.ID, "topic", w.TopicName, "error", err)
+			if cl.Properties.ProtocolVersion >= 5 {
+				_ = h.s.mochi.SendConnack(cl, packets.ErrTopicNameInvalid, false, nil)
+			}
+			return packets.ErrTopicNameInvalid
+		}
+	}
 	if max := uint16(h.s.opts.MaxKeepAlive / time.Second); max > 0 && cl.Properties.ProtocolVersion >= 5 &&
 		(cl.State.Keepalive == 0 || cl.State.Keepalive > max) {
 		cl.State.Keepalive, cl.State.ServerKeepalive = max, true

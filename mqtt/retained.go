@@ -3,6 +3,7 @@ package mqtt
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	mochi "github.com/mochi-mqtt/server/v2"
@@ -46,12 +47,14 @@ type pendingSub struct {
 	at      time.Time // when mochi had added the subscriptions
 }
 
-// OnSubscribe notes which filters the session held already (for Retain
-// Handling 1) before mochi adds them, and closes the client's gate.
+// OnSubscribe refuses filters over the topic limits, notes which filters
+// the session held already (for Retain Handling 1) before mochi adds them,
+// and closes the client's gate.
 func (h *hook) OnSubscribe(cl *mochi.Client, pk packets.Packet) packets.Packet {
 	if cl.Net.Inline {
 		return pk
 	}
+	pk.Filters = h.refuseFilters(cl, pk.Filters)
 	p := &pendingSub{filters: pk.Filters, existed: make([]bool, len(pk.Filters))}
 	for i, f := range pk.Filters {
 		_, p.existed[i] = cl.State.Subscriptions.Get(f.Filter)
@@ -66,6 +69,37 @@ func (h *hook) OnSubscribe(cl *mochi.Client, pk packets.Packet) packets.Packet {
 	c.cur = p
 	h.subMu.Unlock()
 	return pk
+}
+
+// refuseFilters returns filters with each one over the topic limits
+// replaced by the empty filter, which mochi answers with SUBACK 0x8F Topic
+// Filter invalid [MQTT-4.7.3-1] (0x80 Failure for MQTT 3.1.1) without
+// indexing it. The check must come before mochi's index: it costs levels ×
+// length there (its isolateParticle walks the filter from the start for
+// each level), under the index's lock, so one filter of 32,767 levels
+// stalled every other client's SUBSCRIBE for seconds, and again when its
+// client left (issue 7 item 6). mochi has no hook that returns per-filter
+// reason codes; OnSubscribe may rewrite the packet, and an empty filter is
+// the one invalid value mochi checks first. filters is copied, not changed:
+// mochi passes the packet it read on to OnPacketProcessed.
+func (h *hook) refuseFilters(cl *mochi.Client, filters packets.Subscriptions) packets.Subscriptions {
+	var out packets.Subscriptions
+	for i, f := range filters {
+		err := h.limits.CheckFilter(f.Filter)
+		if err == nil {
+			continue
+		}
+		h.s.opts.Metrics.TopicRefused("mqtt", core.LimitReason(err))
+		h.s.log.Debug("subscription refused", "client", cl.ID, "filter", f.Filter, "error", err)
+		if out == nil {
+			out = slices.Clone(filters)
+		}
+		out[i].Filter = ""
+	}
+	if out == nil {
+		return filters
+	}
+	return out
 }
 
 func (h *hook) OnSubscribed(cl *mochi.Client, _ packets.Packet, codes []byte) {

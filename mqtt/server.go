@@ -88,6 +88,9 @@ func New(opts Options) (*Server, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	// mochi's log lines and ours carry packets and topics: keep payloads
+	// out and long strings short (logredact.go).
+	opts.Logger = newRedactedLogger(opts.Logger)
 	if opts.MaxPendingWrites <= 0 {
 		opts.MaxPendingWrites = 8192
 	}

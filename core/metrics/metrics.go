@@ -21,6 +21,7 @@ type Metrics struct {
 	Dropped       *prometheus.CounterVec // by protocol and reason
 	StoreErrors   *prometheus.CounterVec // by operation
 	RetainRefused *prometheus.CounterVec // by reason (quota, unavailable)
+	TopicsRefused *prometheus.CounterVec // by protocol and limit (levels, length)
 	Latency       *prometheus.HistogramVec
 	ConnsClosed   *prometheus.CounterVec // connections the gateway ended, by protocol and reason
 }
@@ -46,6 +47,10 @@ func New() *Metrics {
 	m.RetainRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gateway_retained_refused_total", Help: "Retained publishes not stored, by reason.",
 	}, []string{"reason"})
+	m.TopicsRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gateway_topics_refused_total",
+		Help: "Topic names and filters refused for exceeding mqtt.maxTopicLevels or mqtt.maxTopicLength, by protocol and limit.",
+	}, []string{"protocol", "limit"})
 	m.Latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "gateway_publish_to_deliver_seconds",
 		Help:    "Time from a message entering the gateway to its hand-off to a subscriber's connection.",
@@ -56,7 +61,7 @@ func New() *Metrics {
 		Help: "Connections the gateway ended because of the client: write_timeout (it stopped reading), packet_too_large, limit, ...",
 	}, []string{"protocol", "reason"})
 	m.Registry.MustRegister(m.Connections, m.MessagesIn, m.MessagesOut, m.Dropped,
-		m.StoreErrors, m.RetainRefused, m.Latency, m.ConnsClosed,
+		m.StoreErrors, m.RetainRefused, m.TopicsRefused, m.Latency, m.ConnsClosed,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -147,6 +152,14 @@ func (m *Metrics) Refused(reason string) {
 func (m *Metrics) Closed(protocol, reason string) {
 	if m != nil {
 		m.ConnsClosed.WithLabelValues(protocol, reason).Inc()
+	}
+}
+
+// TopicRefused counts a topic name or filter refused through protocol for
+// breaking limit ("levels" or "length", core.LimitReason).
+func (m *Metrics) TopicRefused(protocol, limit string) {
+	if m != nil {
+		m.TopicsRefused.WithLabelValues(protocol, limit).Inc()
 	}
 }
 
