@@ -16,13 +16,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/gatewayd/gateway/core"
+	"github.com/gatewayd/gateway/internal/accept"
 )
 
 // adminServer is the admin HTTP API: /healthz, /readyz, /metrics and
 // /api/v1/retained.
 type adminServer struct {
 	g   *Gateway
-	ln  net.Listener
+	ln  *accept.Listener // retries temporary accept errors; Err says if it died
 	srv *http.Server
 	wg  sync.WaitGroup
 }
@@ -54,11 +55,17 @@ func (a *adminServer) start(addr string) error {
 	if err != nil {
 		return &ConfigError{Key: "admin.listen", Msg: err.Error()}
 	}
-	a.ln = ln
+	a.ln = accept.New(ln, "admin", a.g.log)
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
-		_ = a.srv.Serve(ln)
+		// Anything but stop ending Serve is the listener's failure:
+		// logged at error level, and in Gateway.Ready. /readyz cannot
+		// say so (it is served here), but probes of it then fail to
+		// connect, which orchestrators read as not ready.
+		if err := a.srv.Serve(a.ln); !errors.Is(err, http.ErrServerClosed) {
+			a.ln.Fail(err)
+		}
 	}()
 	return nil
 }

@@ -14,9 +14,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/gatewayd/gateway/amqp"
 	"github.com/gatewayd/gateway/core"
 	"github.com/gatewayd/gateway/core/metrics"
+	"github.com/gatewayd/gateway/internal/accept"
 	"github.com/gatewayd/gateway/mqtt"
 	"github.com/gatewayd/gateway/retain"
 )
@@ -74,6 +77,7 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 		}
 		g.onStop(g.admin.stop)
 		g.log.Info("admin API listening", "addr", g.admin.addr())
+		g.countAcceptFailures(g.admin.ln)
 	}
 
 	store, err := g.openStore(ctx)
@@ -120,6 +124,9 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 		return err
 	}
 	g.onStop(g.mqtt.Shutdown)
+	for _, l := range g.mqtt.Listeners() {
+		g.countAcceptFailures(l)
+	}
 	ms := g.mqtt
 	g.metrics.CounterFunc("gateway_mqtt_packets_sent_total", "MQTT packets sent by mochi.", nil,
 		func() float64 { return float64(atomic.LoadInt64(&ms.Info().PacketsSent)) })
@@ -182,10 +189,25 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	return nil
 }
 
-// Ready returns nil when every listener and the store are up.
+// countAcceptFailures exports l's retried accept failures (out of file
+// descriptors and the like) as gateway_accept_failures_total{listener}.
+func (g *Gateway) countAcceptFailures(l *accept.Listener) {
+	g.metrics.CounterFunc("gateway_accept_failures_total",
+		"Accepts that failed with a temporary error (EMFILE, ENFILE, ECONNABORTED, timeout) and were retried.",
+		prometheus.Labels{"listener": l.Name()}, func() float64 { return float64(l.Failures()) })
+}
+
+// Ready returns nil when every listener and the store are up. A listener
+// that has stopped accepting (any error but the temporary ones it retries)
+// makes it fail for good, naming the listener.
 func (g *Gateway) Ready() error {
 	if !g.ready.Load() {
 		return errors.New("starting")
+	}
+	for _, l := range g.listeners() {
+		if err := l.Err(); err != nil {
+			return err
+		}
 	}
 	if h, ok := g.store.(retain.Health); ok {
 		if err := h.Ready(); err != nil {
@@ -193,6 +215,16 @@ func (g *Gateway) Ready() error {
 		}
 	}
 	return nil
+}
+
+// listeners are the gateway's own listening sockets that accept through
+// internal/accept.
+func (g *Gateway) listeners() []*accept.Listener {
+	var ls []*accept.Listener
+	if g.admin != nil {
+		ls = append(ls, g.admin.ln)
+	}
+	return append(ls, g.mqtt.Listeners()...)
 }
 
 // Addresses the gateway bound (useful with port 0).

@@ -12,6 +12,8 @@ import (
 
 	"github.com/gorilla/websocket"
 	"github.com/mochi-mqtt/server/v2/listeners"
+
+	"github.com/gatewayd/gateway/internal/accept"
 )
 
 // tcpListener serves MQTT on a net.Listener the gateway bound itself, so the
@@ -29,10 +31,12 @@ type tcpListener struct {
 type connServer struct {
 	closeClients listeners.CloseFn // disconnects this listener's clients on Close
 	id           string
-	ln           net.Listener
-	log          *slog.Logger
-	wg           sync.WaitGroup // connection goroutines (TCP: and their closing drains)
-	conns        openConns
+	// ln retries temporary accept errors (out of file descriptors) and
+	// records the one that stops it (Server.Listeners, for /readyz).
+	ln    *accept.Listener
+	log   *slog.Logger
+	wg    sync.WaitGroup // connection goroutines (TCP: and their closing drains)
+	conns openConns
 	// connectTimeout bounds the wait for a new connection's CONNECT
 	// (Options.ConnectTimeout): the deadline is absolute, so a CONNECT
 	// that trickles in is cut off too; mochi sets the keep-alive
@@ -45,6 +49,18 @@ func (l *connServer) Address() string             { return l.ln.Addr().String() 
 func (l *connServer) Init(log *slog.Logger) error { l.log = log; return nil }
 
 // wait blocks until every connection goroutine has returned.
+//
+// Each listener's Close ends with it, for a race in mochi:
+// attachClient counts the connection in Listeners.ClientsWg (Add) on the
+// connection's own goroutine, while Server.Close, through
+// Listeners.CloseAll, waits on that WaitGroup right after closing the
+// listeners. A connection accepted just before shutdown could call Add
+// while Wait was running: a data race under -race (seen when shutting down
+// during a burst of connections), and Wait could return before that client
+// was counted. With Close waiting for its connection goroutines, every Add
+// and its Done are over before CloseAll reaches Wait. Upstream, attachClient
+// would Add before the connection's goroutine starts (in the listener's
+// EstablishFn caller) or CloseAll would refuse new clients first.
 func (l *connServer) wait() { l.wg.Wait() }
 
 // stopAccepting closes the listening socket at once (Close does the rest).
@@ -111,8 +127,25 @@ func (o *openConns) closeAll() {
 
 var _ listeners.Listener = (*tcpListener)(nil)
 
+// Listeners are the listening sockets, TCP then WebSocket (when enabled),
+// after Start: each says whether it has stopped accepting (Err, for
+// /readyz) and how many accepts failed and were retried.
+func (s *Server) Listeners() []*accept.Listener {
+	var ls []*accept.Listener
+	if s.tcp != nil {
+		ls = append(ls, s.tcp.ln)
+	}
+	if s.ws != nil {
+		ls = append(ls, s.ws.ln)
+	}
+	return ls
+}
+
 func (l *tcpListener) Protocol() string { return "tcp" }
 
+// Serve accepts until the listener is closed or fails for good: l.ln
+// retries what passes (EMFILE under a connection flood), and logs and
+// records what does not.
 func (l *tcpListener) Serve(establish listeners.EstablishFn) {
 	for {
 		conn, err := l.ln.Accept()
@@ -136,6 +169,7 @@ func (l *tcpListener) Close(listeners.CloseFn) {
 		_ = l.ln.Close()
 		l.closeClients(l.id)
 		l.conns.closeAll()
+		l.wait() // before mochi's ClientsWg.Wait: see wait
 	})
 }
 
@@ -270,9 +304,16 @@ func (l *wsListener) Init(log *slog.Logger) error {
 	return nil
 }
 
+// Serve runs the HTTP server until Close. net/http would itself retry
+// temporary accept errors, but l.ln does so first, as for TCP, so the
+// server returns only when l.ln is closed or has failed for good, or for a
+// reason of its own: anything but Close is reported as the listener's
+// failure.
 func (l *wsListener) Serve(establish listeners.EstablishFn) {
 	l.est = establish // handle runs only on connections Serve accepts below
-	_ = l.srv.Serve(l.ln)
+	if err := l.srv.Serve(l.ln); !errors.Is(err, http.ErrServerClosed) {
+		l.ln.Fail(err)
+	}
 }
 
 func (l *wsListener) handle(w http.ResponseWriter, r *http.Request) {
@@ -300,5 +341,6 @@ func (l *wsListener) Close(listeners.CloseFn) {
 		_ = l.srv.Close()
 		l.closeClients(l.id)
 		l.conns.closeAll()
+		l.wait() // before mochi's ClientsWg.Wait: see wait
 	})
 }

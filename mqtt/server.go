@@ -25,6 +25,7 @@ import (
 
 	"github.com/gatewayd/gateway/core"
 	"github.com/gatewayd/gateway/core/metrics"
+	"github.com/gatewayd/gateway/internal/accept"
 	"github.com/gatewayd/gateway/retain"
 )
 
@@ -150,8 +151,8 @@ func (s *Server) Start() error {
 	if err != nil {
 		return fmt.Errorf("mqtt.listen %s: %w", s.opts.Listen, err)
 	}
-	s.tcp = &tcpListener{connServer: connServer{id: "mqtt-tcp", ln: ln, closeClients: s.disconnectListener,
-		connectTimeout: s.opts.ConnectTimeout}}
+	s.tcp = &tcpListener{connServer: connServer{id: "mqtt-tcp", ln: accept.New(ln, "mqtt-tcp", s.log),
+		closeClients: s.disconnectListener, connectTimeout: s.opts.ConnectTimeout}}
 	if err := s.mochi.AddListener(s.tcp); err != nil {
 		ln.Close()
 		return fmt.Errorf("mqtt: %w", err)
@@ -162,8 +163,8 @@ func (s *Server) Start() error {
 			ln.Close()
 			return fmt.Errorf("mqtt.ws.listen %s: %w", s.opts.WSListen, err)
 		}
-		s.ws = &wsListener{connServer: connServer{id: "mqtt-ws", ln: wl, closeClients: s.disconnectListener,
-			connectTimeout: s.opts.ConnectTimeout}}
+		s.ws = &wsListener{connServer: connServer{id: "mqtt-ws", ln: accept.New(wl, "mqtt-ws", s.log),
+			closeClients: s.disconnectListener, connectTimeout: s.opts.ConnectTimeout}}
 		if err := s.mochi.AddListener(s.ws); err != nil {
 			ln.Close()
 			wl.Close()

@@ -1,0 +1,164 @@
+//go:build linux
+
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// A listener whose socket stops working under it (shut down: accept then
+// fails with EINVAL, an error no retry cures) makes /readyz answer 503
+// naming it, and is logged at error level (issue 7, item 2: the MQTT
+// listener's accept loop used to end silently, with /readyz still 200).
+// The admin listener serves /readyz itself: when it dies, Ready says so to
+// whoever asks in the process, and the log says so at error level.
+func TestDeadListenerFailsReadiness(t *testing.T) {
+	for _, tc := range []struct {
+		listener string
+		addr     func(*Gateway) string
+	}{
+		{"mqtt-tcp", (*Gateway).MQTTAddr},
+		{"mqtt-ws", (*Gateway).MQTTWSAddr},
+		{"admin", (*Gateway).AdminAddr},
+	} {
+		t.Run(tc.listener, func(t *testing.T) {
+			var log syncBuffer
+			g := New(testConfig(t), slog.New(slog.NewJSONHandler(&log, nil)))
+			if err := g.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				if err := g.Stop(ctx); err != nil {
+					t.Errorf("Stop after a listener died: %v", err)
+				}
+			}()
+			if code, body := get(t, g, "/readyz"); code != http.StatusOK {
+				t.Fatalf("/readyz before: %d %s", code, body)
+			}
+			// Retried failures are counted, per listener, from the start.
+			if _, body := get(t, g, "/metrics"); !strings.Contains(body, `gateway_accept_failures_total{listener="`+tc.listener+`"} 0`) {
+				t.Errorf("no accept failure counter for %s in /metrics", tc.listener)
+			}
+
+			shutdownListener(t, tc.addr(g))
+
+			if tc.listener == "admin" {
+				waitUntil(t, "Ready to report the admin listener", func() bool {
+					err := g.Ready()
+					return err != nil && strings.Contains(err.Error(), "listener admin on ")
+				})
+			} else {
+				waitUntil(t, "/readyz to answer 503 naming "+tc.listener, func() bool {
+					code, body := get(t, g, "/readyz")
+					if code == http.StatusServiceUnavailable && strings.Contains(body, "listener "+tc.listener+" on ") {
+						t.Logf("/readyz: %d %s", code, body)
+						return true
+					}
+					return false
+				})
+			}
+			logged := false
+			for _, line := range strings.Split(log.String(), "\n") {
+				logged = logged || strings.Contains(line, `"level":"ERROR","msg":"listener stopped accepting connections"`) &&
+					strings.Contains(line, `"listener":"`+tc.listener+`"`)
+			}
+			if !logged {
+				t.Errorf("no error line naming %s:\n%s", tc.listener, log.String())
+			}
+		})
+	}
+}
+
+// get GETs path from the admin API on a connection of its own (none left
+// idle for goleak).
+func get(t *testing.T, g *Gateway, path string) (int, string) {
+	t.Helper()
+	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
+	resp, err := c.Get("http://" + g.AdminAddr() + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// shutdownListener finds this process's listening socket bound to addr and
+// shuts it down (shutdown(2)): the socket stays open, so the server's
+// accept wakes up with EINVAL instead of the net.ErrClosed it would see if
+// anything of ours had closed it.
+func shutdownListener(t *testing.T, addr string) {
+	t.Helper()
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, _ := strconv.Atoi(p)
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range fds {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if on, err := syscall.GetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_ACCEPTCONN); err != nil || on != 1 {
+			continue // not a listening socket
+		}
+		sa, err := syscall.Getsockname(fd)
+		if err != nil {
+			continue
+		}
+		if a, ok := sa.(*syscall.SockaddrInet4); ok && a.Port == port {
+			if err := syscall.Shutdown(fd, syscall.SHUT_RDWR); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+	}
+	t.Fatalf("no listening socket on %s", addr)
+}
+
+// syncBuffer is a bytes.Buffer a logger writes to while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// waitUntil polls cond until it holds, failing the test after 10 s.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
