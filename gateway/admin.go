@@ -16,7 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/gatewayd/gateway/core"
-	"github.com/gatewayd/gateway/internal/accept"
+	"github.com/gatewayd/gateway/core/accept"
 )
 
 // adminServer is the admin HTTP API: /healthz, /readyz, /metrics and

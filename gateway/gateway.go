@@ -19,7 +19,7 @@ import (
 	"github.com/gatewayd/gateway/amqp"
 	"github.com/gatewayd/gateway/core"
 	"github.com/gatewayd/gateway/core/metrics"
-	"github.com/gatewayd/gateway/internal/accept"
+	"github.com/gatewayd/gateway/core/accept"
 	"github.com/gatewayd/gateway/mqtt"
 	"github.com/gatewayd/gateway/retain"
 )
@@ -218,7 +218,7 @@ func (g *Gateway) Ready() error {
 }
 
 // listeners are the gateway's own listening sockets that accept through
-// internal/accept.
+// core/accept.
 func (g *Gateway) listeners() []*accept.Listener {
 	var ls []*accept.Listener
 	if g.admin != nil {

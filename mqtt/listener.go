@@ -13,7 +13,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/mochi-mqtt/server/v2/listeners"
 
-	"github.com/gatewayd/gateway/internal/accept"
+	"github.com/gatewayd/gateway/core/accept"
 )
 
 // tcpListener serves MQTT on a net.Listener the gateway bound itself, so the

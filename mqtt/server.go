@@ -25,7 +25,7 @@ import (
 
 	"github.com/gatewayd/gateway/core"
 	"github.com/gatewayd/gateway/core/metrics"
-	"github.com/gatewayd/gateway/internal/accept"
+	"github.com/gatewayd/gateway/core/accept"
 	"github.com/gatewayd/gateway/retain"
 )
 

@@ -5,10 +5,12 @@
 // WebSocket, AMQP, the admin API) accepts through it, so they retry, log and
 // fail alike.
 //
-// It lives under internal/ at the module root because the front-ends that
-// use it may not import each other (mqtt, amqp), core imports nothing of
-// ours and is no place for sockets, and gateway imports them all. It imports
-// only the standard library.
+// It sits under core/ for the reason core/metrics does
+// (docs/architecture.md, "Why core/metrics sits in core/"): the front-ends
+// that use it may not import each other (mqtt, amqp) nor reach up into
+// gateway, and the project's top-level folders are fixed. Like core/metrics
+// it is a leaf: it imports only the standard library, and the core proper
+// (Router, Message, topics) never imports it.
 package accept
 
 import (
