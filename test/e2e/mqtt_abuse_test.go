@@ -461,6 +461,30 @@ func TestPacketSizeLimits(t *testing.T) {
 		}
 		t.Logf("heap grew by at most %d KiB for %d connections announcing 256 MiB packets", grew>>10, conns)
 	})
+	t.Run("largest unauthenticated connection", func(t *testing.T) {
+		// A CONNECT of the largest size allowed (1 MiB by default), all
+		// but its last byte sent: what one connection that has not
+		// authenticated can make the gateway hold.
+		g := startGateway(t)
+		before := heapInUse()
+		c, err := net.Dial("tcp", g.MQTTAddr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		n := 1<<20 - 1 - 3 // the whole packet is 1 MiB: 1 + 3 length bytes + body
+		if _, err := c.Write(append(binary.AppendUvarint([]byte{0x10}, uint64(n)), make([]byte, n-1)...)); err != nil {
+			t.Fatal(err)
+		}
+		var grew int64
+		for end := time.Now().Add(time.Second); time.Now().Before(end); {
+			grew = max(grew, heapInUse()-before)
+		}
+		t.Logf("one connection holding a 1 MiB CONNECT but its last byte: heap grew by at most %d KiB", grew>>10)
+		if grew > 4<<20 {
+			t.Fatalf("heap grew by %d KiB", grew>>10)
+		}
+	})
 	t.Run("trickling CONNECT", func(t *testing.T) {
 		g := startGateway(t, "--mqtt.connectTimeout=1s")
 		c, err := net.Dial("tcp", g.MQTTAddr())
