@@ -164,13 +164,16 @@ func TestStuckSubscriberDoesNotSlowOthers(t *testing.T) {
 	if got, _ := publishMany(t, pub.Client, "fill/a", 0, n0, 1024); got != n0 {
 		t.Fatalf("QoS 0: %d of %d sent", got, n0)
 	}
-	eventually(t, "QoS 0 delivered to the normal subscriber", func() bool { return normal.qos0.Load() == n0 })
+	// The normal subscriber may itself lose QoS 0 copies to an unpaced
+	// flood (its write queue is bounded too, and MQTT allows it), so the
+	// QoS 0 phase asserts nothing: it is there to fill the stuck client.
 
 	acked, took := publishMany(t, pub.Client, "sensors/a", 1, n1, 1024)
 	if acked != n1 {
 		t.Fatalf("with a stuck subscriber the publisher got %d of %d PUBACKs", acked, n1)
 	}
 	eventually(t, "QoS 1 delivered to the normal subscriber", func() bool { return normal.qos1.Load() == 2*n1 })
+	t.Logf("QoS 0: the normal subscriber got %d of %d", normal.qos0.Load(), n0)
 	t.Logf("QoS 1, %d x 1 KiB to 2 subscribers: %.0f msg/s when both read, %.0f msg/s when one is stuck (%.2fx)",
 		n1, n1/baseTook.Seconds(), n1/took.Seconds(), baseTook.Seconds()/took.Seconds())
 
