@@ -35,6 +35,8 @@ type conn struct {
 	temps       []string            // temporary addresses created on this connection
 	tmpSeq      uint64
 	idle        time.Duration // our idle time-out: the read deadline
+	links       int           // attached links of every session (Options.MaxLinksPerConnection)
+	refusing    int           // links refused at attach whose detach the peer has yet to answer
 
 	// Between the reader and the writer.
 	out   chan outItem  // the write queue; only the reader sends on it
@@ -122,7 +124,7 @@ func (c *conn) serve() {
 	ours := &frames.Open{
 		ContainerID:         "gateway:" + c.s.opts.Node,
 		MaxFrameSize:        c.s.opts.MaxFrameSize,
-		ChannelMax:          ptr(uint16(channelMax)),
+		ChannelMax:          ptr(uint16(c.s.opts.MaxSessions - 1)),
 		IdleTimeOut:         uint32(c.idle / time.Millisecond),
 		OfferedCapabilities: []encoding.Symbol{capAnonymousRelay, capShSubs},
 		Properties:          encoding.Fields{{Key: "product", Value: "gatewayd"}},
@@ -249,8 +251,12 @@ func (c *conn) begin(ch uint16, b *frames.Begin) error {
 	if b.RemoteChannel != nil {
 		return connErr(frames.ErrCondNotAllowed, "begin with remote-channel %d: the gateway never begins sessions", *b.RemoteChannel)
 	}
-	if ch > channelMax {
-		return connErr(frames.ErrCondNotAllowed, "channel %d is above channel-max %d", ch, channelMax)
+	if maxCh := c.s.opts.MaxSessions - 1; int(ch) > maxCh {
+		// "A peer that receives a channel number outside the supported
+		// range MUST close the connection with the framing-error
+		// error-code" [2.7.1]: channel-max is how amqp.maxSessions is told.
+		c.s.counters.refused(limitSessions)
+		return connErr(frames.ErrCondFramingError, "begin on channel %d, above the channel-max %d the gateway announced (amqp.maxSessions %d)", ch, maxCh, c.s.opts.MaxSessions)
 	}
 	if c.sessions[ch] != nil {
 		return connErr(frames.ErrCondNotAllowed, "begin on channel %d, which already has a session", ch)
@@ -262,8 +268,19 @@ func (c *conn) begin(ch uint16, b *frames.Begin) error {
 		NextOutgoingID: 0,
 		IncomingWindow: sessionWindow,
 		OutgoingWindow: outgoingWindow,
-		HandleMax:      ptr(uint32(handleMax)),
+		HandleMax:      ptr(c.handleMax()),
 	}})
+}
+
+// handleMax is the handle-max announced in every begin. Clients allocate
+// handles densely from 0 and go-amqp ignores our handle-max, so it must
+// leave room for every link the connection may hold plus as many refused
+// ones awaiting the client's detach (limits.go): then a client that goes
+// over the link count gets the clean refusal (resource-limit-exceeded on
+// that link) rather than having its connection closed for a handle out of
+// range (framing-error, §2.7.2).
+func (c *conn) handleMax() uint32 {
+	return uint32(min(2*uint64(c.s.opts.MaxLinksPerConnection)-1, 1<<32-1))
 }
 
 // send queues work for the writer, waiting while the queue is full: a
