@@ -50,6 +50,13 @@ type conn struct {
 	ready   []*outLink
 
 	forced atomic.Bool // Shutdown asked this connection to close
+
+	// The socket's write deadline, set by the writer before each write
+	// (Options.WriteTimeout) and by whoever closes the connection, which
+	// bounds the writes that remain: wdMu orders the two so that a write
+	// cannot push a closing connection's deadline back.
+	wdMu    sync.Mutex
+	closeBy time.Time // zero until the connection is closing
 }
 
 // outItem is one unit of work for the writer: run do (which may touch
@@ -86,7 +93,36 @@ func newConn(s *Server, nc net.Conn) *conn {
 func (c *conn) forceClose() {
 	c.forced.Store(true)
 	_ = c.nc.SetReadDeadline(time.Now())
-	_ = c.nc.SetWriteDeadline(time.Now().Add(closeTimeout))
+	c.closeWrites()
+}
+
+// closeWrites bounds what is left to write: a closing connection's peer
+// that stops reading cannot hold us longer than closeTimeout.
+func (c *conn) closeWrites() {
+	c.wdMu.Lock()
+	defer c.wdMu.Unlock()
+	c.closeBy = time.Now().Add(closeTimeout)
+	_ = c.nc.SetWriteDeadline(c.closeBy)
+}
+
+// closing reports whether closeWrites has bounded the writes.
+func (c *conn) closing() bool {
+	c.wdMu.Lock()
+	defer c.wdMu.Unlock()
+	return !c.closeBy.IsZero()
+}
+
+// armWrite sets the deadline of the next socket write (the writer calls it
+// before each). It reports whether the connection is closing, when the
+// close bound stays in force instead.
+func (c *conn) armWrite(timeout time.Duration) (closing bool) {
+	c.wdMu.Lock()
+	defer c.wdMu.Unlock()
+	if !c.closeBy.IsZero() {
+		return true
+	}
+	_ = c.nc.SetWriteDeadline(time.Now().Add(timeout))
+	return false
 }
 
 // serve is the reader goroutine.
@@ -365,7 +401,7 @@ func (c *conn) finish(err error) {
 		c.log.Debug("amqp connection lost", "error", err)
 	}
 	close(c.stop)
-	_ = c.nc.SetWriteDeadline(time.Now().Add(closeTimeout)) // a peer that stopped reading cannot hold us
+	c.closeWrites() // a peer that stopped reading cannot hold us
 	<-c.wdone
 	// The writer is gone: what it had not delivered on durable
 	// subscriptions goes back to them.

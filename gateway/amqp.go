@@ -25,6 +25,7 @@ func (g *Gateway) startAMQP(context.Context) error {
 		AllowAnonymous:        g.cfg.AMQP.AllowAnonymous,
 		Users:                 g.cfg.AMQP.Users,
 		LinkBuffer:            g.cfg.AMQP.LinkBuffer,
+		WriteTimeout:          g.cfg.AMQP.WriteTimeout,
 		MaxSessions:           g.cfg.AMQP.MaxSessions,
 		MaxLinksPerConnection: g.cfg.AMQP.MaxLinks,
 	})

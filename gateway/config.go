@@ -63,6 +63,7 @@ var keyDefs = []keyDef{
 	{name: "amqp.allowAnonymous", def: "true", kind: kindBool, help: "accept SASL ANONYMOUS and clients that skip SASL"},
 	{name: "amqp.users", def: "", kind: kindString, optional: true, help: "SASL PLAIN users as user:password,user2:password2 (until an auth issue lands)"},
 	{name: "amqp.linkBuffer", def: "1000", kind: kindInt, max: 1 << 20, help: "messages queued per AMQP receiving link before new ones are dropped and counted (slow consumer)"},
+	{name: "amqp.writeTimeout", def: "30s", kind: kindDuration, help: "a client that does not take what the gateway writes to it for this long (a stuck socket, heartbeats included) is disconnected and counted; 0 disables"},
 	{name: "amqp.maxSessions", def: "256", kind: kindInt, max: 1 << 16, help: "sessions per AMQP connection (announced as channel-max; a begin above it closes the connection with framing-error)"},
 	{name: "amqp.maxLinksPerConnection", def: "1000", kind: kindInt, max: 1 << 20, help: "links (senders and receivers, over all sessions) per AMQP connection; an attach beyond it is refused with amqp:resource-limit-exceeded; bounds what one message costs one connection"},
 	{name: "admin.listen", def: "127.0.0.1:8088", kind: kindAddr, optional: true, help: "admin HTTP API listen address (/healthz, /readyz, /metrics, /api/v1/retained); empty disables"},
@@ -101,6 +102,7 @@ type Config struct {
 		LinkBuffer     int
 		MaxSessions    int
 		MaxLinks       int
+		WriteTimeout   time.Duration
 	}
 	AdminListen       string
 	DataDir           string
@@ -272,6 +274,7 @@ func buildConfig(k *koanf.Koanf, byName map[string]*keyDef) (*Config, error) {
 	c.AMQP.IdleTimeout = dur("amqp.idleTimeout")
 	c.AMQP.AllowAnonymous = get("amqp.allowAnonymous") == "true"
 	c.AMQP.LinkBuffer = int(num("amqp.linkBuffer"))
+	c.AMQP.WriteTimeout = dur("amqp.writeTimeout")
 	c.AMQP.MaxSessions = int(num("amqp.maxSessions"))
 	c.AMQP.MaxLinks = int(num("amqp.maxLinksPerConnection"))
 	c.AdminListen = get("admin.listen")
