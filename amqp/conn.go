@@ -148,8 +148,9 @@ func (c *conn) serve() {
 		return
 	}
 	_ = c.nc.SetDeadline(time.Time{})
-	if c.forced.Load() { // Shutdown came during the handshake
+	if c.forced.Load() { // Shutdown came during the handshake: SetDeadline just undid forceClose
 		_ = c.nc.SetReadDeadline(time.Now())
+		c.closeWrites()
 	}
 	w := newWriter(c, open)
 	if !c.s.spawn(w.run) {
