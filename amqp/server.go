@@ -92,6 +92,7 @@ type Server struct {
 	log      *slog.Logger
 	ln       net.Listener
 	counters counters
+	out      *metrics.Outlet // messages out and their latency, resolved once: counted per delivery
 
 	mu      sync.Mutex
 	closing bool // Shutdown has begun: spawn refuses
@@ -140,6 +141,7 @@ func New(opts Options) (*Server, error) {
 		opts:     opts,
 		log:      opts.Logger.With("part", "amqp"),
 		counters: newCounters(opts.Metrics, opts.Logger),
+		out:      opts.Metrics.Outlet("amqp"),
 		conns:    map[*conn]struct{}{},
 		tmp:      map[string]int8{},
 		subs:     map[string]*subscription{},

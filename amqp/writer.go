@@ -440,9 +440,9 @@ func (w *writer) sendDelivery(l *outLink, q queued) {
 		l.unsettled++
 	}
 	if q.retained {
-		srv.opts.Metrics.Out("amqp", time.Time{})
+		srv.out.Out(time.Time{})
 	} else {
-		srv.opts.Metrics.Out("amqp", m.Created)
+		srv.out.Out(m.Created)
 	}
 	l.partialMsg = q
 	w.transfers(l, id, true, w.msg.Written(), settled, false)
