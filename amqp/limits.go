@@ -35,13 +35,16 @@ import (
 //
 // Counted in gateway_limit_refusals_total{protocol="amqp",limit} (limit
 // "sessions" or "links") and gateway_disconnects_total{protocol="amqp",
-// reason="write_timeout"}. They carry a protocol label so that the other
-// front-ends can count into the same series.
+// reason} (reason "write_timeout" or "unanswered_refusals"). They carry a
+// protocol label so that the other front-ends can count into the same
+// series.
 
-// Labels of gateway_limit_refusals_total.
+// Labels of gateway_limit_refusals_total and gateway_disconnects_total.
 const (
-	limitSessions = "sessions"
-	limitLinks    = "links"
+	limitSessions            = "sessions"
+	limitLinks               = "links"
+	reasonWriteTimeout       = "write_timeout"
+	reasonUnansweredRefusals = "unanswered_refusals"
 )
 
 // counters are the collectors this package adds to the gateway's
@@ -70,7 +73,8 @@ func newCounters(m *metrics.Metrics, log *slog.Logger) counters {
 	// Series that exist from the start read 0, not absent, on dashboards.
 	c.refusals.WithLabelValues("amqp", limitSessions)
 	c.refusals.WithLabelValues("amqp", limitLinks)
-	c.disconnects.WithLabelValues("amqp", "write_timeout")
+	c.disconnects.WithLabelValues("amqp", reasonWriteTimeout)
+	c.disconnects.WithLabelValues("amqp", reasonUnansweredRefusals)
 	return c
 }
 

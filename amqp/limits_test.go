@@ -219,4 +219,7 @@ func TestUnansweredRefusals(t *testing.T) {
 	}
 	c.send(2, attachReceiver("more", 0, "u/#"), nil)
 	c.expectClose(frames.ErrCondResourceLimitExceeded)
+	if n := e.disconnects(reasonUnansweredRefusals); n != 1 {
+		t.Fatalf("disconnects{reason=unanswered_refusals} = %v, want 1", n)
+	}
 }

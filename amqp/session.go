@@ -217,6 +217,7 @@ func refusalReply(a *frames.Attach) *frames.Attach {
 func (s *session) refuse(ep endpoint, reply *frames.Attach, e *LinkError) error {
 	b := ep.base()
 	if s.c.refusing >= s.c.s.opts.MaxLinksPerConnection {
+		s.c.s.counters.disconnected(reasonUnansweredRefusals)
 		return connErr(frames.ErrCondResourceLimitExceeded, "%d refused links not detached by the client", s.c.refusing)
 	}
 	b.detachSent = true

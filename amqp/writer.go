@@ -128,7 +128,7 @@ func (w *writer) run() {
 				// Nothing more can reach this client, not even a close
 				// frame: drop the socket.
 				c.log.Info("amqp connection closed: the client did not read what the gateway sent", "write_timeout", w.sock.timeout)
-				c.s.counters.disconnected("write_timeout")
+				c.s.counters.disconnected(reasonWriteTimeout)
 			} else {
 				c.log.Debug("amqp write failed", "error", w.err)
 			}

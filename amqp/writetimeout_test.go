@@ -109,7 +109,7 @@ func TestWriteTimeout(t *testing.T) {
 		t.Fatalf("normal receiver: %v", err)
 	}
 	eventually(t, "the stuck connection closed", func() bool { return e.srv.Connections() == 2 })
-	if got := e.disconnects("write_timeout"); got != 1 {
+	if got := e.disconnects(reasonWriteTimeout); got != 1 {
 		t.Fatalf("disconnects{reason=write_timeout} = %v, want 1", got)
 	}
 	if e.router.Len() != 1 {
