@@ -35,6 +35,8 @@ type conn struct {
 	temps       []string            // temporary addresses created on this connection
 	tmpSeq      uint64
 	idle        time.Duration // our idle time-out: the read deadline
+	links       int           // attached links of every session (Options.MaxLinksPerConnection)
+	refusing    int           // links refused at attach whose detach the peer has yet to answer
 
 	// Between the reader and the writer.
 	out   chan outItem  // the write queue; only the reader sends on it
@@ -48,6 +50,13 @@ type conn struct {
 	ready   []*outLink
 
 	forced atomic.Bool // Shutdown asked this connection to close
+
+	// The socket's write deadline, set by the writer before each write
+	// (Options.WriteTimeout) and by whoever closes the connection, which
+	// bounds the writes that remain: wdMu orders the two so that a write
+	// cannot push a closing connection's deadline back.
+	wdMu    sync.Mutex
+	closeBy time.Time // zero until the connection is closing
 }
 
 // outItem is one unit of work for the writer: run do (which may touch
@@ -84,7 +93,36 @@ func newConn(s *Server, nc net.Conn) *conn {
 func (c *conn) forceClose() {
 	c.forced.Store(true)
 	_ = c.nc.SetReadDeadline(time.Now())
-	_ = c.nc.SetWriteDeadline(time.Now().Add(closeTimeout))
+	c.closeWrites()
+}
+
+// closeWrites bounds what is left to write: a closing connection's peer
+// that stops reading cannot hold us longer than closeTimeout.
+func (c *conn) closeWrites() {
+	c.wdMu.Lock()
+	defer c.wdMu.Unlock()
+	c.closeBy = time.Now().Add(closeTimeout)
+	_ = c.nc.SetWriteDeadline(c.closeBy)
+}
+
+// closing reports whether closeWrites has bounded the writes.
+func (c *conn) closing() bool {
+	c.wdMu.Lock()
+	defer c.wdMu.Unlock()
+	return !c.closeBy.IsZero()
+}
+
+// armWrite sets the deadline of the next socket write (the writer calls it
+// before each). It reports whether the connection is closing, when the
+// close bound stays in force instead.
+func (c *conn) armWrite(timeout time.Duration) (closing bool) {
+	c.wdMu.Lock()
+	defer c.wdMu.Unlock()
+	if !c.closeBy.IsZero() {
+		return true
+	}
+	_ = c.nc.SetWriteDeadline(time.Now().Add(timeout))
+	return false
 }
 
 // serve is the reader goroutine.
@@ -110,8 +148,9 @@ func (c *conn) serve() {
 		return
 	}
 	_ = c.nc.SetDeadline(time.Time{})
-	if c.forced.Load() { // Shutdown came during the handshake
+	if c.forced.Load() { // Shutdown came during the handshake: SetDeadline just undid forceClose
 		_ = c.nc.SetReadDeadline(time.Now())
+		c.closeWrites()
 	}
 	w := newWriter(c, open)
 	if !c.s.spawn(w.run) {
@@ -122,7 +161,7 @@ func (c *conn) serve() {
 	ours := &frames.Open{
 		ContainerID:         "gateway:" + c.s.opts.Node,
 		MaxFrameSize:        c.s.opts.MaxFrameSize,
-		ChannelMax:          ptr(uint16(channelMax)),
+		ChannelMax:          ptr(uint16(c.s.opts.MaxSessions - 1)),
 		IdleTimeOut:         uint32(c.idle / time.Millisecond),
 		OfferedCapabilities: []encoding.Symbol{capAnonymousRelay, capShSubs},
 		Properties:          encoding.Fields{{Key: "product", Value: "gatewayd"}},
@@ -249,8 +288,12 @@ func (c *conn) begin(ch uint16, b *frames.Begin) error {
 	if b.RemoteChannel != nil {
 		return connErr(frames.ErrCondNotAllowed, "begin with remote-channel %d: the gateway never begins sessions", *b.RemoteChannel)
 	}
-	if ch > channelMax {
-		return connErr(frames.ErrCondNotAllowed, "channel %d is above channel-max %d", ch, channelMax)
+	if maxCh := c.s.opts.MaxSessions - 1; int(ch) > maxCh {
+		// "A peer that receives a channel number outside the supported
+		// range MUST close the connection with the framing-error
+		// error-code" [2.7.1]: channel-max is how amqp.maxSessions is told.
+		c.s.counters.refused(limitSessions)
+		return connErr(frames.ErrCondFramingError, "begin on channel %d, above the channel-max %d the gateway announced (amqp.maxSessions %d)", ch, maxCh, c.s.opts.MaxSessions)
 	}
 	if c.sessions[ch] != nil {
 		return connErr(frames.ErrCondNotAllowed, "begin on channel %d, which already has a session", ch)
@@ -262,8 +305,19 @@ func (c *conn) begin(ch uint16, b *frames.Begin) error {
 		NextOutgoingID: 0,
 		IncomingWindow: sessionWindow,
 		OutgoingWindow: outgoingWindow,
-		HandleMax:      ptr(uint32(handleMax)),
+		HandleMax:      ptr(c.handleMax()),
 	}})
+}
+
+// handleMax is the handle-max announced in every begin. Clients allocate
+// handles densely from 0 and go-amqp ignores our handle-max, so it must
+// leave room for every link the connection may hold plus as many refused
+// ones awaiting the client's detach (limits.go): then a client that goes
+// over the link count gets the clean refusal (resource-limit-exceeded on
+// that link) rather than having its connection closed for a handle out of
+// range (framing-error, §2.7.2).
+func (c *conn) handleMax() uint32 {
+	return uint32(min(2*uint64(c.s.opts.MaxLinksPerConnection)-1, 1<<32-1))
 }
 
 // send queues work for the writer, waiting while the queue is full: a
@@ -348,7 +402,7 @@ func (c *conn) finish(err error) {
 		c.log.Debug("amqp connection lost", "error", err)
 	}
 	close(c.stop)
-	_ = c.nc.SetWriteDeadline(time.Now().Add(closeTimeout)) // a peer that stopped reading cannot hold us
+	c.closeWrites() // a peer that stopped reading cannot hold us
 	<-c.wdone
 	// The writer is gone: what it had not delivered on durable
 	// subscriptions goes back to them.

@@ -9,6 +9,8 @@
 //   - the connection, session and link state machines, conn.go, session.go,
 //     receiver.go (links the client sends on) and sender.go (links the
 //     client receives on), with writer.go the connection's writer goroutine;
+//   - the limits on what one connection may hold (sessions, links) and
+//     their counters, limits.go; the write deadline, writer.go;
 //   - address resolution (topic, queue, dynamic nodes), address.go;
 //   - JMS durable and shared subscriptions, subscription.go;
 //   - the mapping between AMQP messages and core.Message, mapping.go, which

@@ -192,6 +192,11 @@ func TestBadInput(t *testing.T) {
 			c.writeRaw([]byte{0x10, 0, 0, 0, 2, 0, 0, 0}) // 256 MiB announced
 			c.expectClose(frames.ErrCondFramingError)
 		}},
+		{"frame one byte over max-frame-size", func(t *testing.T, c *rawConn) {
+			c.open(nil)
+			c.writeRaw([]byte{0, 1, 0, 1, 2, 0, 0, 0}) // 65537 bytes announced, 65536 allowed
+			c.expectClose(frames.ErrCondFramingError)
+		}},
 		{"attach before begin", func(t *testing.T, c *rawConn) {
 			c.open(nil)
 			c.send(0, attachSender("x", 0, "t"), nil)

@@ -85,7 +85,7 @@ func (s *session) attachIn(a *frames.Attach) error {
 		tc := *t
 		reply.Target = &tc
 	}
-	s.links[a.Handle] = l
+	s.keep(l)
 	if err := s.c.send(outItem{sess: s, body: reply}); err != nil {
 		return err
 	}

@@ -168,7 +168,7 @@ func (s *session) attachOut(a *frames.Attach) error {
 		}
 		sc := sub.source
 		reply.Source = &sc
-		s.links[a.Handle] = l
+		s.keep(l)
 		return c.send(outItem{sess: s, body: reply, do: func(w *writer) { w.attachOut(l) }})
 	}
 	sc := *src
@@ -210,7 +210,7 @@ func (s *session) attachOut(a *frames.Attach) error {
 	}
 	since := time.Now()
 	reply.Source = &sc
-	s.links[a.Handle] = l
+	s.keep(l)
 	if err := c.send(outItem{sess: s, body: reply, do: func(w *writer) { w.attachOut(l) }}); err != nil {
 		return err
 	}

@@ -43,18 +43,32 @@ type Options struct {
 	// (default 1000). Beyond it new messages for that link are dropped and
 	// counted (gateway_messages_dropped_total{reason="slow_consumer"}).
 	LinkBuffer int
+	// MaxSessions bounds the sessions of one connection (default 256, at
+	// most 65536): announced as channel-max = MaxSessions-1 in open, and a
+	// begin on a higher channel closes the connection with
+	// amqp:connection:framing-error [2.7.1].
+	MaxSessions int
+	// MaxLinksPerConnection bounds the links of one connection, over all
+	// its sessions, senders and receivers alike (default 1000). Each
+	// receiving link is a router subscription, so this also bounds what one
+	// published message costs one connection. An attach beyond it is
+	// refused with amqp:resource-limit-exceeded. The handle-max announced
+	// in begin is 2*MaxLinksPerConnection-1 (room for the links and for
+	// refused ones awaiting the client's detach).
+	MaxLinksPerConnection int
+	// WriteTimeout bounds each write to a client's socket: a client that
+	// stops reading for that long (while the gateway has frames for it,
+	// heartbeats included) is disconnected. 0 disables it.
+	WriteTimeout time.Duration
 }
 
 // Defaults and fixed limits.
 const (
 	defaultMaxFrameSize = 65536
 	defaultLinkBuffer   = 1000
-
-	// channelMax bounds sessions per connection and handleMax links per
-	// session, so that one client cannot make the gateway hold unbounded
-	// state (each receiving link is a router subscription).
-	channelMax = 255
-	handleMax  = 1023
+	defaultMaxSessions  = 256  // channel-max 255
+	defaultMaxLinks     = 1000 // per connection; handle-max 1999
+	maxMaxSessions      = 1 << 16
 
 	// sessionWindow is the incoming-window announced in begin, in
 	// transfer frames; it is topped up when half is used.
@@ -74,9 +88,11 @@ const (
 
 // Server is the running AMQP front-end.
 type Server struct {
-	opts Options
-	log  *slog.Logger
-	ln   net.Listener
+	opts     Options
+	log      *slog.Logger
+	ln       net.Listener
+	counters counters
+	out      *metrics.Outlet // messages out and their latency, resolved once: counted per delivery
 
 	mu      sync.Mutex
 	closing bool // Shutdown has begun: spawn refuses
@@ -106,12 +122,29 @@ func New(opts Options) (*Server, error) {
 	if opts.LinkBuffer <= 0 {
 		opts.LinkBuffer = defaultLinkBuffer
 	}
+	if opts.MaxSessions <= 0 {
+		opts.MaxSessions = defaultMaxSessions
+	}
+	if opts.MaxSessions > maxMaxSessions {
+		return nil, fmt.Errorf("amqp: MaxSessions %d is above %d (channel-max is a ushort, AMQP 1.0 §2.7.1)", opts.MaxSessions, maxMaxSessions)
+	}
+	if opts.MaxLinksPerConnection <= 0 {
+		opts.MaxLinksPerConnection = defaultMaxLinks
+	}
+	if uint64(opts.MaxLinksPerConnection) > 1<<32 {
+		return nil, fmt.Errorf("amqp: MaxLinksPerConnection %d is above 2^32 (handle-max is a uint, AMQP 1.0 §2.7.2)", opts.MaxLinksPerConnection)
+	}
+	if opts.WriteTimeout < 0 {
+		opts.WriteTimeout = 0
+	}
 	return &Server{
-		opts:  opts,
-		log:   opts.Logger.With("part", "amqp"),
-		conns: map[*conn]struct{}{},
-		tmp:   map[string]int8{},
-		subs:  map[string]*subscription{},
+		opts:     opts,
+		log:      opts.Logger.With("part", "amqp"),
+		counters: newCounters(opts.Metrics, opts.Logger),
+		out:      opts.Metrics.Outlet("amqp"),
+		conns:    map[*conn]struct{}{},
+		tmp:      map[string]int8{},
+		subs:     map[string]*subscription{},
 	}, nil
 }
 

@@ -73,7 +73,14 @@ type linkBase struct {
 	name       string
 	handle     uint32 // the peer's handle and ours
 	detachSent bool   // we detached with an error and wait for the peer's detach
+	refused    bool   // refused at attach: never attached (counted in conn.refusing)
 }
+
+// refusedLink holds the handle of a link refused before anything was made
+// for it, until the peer's detach answers ours.
+type refusedLink struct{ linkBase }
+
+func (*refusedLink) teardown(bool) {}
 
 func (b *linkBase) base() *linkBase { return b }
 
@@ -130,12 +137,36 @@ func (s *session) end(e *frames.End) error {
 	return s.c.send(outItem{sess: s, body: &frames.End{}, do: func(w *writer) { w.endSession(s) }})
 }
 
+// keep puts ep on its handle, counted against the connection's limits.
+func (s *session) keep(ep endpoint) {
+	s.links[ep.base().handle] = ep
+	if ep.base().refused {
+		s.c.refusing++
+	} else {
+		s.c.links++
+	}
+}
+
+// forget takes the link on handle h off the session and the counts.
+func (s *session) forget(h uint32) {
+	ep := s.links[h]
+	if ep == nil {
+		return
+	}
+	delete(s.links, h)
+	if ep.base().refused {
+		s.c.refusing--
+	} else {
+		s.c.links--
+	}
+}
+
 // teardown releases every link's resources.
 func (s *session) teardown() {
-	for _, ep := range s.links {
+	for h, ep := range s.links {
 		ep.teardown(false)
+		s.forget(h)
 	}
-	clear(s.links)
 	clear(s.gone)
 	clear(s.second)
 	s.disp = s.disp[:0]
@@ -143,26 +174,55 @@ func (s *session) teardown() {
 }
 
 func (s *session) attach(a *frames.Attach) error {
-	if a.Handle > handleMax {
-		return sessionErr(frames.ErrCondNotAllowed, "attach with handle %d, above handle-max %d", a.Handle, handleMax)
+	c := s.c
+	if hm := c.handleMax(); a.Handle > hm {
+		// "A peer that receives a handle outside the supported range MUST
+		// close the connection with the framing-error error-code" [2.7.2].
+		c.s.counters.refused(limitLinks)
+		return connErr(frames.ErrCondFramingError, "attach with handle %d, above the handle-max %d the gateway announced", a.Handle, hm)
 	}
 	if _, ok := s.links[a.Handle]; ok {
 		return sessionErr(frames.ErrCondHandleInUse, "attach with handle %d, which is already attached", a.Handle)
 	}
 	delete(s.gone, a.Handle)
+	if limit := c.s.opts.MaxLinksPerConnection; c.links >= limit {
+		// Checked before anything is made for the link: no subscription,
+		// no retained feeder, no queue.
+		c.s.counters.refused(limitLinks)
+		return s.refuse(&refusedLink{linkBase{sess: s, name: a.Name, handle: a.Handle}}, refusalReply(a),
+			linkErr(frames.ErrCondResourceLimitExceeded, "the connection has %d links, the most the gateway allows (amqp.maxLinksPerConnection)", limit))
+	}
 	if a.Role == frames.RoleSender {
 		return s.attachIn(a) // the client sends, we receive
 	}
 	return s.attachOut(a)
 }
 
+// refusalReply is the attach that answers a refused one: our role, the
+// peer's terminus echoed and ours null [2.6.3].
+func refusalReply(a *frames.Attach) *frames.Attach {
+	reply := &frames.Attach{Name: a.Name, Handle: a.Handle, SndSettleMode: a.SndSettleMode, RcvSettleMode: a.RcvSettleMode}
+	if a.Role == frames.RoleSender {
+		reply.Role, reply.Source = frames.RoleReceiver, a.Source
+	} else {
+		reply.Role, reply.Target, reply.InitialDeliveryCount = frames.RoleSender, a.Target, ptr(uint32(0))
+	}
+	return reply
+}
+
 // refuse answers an attach the spec's way (part 2 section 2.6.3): an attach
 // without our terminus, then a detach with the error. The handle stays
-// taken until the peer answers the detach.
+// taken until the peer answers the detach; a peer that leaves more than
+// MaxLinksPerConnection such handles unanswered is disconnected (limits.go).
 func (s *session) refuse(ep endpoint, reply *frames.Attach, e *LinkError) error {
 	b := ep.base()
+	if s.c.refusing >= s.c.s.opts.MaxLinksPerConnection {
+		s.c.s.counters.disconnected(reasonUnansweredRefusals)
+		return connErr(frames.ErrCondResourceLimitExceeded, "%d refused links not detached by the client", s.c.refusing)
+	}
 	b.detachSent = true
-	s.links[b.handle] = ep
+	b.refused = true
+	s.keep(ep)
 	s.c.log.Debug("amqp link refused", "link", b.name, "condition", string(e.Cond), "description", e.Desc)
 	if err := s.c.send(outItem{sess: s, body: reply}); err != nil {
 		return err
@@ -194,7 +254,7 @@ func (s *session) detach(d *frames.Detach) error {
 		}
 		return sessionErr(frames.ErrCondUnattachedHandle, "detach of handle %d, which is not attached", d.Handle)
 	}
-	delete(s.links, d.Handle)
+	s.forget(d.Handle)
 	s.gone[d.Handle] = true
 	if ep.base().detachSent {
 		return nil // the answer to our detach

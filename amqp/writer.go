@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/binary"
+	"errors"
+	"net"
 	"slices"
 	"time"
 
@@ -18,6 +20,7 @@ import (
 // unsettled deliveries.
 type writer struct {
 	c         *conn
+	sock      *sockWriter
 	bw        *bufio.Writer
 	fw        *frames.Writer
 	maxFrame  uint32        // the largest frame we send: min(ours, the peer's)
@@ -59,8 +62,36 @@ func newWriter(c *conn, peer *frames.Open) *writer {
 	}
 	// Small frames batch into one write; a frame larger than the buffer
 	// goes straight to the socket. 8 KiB keeps idle connections cheap.
-	bw := bufio.NewWriterSize(c.nc, 8<<10)
-	return &writer{c: c, bw: bw, fw: frames.NewWriter(bw, maxFrame), maxFrame: maxFrame, heartbeat: hb}
+	sock := &sockWriter{c: c, timeout: c.s.opts.WriteTimeout}
+	bw := bufio.NewWriterSize(sock, 8<<10)
+	return &writer{c: c, sock: sock, bw: bw, fw: frames.NewWriter(bw, maxFrame), maxFrame: maxFrame, heartbeat: hb}
+}
+
+// sockWriter is the socket as the writer goroutine writes it. With a
+// WriteTimeout, each write (at most a buffer of 8 KiB or one frame) must
+// be done within it. Without one, a client that grants credit and stops
+// reading its socket held its connection for ever: the write blocked, the
+// heartbeats queued behind it, and the client's own heartbeats kept the
+// idle time-out from firing (issue 7).
+type sockWriter struct {
+	c        *conn
+	timeout  time.Duration // 0: no deadline of ours
+	timedOut bool          // a write missed our deadline (not a closing connection's)
+}
+
+func (s *sockWriter) Write(p []byte) (int, error) {
+	if s.timeout == 0 {
+		return s.c.nc.Write(p)
+	}
+	if s.c.armWrite(s.timeout) {
+		return s.c.nc.Write(p) // closing: the close bound applies
+	}
+	n, err := s.c.nc.Write(p)
+	var ne net.Error
+	if err != nil && errors.As(err, &ne) && ne.Timeout() && !s.c.closing() {
+		s.timedOut = true
+	}
+	return n, err
 }
 
 func (w *writer) run() {
@@ -93,7 +124,14 @@ func (w *writer) run() {
 		w.pumpReady()
 		w.flush()
 		if w.err != nil {
-			c.log.Debug("amqp write failed", "error", w.err)
+			if w.sock.timedOut {
+				// Nothing more can reach this client, not even a close
+				// frame: drop the socket.
+				c.log.Info("amqp connection closed: the client did not read what the gateway sent", "write_timeout", w.sock.timeout)
+				c.s.counters.disconnected(reasonWriteTimeout)
+			} else {
+				c.log.Debug("amqp write failed", "error", w.err)
+			}
 			c.nc.Close() // the reader notices and finishes
 			return
 		}
@@ -402,9 +440,9 @@ func (w *writer) sendDelivery(l *outLink, q queued) {
 		l.unsettled++
 	}
 	if q.retained {
-		srv.opts.Metrics.Out("amqp", time.Time{})
+		srv.out.Out(time.Time{})
 	} else {
-		srv.opts.Metrics.Out("amqp", m.Created)
+		srv.out.Out(m.Created)
 	}
 	l.partialMsg = q
 	w.transfers(l, id, true, w.msg.Written(), settled, false)

@@ -13,18 +13,21 @@ func (g *Gateway) startAMQP(context.Context) error {
 		return nil
 	}
 	s, err := amqp.New(amqp.Options{
-		Listen:         g.cfg.AMQP.Listen,
-		Router:         g.router,
-		Store:          g.store,
-		Metrics:        g.metrics,
-		Logger:         g.log,
-		Node:           g.cfg.NodeID,
-		MaxMessageSize: uint64(g.cfg.AMQP.MaxMessageSize),
-		MaxFrameSize:   uint32(min(g.cfg.AMQP.MaxFrameSize, math.MaxUint32)),
-		IdleTimeout:    g.cfg.AMQP.IdleTimeout,
-		AllowAnonymous: g.cfg.AMQP.AllowAnonymous,
-		Users:          g.cfg.AMQP.Users,
-		LinkBuffer:     g.cfg.AMQP.LinkBuffer,
+		Listen:                g.cfg.AMQP.Listen,
+		Router:                g.router,
+		Store:                 g.store,
+		Metrics:               g.metrics,
+		Logger:                g.log,
+		Node:                  g.cfg.NodeID,
+		MaxMessageSize:        uint64(g.cfg.AMQP.MaxMessageSize),
+		MaxFrameSize:          uint32(min(g.cfg.AMQP.MaxFrameSize, math.MaxUint32)),
+		IdleTimeout:           g.cfg.AMQP.IdleTimeout,
+		AllowAnonymous:        g.cfg.AMQP.AllowAnonymous,
+		Users:                 g.cfg.AMQP.Users,
+		LinkBuffer:            g.cfg.AMQP.LinkBuffer,
+		WriteTimeout:          g.cfg.AMQP.WriteTimeout,
+		MaxSessions:           g.cfg.AMQP.MaxSessions,
+		MaxLinksPerConnection: g.cfg.AMQP.MaxLinks,
 	})
 	if err != nil {
 		return err

@@ -68,6 +68,9 @@ var keyDefs = []keyDef{
 	{name: "amqp.allowAnonymous", def: "true", kind: kindBool, help: "accept SASL ANONYMOUS and clients that skip SASL"},
 	{name: "amqp.users", def: "", kind: kindString, optional: true, help: "SASL PLAIN users as user:password,user2:password2 (until an auth issue lands)"},
 	{name: "amqp.linkBuffer", def: "1000", kind: kindInt, max: 1 << 20, help: "messages queued per AMQP receiving link before new ones are dropped and counted (slow consumer)"},
+	{name: "amqp.writeTimeout", def: "30s", kind: kindDuration, help: "a client that does not take what the gateway writes to it for this long (a stuck socket, heartbeats included) is disconnected and counted; 0 disables"},
+	{name: "amqp.maxSessions", def: "256", kind: kindInt, max: 1 << 16, help: "sessions per AMQP connection (announced as channel-max; a begin above it closes the connection with framing-error)"},
+	{name: "amqp.maxLinksPerConnection", def: "1000", kind: kindInt, max: 1 << 20, help: "links (senders and receivers, over all sessions) per AMQP connection; an attach beyond it is refused with amqp:resource-limit-exceeded; bounds what one message costs one connection"},
 	{name: "admin.listen", def: "127.0.0.1:8088", kind: kindAddr, optional: true, help: "admin HTTP API listen address (/healthz, /readyz, /metrics, /api/v1/retained); empty disables"},
 	{name: "data.dir", def: "./data", kind: kindString, help: "directory for the embedded retained store"},
 	{name: "retain.backend", def: "embedded", kind: kindEnum, enum: []string{"embedded", "memory", "redis"}, help: "retained store: embedded (file, survives restart), memory, or redis (shared by many gateways)"},
@@ -106,6 +109,9 @@ type Config struct {
 		AllowAnonymous bool
 		Users          map[string]string
 		LinkBuffer     int
+		MaxSessions    int
+		MaxLinks       int
+		WriteTimeout   time.Duration
 	}
 	AdminListen       string
 	DataDir           string
@@ -281,6 +287,9 @@ func buildConfig(k *koanf.Koanf, byName map[string]*keyDef) (*Config, error) {
 	c.AMQP.IdleTimeout = dur("amqp.idleTimeout")
 	c.AMQP.AllowAnonymous = get("amqp.allowAnonymous") == "true"
 	c.AMQP.LinkBuffer = int(num("amqp.linkBuffer"))
+	c.AMQP.WriteTimeout = dur("amqp.writeTimeout")
+	c.AMQP.MaxSessions = int(num("amqp.maxSessions"))
+	c.AMQP.MaxLinks = int(num("amqp.maxLinksPerConnection"))
 	c.AdminListen = get("admin.listen")
 	c.DataDir = get("data.dir")
 	c.RetainBackend = get("retain.backend")
@@ -319,6 +328,12 @@ func buildConfig(k *koanf.Koanf, byName map[string]*keyDef) (*Config, error) {
 	}
 	if c.AMQP.LinkBuffer < 1 {
 		return nil, &ConfigError{Key: "amqp.linkBuffer", Msg: "must be at least 1"}
+	}
+	if c.AMQP.MaxSessions < 1 {
+		return nil, &ConfigError{Key: "amqp.maxSessions", Msg: "must be at least 1"}
+	}
+	if c.AMQP.MaxLinks < 1 {
+		return nil, &ConfigError{Key: "amqp.maxLinksPerConnection", Msg: "must be at least 1"}
 	}
 	if c.AMQP.MaxFrameSize != 0 && c.AMQP.MaxFrameSize < 512 {
 		return nil, &ConfigError{Key: "amqp.maxFrameSize", Msg: "must be at least 512 (AMQP 1.0 §2.7.1 MIN-MAX-FRAME-SIZE)"}
