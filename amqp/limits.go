@@ -1,11 +1,6 @@
 package amqp
 
 import (
-	"errors"
-	"log/slog"
-
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/gatewayd/gateway/core/metrics"
 )
 
@@ -34,12 +29,12 @@ import (
 //   - Writes (Options.WriteTimeout): writer.go.
 //
 // Counted in gateway_limit_refusals_total{protocol="amqp",limit} (limit
-// "sessions" or "links") and gateway_disconnects_total{protocol="amqp",
-// reason} (reason "write_timeout" or "unanswered_refusals"). They carry a
-// protocol label so that the other front-ends can count into the same
-// series.
+// "sessions" or "links") and gateway_connections_closed_total{protocol=
+// "amqp",reason} (reason "write_timeout" or "unanswered_refusals"), the
+// series every front-end counts its limits and disconnections into
+// (core/metrics).
 
-// Labels of gateway_limit_refusals_total and gateway_disconnects_total.
+// Labels of gateway_limit_refusals_total and gateway_connections_closed_total.
 const (
 	limitSessions            = "sessions"
 	limitLinks               = "links"
@@ -47,59 +42,23 @@ const (
 	reasonUnansweredRefusals = "unanswered_refusals"
 )
 
-// counters are the collectors this package adds to the gateway's
-// registry. Their methods are safe on any goroutine; without a registry
-// they count into collectors nobody reads.
-type counters struct {
-	refusals    *prometheus.CounterVec // by protocol and limit
-	disconnects *prometheus.CounterVec // by protocol and reason
-}
+// counters counts into the gateway's metrics; safe on any goroutine, and
+// with no metrics it counts nothing.
+type counters struct{ m *metrics.Metrics }
 
-func newCounters(m *metrics.Metrics, log *slog.Logger) counters {
-	c := counters{
-		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "gateway_limit_refusals_total",
-			Help: "Client requests refused because a configured limit was reached, by protocol and limit.",
-		}, []string{"protocol", "limit"}),
-		disconnects: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "gateway_disconnects_total",
-			Help: "Client connections the gateway ended for cause, by protocol and reason.",
-		}, []string{"protocol", "reason"}),
-	}
+func newCounters(m *metrics.Metrics) counters {
 	if m != nil {
-		c.refusals = register(m.Registry, c.refusals, log)
-		c.disconnects = register(m.Registry, c.disconnects, log)
+		// Series that exist from the start read 0, not absent, on dashboards.
+		m.LimitRefusals.WithLabelValues("amqp", limitSessions)
+		m.LimitRefusals.WithLabelValues("amqp", limitLinks)
+		m.ConnsClosed.WithLabelValues("amqp", reasonWriteTimeout)
+		m.ConnsClosed.WithLabelValues("amqp", reasonUnansweredRefusals)
 	}
-	// Series that exist from the start read 0, not absent, on dashboards.
-	c.refusals.WithLabelValues("amqp", limitSessions)
-	c.refusals.WithLabelValues("amqp", limitLinks)
-	c.disconnects.WithLabelValues("amqp", reasonWriteTimeout)
-	c.disconnects.WithLabelValues("amqp", reasonUnansweredRefusals)
-	return c
-}
-
-// register adds v to r, or returns the collector already registered under
-// its name (a second Server on the same registry, or another front-end
-// counting into the same family).
-func register(r *prometheus.Registry, v *prometheus.CounterVec, log *slog.Logger) *prometheus.CounterVec {
-	err := r.Register(v)
-	if err == nil {
-		return v
-	}
-	var are prometheus.AlreadyRegisteredError
-	if errors.As(err, &are) {
-		if old, ok := are.ExistingCollector.(*prometheus.CounterVec); ok {
-			return old
-		}
-	}
-	log.Warn("amqp metric not registered", "error", err)
-	return v
+	return counters{m}
 }
 
 // refused counts a request refused by limit.
-func (c counters) refused(limit string) { c.refusals.WithLabelValues("amqp", limit).Inc() }
+func (c counters) refused(limit string) { c.m.LimitRefused("amqp", limit) }
 
 // disconnected counts a connection ended for reason.
-func (c counters) disconnected(reason string) {
-	c.disconnects.WithLabelValues("amqp", reason).Inc()
-}
+func (c counters) disconnected(reason string) { c.m.Closed("amqp", reason) }

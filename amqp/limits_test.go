@@ -13,7 +13,7 @@ import (
 // refusals reads gateway_limit_refusals_total{protocol="amqp",limit}.
 func (e *env) refusals(limit string) float64 {
 	var m dto.Metric
-	if err := e.srv.counters.refusals.WithLabelValues("amqp", limit).Write(&m); err != nil {
+	if err := e.metrics.LimitRefusals.WithLabelValues("amqp", limit).Write(&m); err != nil {
 		panic(err)
 	}
 	return m.GetCounter().GetValue()

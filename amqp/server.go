@@ -140,7 +140,7 @@ func New(opts Options) (*Server, error) {
 	return &Server{
 		opts:     opts,
 		log:      opts.Logger.With("part", "amqp"),
-		counters: newCounters(opts.Metrics, opts.Logger),
+		counters: newCounters(opts.Metrics),
 		out:      opts.Metrics.Outlet("amqp"),
 		conns:    map[*conn]struct{}{},
 		tmp:      map[string]int8{},

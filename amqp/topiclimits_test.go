@@ -53,7 +53,7 @@ func TestAddressesObeyTopicLimits(t *testing.T) {
 
 	refused := func(limit string) float64 {
 		var m dto.Metric
-		if err := e.metrics.TopicsRefused.WithLabelValues("amqp", limit).Write(&m); err != nil {
+		if err := e.metrics.LimitRefusals.WithLabelValues("amqp", "topic_"+limit).Write(&m); err != nil {
 			t.Fatal(err)
 		}
 		return m.GetCounter().GetValue()

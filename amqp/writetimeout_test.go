@@ -14,10 +14,10 @@ import (
 	"github.com/gatewayd/gateway/amqp/internal/frames"
 )
 
-// disconnects reads gateway_disconnects_total{protocol="amqp",reason}.
+// disconnects reads gateway_connections_closed_total{protocol="amqp",reason}.
 func (e *env) disconnects(reason string) float64 {
 	var m dto.Metric
-	if err := e.srv.counters.disconnects.WithLabelValues("amqp", reason).Write(&m); err != nil {
+	if err := e.metrics.ConnsClosed.WithLabelValues("amqp", reason).Write(&m); err != nil {
 		panic(err)
 	}
 	return m.GetCounter().GetValue()

@@ -24,8 +24,8 @@ import (
 	"github.com/mochi-mqtt/server/v2/system"
 
 	"github.com/gatewayd/gateway/core"
-	"github.com/gatewayd/gateway/core/metrics"
 	"github.com/gatewayd/gateway/core/accept"
+	"github.com/gatewayd/gateway/core/metrics"
 	"github.com/gatewayd/gateway/retain"
 )
 

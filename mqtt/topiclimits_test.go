@@ -201,7 +201,7 @@ func TestDeepFilterRefused(t *testing.T) {
 	if got := atomic.LoadInt64(&e.s.Info().Subscriptions) - base; got != 3 {
 		t.Errorf("mochi holds %d new subscriptions, want 3", got)
 	}
-	if l, n := counter(t, e.met.TopicsRefused, "mqtt", "levels"), counter(t, e.met.TopicsRefused, "mqtt", "length"); l != 1 || n != 2 {
+	if l, n := counter(t, e.met.LimitRefusals, "mqtt", "topic_levels"), counter(t, e.met.LimitRefusals, "mqtt", "topic_length"); l != 1 || n != 2 {
 		t.Errorf("refused: levels %v, length %v; want 1 and 2", l, n)
 	}
 	// The client goes on: its granted 128-level filter works.
@@ -263,10 +263,10 @@ func TestLongTopicPublishRefusedMQTT5(t *testing.T) {
 	if got := e.storeErrors(t); got != 0 {
 		t.Errorf("store errors counted: %v", got)
 	}
-	if n := counter(t, e.met.TopicsRefused, "mqtt", "length"); n != 1 {
+	if n := counter(t, e.met.LimitRefusals, "mqtt", "topic_length"); n != 1 {
 		t.Errorf("refused for length: %v, want 1", n)
 	}
-	if n := counter(t, e.met.TopicsRefused, "mqtt", "levels"); n != 1 {
+	if n := counter(t, e.met.LimitRefusals, "mqtt", "topic_levels"); n != 1 {
 		t.Errorf("refused for levels: %v, want 1", n)
 	}
 
@@ -309,7 +309,7 @@ func TestLongTopicPublishClosesMQTT311(t *testing.T) {
 	if got := e.storeErrors(t); got != 0 {
 		t.Errorf("store errors counted: %v", got)
 	}
-	if n := counter(t, e.met.TopicsRefused, "mqtt", "length") + counter(t, e.met.TopicsRefused, "mqtt", "levels"); n != 2 {
+	if n := counter(t, e.met.LimitRefusals, "mqtt", "topic_length") + counter(t, e.met.LimitRefusals, "mqtt", "topic_levels"); n != 2 {
 		t.Errorf("refusals counted: %v, want 2", n)
 	}
 }
@@ -338,7 +338,7 @@ func TestWillTopicOverLimitsRefused(t *testing.T) {
 	if err == nil {
 		t.Fatal("MQTT 3.1.1 connect with a 65,000-byte will topic was accepted")
 	}
-	if n := counter(t, e.met.TopicsRefused, "mqtt", "length"); n != 2 {
+	if n := counter(t, e.met.LimitRefusals, "mqtt", "topic_length"); n != 2 {
 		t.Errorf("refused for length: %v, want 2", n)
 	}
 }

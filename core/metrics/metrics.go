@@ -21,9 +21,9 @@ type Metrics struct {
 	Dropped       *prometheus.CounterVec // by protocol and reason
 	StoreErrors   *prometheus.CounterVec // by operation
 	RetainRefused *prometheus.CounterVec // by reason (quota, unavailable)
-	TopicsRefused *prometheus.CounterVec // by protocol and limit (levels, length)
+	LimitRefusals *prometheus.CounterVec // requests refused for a configured limit, by protocol and limit
 	Latency       *prometheus.HistogramVec
-	ConnsClosed   *prometheus.CounterVec // connections the gateway ended, by protocol and reason
+	ConnsClosed   *prometheus.CounterVec // connections the gateway ended for cause, by protocol and reason
 }
 
 // New registers the collectors in a new registry.
@@ -47,9 +47,9 @@ func New() *Metrics {
 	m.RetainRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gateway_retained_refused_total", Help: "Retained publishes not stored, by reason.",
 	}, []string{"reason"})
-	m.TopicsRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "gateway_topics_refused_total",
-		Help: "Topic names and filters refused for exceeding mqtt.maxTopicLevels or mqtt.maxTopicLength, by protocol and limit.",
+	m.LimitRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gateway_limit_refusals_total",
+		Help: "Client requests refused because a configured limit was reached, by protocol and limit: topic_levels, topic_length (mqtt.maxTopicLevels, mqtt.maxTopicLength), sessions, links (amqp.maxSessions, amqp.maxLinksPerConnection).",
 	}, []string{"protocol", "limit"})
 	m.Latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "gateway_publish_to_deliver_seconds",
@@ -58,10 +58,10 @@ func New() *Metrics {
 	}, []string{"protocol"})
 	m.ConnsClosed = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gateway_connections_closed_total",
-		Help: "Connections the gateway ended because of the client: write_timeout (it stopped reading), packet_too_large, limit, ...",
+		Help: "Connections the gateway ended for cause, by protocol and reason: write_timeout (the client stopped reading), packet_too_large, unanswered_refusals.",
 	}, []string{"protocol", "reason"})
 	m.Registry.MustRegister(m.Connections, m.MessagesIn, m.MessagesOut, m.Dropped,
-		m.StoreErrors, m.RetainRefused, m.TopicsRefused, m.Latency, m.ConnsClosed,
+		m.StoreErrors, m.RetainRefused, m.LimitRefusals, m.Latency, m.ConnsClosed,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -156,10 +156,16 @@ func (m *Metrics) Closed(protocol, reason string) {
 }
 
 // TopicRefused counts a topic name or filter refused through protocol for
-// breaking limit ("levels" or "length", core.LimitReason).
+// breaking limit ("levels" or "length", core.LimitReason), as limit
+// topic_levels or topic_length of gateway_limit_refusals_total.
 func (m *Metrics) TopicRefused(protocol, limit string) {
+	m.LimitRefused(protocol, "topic_"+limit)
+}
+
+// LimitRefused counts a request refused because limit was reached.
+func (m *Metrics) LimitRefused(protocol, limit string) {
 	if m != nil {
-		m.TopicsRefused.WithLabelValues(protocol, limit).Inc()
+		m.LimitRefusals.WithLabelValues(protocol, limit).Inc()
 	}
 }
 
