@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gatewayd/gateway/core"
+	"github.com/gatewayd/gateway/core/accept"
 	"github.com/gatewayd/gateway/core/metrics"
 	"github.com/gatewayd/gateway/retain"
 )
@@ -90,7 +91,7 @@ const (
 type Server struct {
 	opts     Options
 	log      *slog.Logger
-	ln       net.Listener
+	ln       *accept.Listener // retries temporary accept errors; Err says if it died
 	counters counters
 	out      *metrics.Outlet // messages out and their latency, resolved once: counted per delivery
 
@@ -155,7 +156,7 @@ func (s *Server) Start() error {
 	if err != nil {
 		return fmt.Errorf("amqp.listen %s: %w", s.opts.Listen, err)
 	}
-	s.ln = ln
+	s.ln = accept.New(ln, "amqp", s.log)
 	if !s.spawn(s.accept) {
 		ln.Close()
 		return errors.New("amqp: server is shut down")
@@ -188,21 +189,19 @@ func (s *Server) spawn(f func()) bool {
 	return true
 }
 
+// Listener is the accepting socket, for readiness (Err) and its count of
+// retried accept failures; nil before Start.
+func (s *Server) Listener() *accept.Listener { return s.ln }
+
+// accept runs until the listener is closed or fails for good: s.ln retries
+// temporary errors (out of file descriptors) itself, with backoff and a
+// rate-limited log, and records a lasting one for /readyz.
 func (s *Server) accept() {
-	var backoff time.Duration
 	for {
 		nc, err := s.ln.Accept()
 		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			// Out of file descriptors and the like: wait, as net/http does.
-			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			s.log.Warn("accept failed", "error", err, "retry", backoff)
-			time.Sleep(backoff)
-			continue
+			return
 		}
-		backoff = 0
 		c := newConn(s, nc)
 		s.mu.Lock()
 		if s.closing {

@@ -36,6 +36,7 @@ func (g *Gateway) startAMQP(context.Context) error {
 		return err
 	}
 	g.amqp = s
+	g.countAcceptFailures(s.Listener())
 	g.onStop(s.Shutdown)
 	return nil
 }

@@ -224,6 +224,9 @@ func (g *Gateway) listeners() []*accept.Listener {
 	if g.admin != nil {
 		ls = append(ls, g.admin.ln)
 	}
+	if g.amqp != nil {
+		ls = append(ls, g.amqp.Listener())
+	}
 	return append(ls, g.mqtt.Listeners()...)
 }
 

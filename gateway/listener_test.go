@@ -31,11 +31,12 @@ func TestDeadListenerFailsReadiness(t *testing.T) {
 	}{
 		{"mqtt-tcp", (*Gateway).MQTTAddr},
 		{"mqtt-ws", (*Gateway).MQTTWSAddr},
+		{"amqp", (*Gateway).AMQPAddr},
 		{"admin", (*Gateway).AdminAddr},
 	} {
 		t.Run(tc.listener, func(t *testing.T) {
 			var log syncBuffer
-			g := New(testConfig(t), slog.New(slog.NewJSONHandler(&log, nil)))
+			g := New(testConfig(t, "--amqp.listen=127.0.0.1:0"), slog.New(slog.NewJSONHandler(&log, nil)))
 			if err := g.Start(context.Background()); err != nil {
 				t.Fatal(err)
 			}
