@@ -18,8 +18,8 @@ import (
 
 	"github.com/gatewayd/gateway/amqp"
 	"github.com/gatewayd/gateway/core"
-	"github.com/gatewayd/gateway/core/metrics"
 	"github.com/gatewayd/gateway/core/accept"
+	"github.com/gatewayd/gateway/core/metrics"
 	"github.com/gatewayd/gateway/mqtt"
 	"github.com/gatewayd/gateway/retain"
 )
