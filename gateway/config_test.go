@@ -117,7 +117,7 @@ func TestConfigTopicLimits(t *testing.T) {
 		t.Fatalf("defaults: %d levels, %d bytes", c.MQTT.MaxTopicLevels, c.MQTT.MaxTopicLength)
 	}
 	// The embedded store's key limit binds only that backend.
-	c, err := LoadConfig([]string{"--retain.backend=memory", "--mqtt.maxTopicLength=64KiB", "--mqtt.maxTopicLevels=1024"}, nil, io.Discard)
+	_, err := LoadConfig([]string{"--retain.backend=memory", "--mqtt.maxTopicLength=64KiB", "--mqtt.maxTopicLevels=1024"}, nil, io.Discard)
 	if err == nil {
 		t.Fatal("64 KiB is over MQTT's 65,535 bytes")
 	}
