@@ -57,8 +57,9 @@ func startServer(t testing.TB, mods ...func(*Options)) *env {
 	for _, m := range mods {
 		m(&opts)
 	}
-	if opts.Store != retain.Store(store) {
-		router = core.NewRouter(core.RouterOptions{Retainer: retain.Retainer{Store: opts.Store}, Node: "test-node"})
+	st := opts.Store.(retain.Store) // a test's store is a whole one: its router writes it too
+	if st != retain.Store(store) {
+		router = core.NewRouter(core.RouterOptions{Retainer: retain.Retainer{Store: st}, Node: "test-node"})
 		opts.Router = router
 	}
 	srv, err := New(opts)
@@ -68,7 +69,7 @@ func startServer(t testing.TB, mods ...func(*Options)) *env {
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
-	e := &env{srv: srv, router: router, store: opts.Store, metrics: met, addr: srv.Addr()}
+	e := &env{srv: srv, router: router, store: st, metrics: met, addr: srv.Addr()}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

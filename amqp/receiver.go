@@ -253,31 +253,22 @@ func (l *inLink) deliver(payload []byte) {
 	}
 	m.Origin = core.Origin{Protocol: core.ProtocolAMQP, Node: opts.Node, Client: c.containerID}
 	opts.Metrics.In("amqp")
-	ctx := context.Background()
-	if m.Retain {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, storeTimeout)
-		defer cancel()
-	}
-	res := opts.Router.Publish(ctx, m)
+	res := opts.Router.Publish(context.Background(), m) // the store write is bounded by retain.WriteTimeout
 	l.outcome(l.result(m, res))
 }
 
-// result turns what the router did into the outcome the publisher sees.
+// result turns what the router did into the outcome the publisher sees;
+// a refused retained write is counted and classed by retain.Refused.
 func (l *inLink) result(m *core.Message, res core.PublishResult) frames.DeliveryState {
-	opts := &l.sess.c.s.opts
-	switch {
-	case res.Err != nil:
+	if res.Err != nil {
 		// A subscriber that must not lose messages (a queue) refused it.
 		return &frames.Rejected{Error: wireError(frames.ErrCondResourceLimitExceeded, res.Err.Error())}
-	case res.RetainErr != nil && errors.Is(res.RetainErr, retain.ErrQuotaExceeded):
-		opts.Metrics.Refused("quota")
+	}
+	switch retain.Refused(res.RetainErr, l.sess.c.s.opts.Metrics, l.sess.c.log, "topic", m.Topic) {
+	case retain.OverQuota:
 		return &frames.Rejected{Error: wireError(frames.ErrCondResourceLimitExceeded,
 			"delivered to current subscribers but not retained: retained store quota exceeded")}
-	case res.RetainErr != nil:
-		opts.Metrics.StoreError("set")
-		opts.Metrics.Refused("store")
-		l.sess.c.log.Warn("retained message not stored", "topic", m.Topic, "error", res.RetainErr)
+	case retain.StoreFailed:
 		return &frames.Rejected{Error: wireError(frames.ErrCondInternalError,
 			"delivered to current subscribers but not retained: "+res.RetainErr.Error())}
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/gatewayd/gateway/amqp/internal/encoding"
 	"github.com/gatewayd/gateway/amqp/internal/frames"
 	"github.com/gatewayd/gateway/core"
+	"github.com/gatewayd/gateway/retain"
 )
 
 // outLink is a link the client receives on and the gateway sends on: one
@@ -190,7 +191,7 @@ func (s *session) attachOut(a *frames.Attach) error {
 	// Stored retained copies go to a late subscriber first; not for a
 	// dynamic node (nothing is retained there) nor a shared subscription
 	// (docs/architecture.md, decision 1).
-	l.retainedDone = src.Dynamic || core.IsShared(l.filter)
+	l.retainedDone = src.Dynamic || !retain.Replayable(l.filter)
 	if key, durable, shared, ok := subscriptionKey(c.containerID, a.Name, src); ok && !src.Dynamic {
 		_, created, err := c.s.openSubscription(l, key, noLocal, durable, shared, c.containerID, sc)
 		if err != nil {
@@ -256,25 +257,16 @@ func (l *outLink) offer(q queued) (ok, closed bool) {
 	return true, false
 }
 
-// feedRetained queues the stored retained messages matching the filter
-// for this late subscriber, ahead of live ones. A message this gateway
-// received after the subscription was in place reaches the link live; its
-// stored copy is skipped so the client does not get it twice (as the MQTT
-// front-end does). It waits while LinkBuffer copies are queued, so a
-// million retained messages never sit in memory at once.
+// feedRetained queues the stored copies due to this late subscriber
+// (retain.Replay, the rule the MQTT front-end applies too) ahead of live
+// messages; the writer marks them x-opt-retain. It waits while LinkBuffer
+// copies are queued, so a million retained messages never sit in memory
+// at once.
 func (l *outLink) feedRetained(ctx context.Context, since time.Time) {
 	defer l.finishRetained()
 	opts := &l.c.s.opts
-	err := opts.Store.Match(ctx, l.filter, func(m *core.Message) bool {
-		if m.Expired(time.Now()) || (m.Created.After(since) && m.Origin.Node == opts.Node) {
-			return true
-		}
-		return l.pushRetained(m)
-	})
-	if err != nil && ctx.Err() == nil {
-		opts.Metrics.StoreError("match")
-		l.c.log.Warn("retained messages not delivered", "filter", l.filter, "error", err)
-	}
+	rule := retain.Replay{Store: opts.Store, Node: opts.Node, Metrics: opts.Metrics, Log: l.c.log}
+	rule.Run(ctx, l.filter, since, l.pushRetained)
 }
 
 func (l *outLink) pushRetained(m *core.Message) bool {

@@ -21,8 +21,8 @@ import (
 type Options struct {
 	Listen string // TCP address; required
 
-	Router  *core.Router // required
-	Store   retain.Store // required: late subscribers are served from it
+	Router  *core.Router   // required
+	Store   retain.Matcher // required: late subscribers are served from it
 	Metrics *metrics.Metrics
 	Logger  *slog.Logger
 	Node    string // node.id, stamped on messages and used to skip duplicate retained copies
@@ -84,7 +84,6 @@ const (
 
 	handshakeTimeout = 10 * time.Second // header, SASL and open must be done by then
 	closeTimeout     = 2 * time.Second  // how long a closing connection lingers for the peer
-	storeTimeout     = 5 * time.Second  // one retained-store call
 )
 
 // Server is the running AMQP front-end.

@@ -2,7 +2,6 @@ package mqtt
 
 import (
 	"sync"
-	"sync/atomic"
 
 	mochi "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -21,7 +20,14 @@ import (
 // held-back messages from the client's reader goroutine, blocks that reader
 // on a full socket while the client waits for its own PUBACKs to be read —
 // a deadlock seen with paho.golang under load.
+//
+// Goroutines: keep runs on the publisher's goroutine (OnPublishDropped,
+// inside mochi's fan-out); one drain goroutine per client with a backlog
+// writes it; forget runs on the client's reader as it leaves; close on
+// Shutdown's goroutine. mu guards clients, closing and every clientBacklog.
 type backlog struct {
+	s *Server
+
 	mu      sync.Mutex
 	clients map[*mochi.Client]*clientBacklog
 	closing bool
@@ -33,14 +39,16 @@ type clientBacklog struct {
 	running bool
 }
 
-// OnPublishDropped keeps a dropped QoS 1/2 message (see backlog). QoS 0
-// messages are dropped, as MQTT allows; both kinds are counted by mochi in
+// keep keeps pk, which mochi dropped for cl (see backlog), at the QoS and
+// with the flags cl's subscriptions give it. QoS 0 messages are dropped,
+// as MQTT allows; both kinds are counted by mochi in
 // gateway_mqtt_messages_dropped_total, and the kept ones in
 // gateway_messages_dropped_total{reason="requeued"}.
-func (h *hook) OnPublishDropped(cl *mochi.Client, pk packets.Packet) {
-	if pk.FixedHeader.Qos == 0 || cl.Net.Inline {
+func (b *backlog) keep(cl *mochi.Client, pk packets.Packet) {
+	if pk.FixedHeader.Qos == 0 {
 		return
 	}
+	s := b.s
 	out := pk.Copy(false)
 	var qos byte
 	var rap bool
@@ -59,7 +67,7 @@ func (h *hook) OnPublishDropped(cl *mochi.Client, pk packets.Packet) {
 			ids = append(ids, sub.Identifier)
 		}
 	}
-	out.FixedHeader.Qos = min(pk.FixedHeader.Qos, qos, h.s.mochi.Options.Capabilities.MaximumQos)
+	out.FixedHeader.Qos = min(pk.FixedHeader.Qos, qos, s.mochi.Options.Capabilities.MaximumQos)
 	if out.FixedHeader.Qos == 0 {
 		return
 	}
@@ -69,34 +77,15 @@ func (h *hook) OnPublishDropped(cl *mochi.Client, pk packets.Packet) {
 	if len(ids) > 0 {
 		out.Properties.SubscriptionIdentifier = ids
 	}
-	if cl.State.Inflight.Len() >= int(h.s.mochi.Options.Capabilities.MaximumInflight) {
-		h.s.opts.Metrics.Drop("mqtt", "inflight_full")
+	if s.inflightFull(cl) {
+		s.opts.Metrics.Drop("mqtt", "inflight_full")
 		return
 	}
-	if h.track(cl, &out) != nil {
+	if s.track(cl, &out) != nil {
 		return
 	}
-	h.s.opts.Metrics.Drop("mqtt", "requeued") // not lost: counted to show pressure
-	h.backlog.push(cl, out)
-}
-
-// track gives a QoS 1/2 PUBLISH the gateway writes itself (a retained copy,
-// a kept message) a packet id and a place in the session's inflight store,
-// as mochi's publishToClient does for its own: the client's PUBACK clears
-// it, a reconnecting persistent session gets it again, and it counts
-// against the client's send quota.
-func (h *hook) track(cl *mochi.Client, pk *packets.Packet) error {
-	id, err := cl.NextPacketID()
-	if err != nil {
-		h.s.opts.Metrics.Drop("mqtt", "packet_ids_exhausted")
-		return packets.ErrQuotaExceeded
-	}
-	pk.PacketID = uint16(id)
-	if cl.State.Inflight.Set(*pk) {
-		atomic.AddInt64(&h.s.mochi.Info.Inflight, 1)
-		cl.State.Inflight.DecreaseSendQuota()
-	}
-	return nil
+	s.opts.Metrics.Drop("mqtt", "requeued") // not lost: counted to show pressure
+	b.push(cl, out)
 }
 
 func (b *backlog) push(cl *mochi.Client, pk packets.Packet) {

@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"os"
+	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	mochi "github.com/mochi-mqtt/server/v2"
@@ -17,52 +17,49 @@ import (
 	"github.com/gatewayd/gateway/retain"
 )
 
-// storeTimeout bounds one retained-store call made on a client's goroutine,
-// so a hung backend delays that client, never wedges it.
-const storeTimeout = 5 * time.Second
-
 // hook is the gateway's mochi hook and the MQTT front-end's core.Subscriber.
+// mochi calls it on the goroutine of the client concerned (its reader,
+// mostly), the router calls Deliver on the publisher's goroutine. It routes
+// publishes and wills itself, refuses what is over the topic limits, and
+// hands the rest to three parts, each with its own lock, goroutines and
+// ownership comment:
+//   - acks (acks.go): reason codes for the acks of retained publishes the
+//     store refused;
+//   - replay (retained.go): stored copies for late subscribers;
+//   - backlog (backlog.go): QoS 1/2 messages a full write queue would have
+//     lost.
 type hook struct {
 	mochi.HookBase
 	s *Server
 
-	// PUBACK/PUBREC reason overrides for publishes whose retained write
-	// failed: the live delivery still happens, the ack tells the truth.
-	ackMu   sync.Mutex
-	acks    map[ackKey]packets.Code
-	ackWait atomic.Int32 // len(acks), read without the lock on every ack
+	acks    ackOverrides
+	replay  *replayer
+	backlog backlog
 
-	// Per-client state of SUBSCRIBEs and their retained copies (retained.go).
-	subMu   sync.Mutex
-	clients map[*mochi.Client]*clientSubs
-	gateN   atomic.Int32 // clients whose gate is closed, read without the lock on every PUBLISH
-	workers sync.WaitGroup
-	closing bool // guarded by subMu: no new retained workers
+	// Fixed at construction.
+	limits core.TopicLimits   // the router's: mqtt.maxTopicLevels, mqtt.maxTopicLength
+	in     prometheus.Counter // messages in over MQTT, resolved once: it counts every publish
+	out    *metrics.Outlet    // messages from other front-ends injected (Deliver)
 
-	backlog backlog // QoS 1/2 messages a full write queue would have lost
-
-	limits core.TopicLimits // the router's: mqtt.maxTopicLevels, mqtt.maxTopicLength
-
-	in  prometheus.Counter // messages in over MQTT, resolved once: it counts every publish
-	out *metrics.Outlet    // deliveries the hook makes (other front-ends' messages, retained copies)
-
-	// wills routed by OnWill, so that OnWillSent does not route them again.
+	// Wills routed by OnWill, so that OnWillSent does not route them again:
+	// OnWill runs on the dying client's goroutine, OnWillSent there or, for
+	// a delayed will, on mochi's loop. willMu guards wills.
 	willMu sync.Mutex
 	wills  map[*mochi.Client]struct{}
-}
-
-type ackKey struct {
-	cl *mochi.Client
-	id uint16
 }
 
 var _ core.Subscriber = (*hook)(nil)
 
 func newHook(s *Server) *hook {
-	return &hook{s: s, limits: s.opts.Router.TopicLimits(),
-		in: s.opts.Metrics.Counter(s.opts.Metrics.InVec(), "mqtt"), out: s.opts.Metrics.Outlet("mqtt"),
-		acks:    map[ackKey]packets.Code{},
-		clients: map[*mochi.Client]*clientSubs{}, wills: map[*mochi.Client]struct{}{}}
+	return &hook{
+		s:       s,
+		replay:  newReplayer(s),
+		backlog: backlog{s: s},
+		limits:  s.opts.Router.TopicLimits(),
+		in:      s.opts.Metrics.Counter(s.opts.Metrics.InVec(), "mqtt"),
+		out:     s.opts.Metrics.Outlet("mqtt"),
+		wills:   map[*mochi.Client]struct{}{},
+	}
 }
 
 func (h *hook) ID() string { return "gateway" }
@@ -74,7 +71,7 @@ var provided = func() (t [256]bool) {
 		mochi.OnConnectAuthenticate, mochi.OnACLCheck, mochi.OnPublish,
 		mochi.OnRetainMessage, mochi.OnSubscribe, mochi.OnSubscribed,
 		mochi.OnPacketProcessed, mochi.OnPacketEncode, mochi.OnWill, mochi.OnWillSent,
-		mochi.OnPublishDropped, mochi.OnConnect,
+		mochi.OnPublishDropped, mochi.OnQosDropped, mochi.OnConnect,
 		mochi.OnSessionEstablished, mochi.OnDisconnect,
 	} {
 		t[b] = true
@@ -107,18 +104,9 @@ func (h *hook) OnDisconnect(cl *mochi.Client, err error, _ bool) {
 	case errors.Is(err, packets.ErrPacketTooLarge):
 		h.s.opts.Metrics.Closed("mqtt", "packet_too_large")
 	}
-	h.forgetSubs(cl)
+	h.replay.forget(cl)
 	h.backlog.forget(cl)
-	if h.ackWait.Load() > 0 {
-		h.ackMu.Lock()
-		for k := range h.acks {
-			if k.cl == cl {
-				delete(h.acks, k)
-			}
-		}
-		h.ackWait.Store(int32(len(h.acks)))
-		h.ackMu.Unlock()
-	}
+	h.acks.forget(cl)
 }
 
 // OnPublish feeds an MQTT publish into the router: the retained store first
@@ -137,13 +125,7 @@ func (h *hook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet, e
 		return pk, nil // MQTT-only traffic: mochi fans it out, nothing else to do
 	}
 	m := toMessage(&pk, cl.ID, h.s.opts.Node, time.Now())
-	ctx := context.Background()
-	if m.Retain {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, storeTimeout)
-		defer cancel()
-	}
-	res := h.s.opts.Router.Publish(ctx, m)
+	res := h.s.opts.Router.Publish(context.Background(), m) // the store write is bounded by retain.WriteTimeout
 	if res.RetainErr != nil {
 		h.retainFailed(cl, &pk, res.RetainErr)
 	}
@@ -185,25 +167,18 @@ func (h *hook) refusePublish(cl *mochi.Client, pk *packets.Packet, err error) er
 	return packets.ErrRejectPacket
 }
 
-// retainFailed records the PUBACK reason for a retained publish that was not
-// stored: 0x97 quota exceeded, or 0x80 when the store failed.
+// retainFailed records the PUBACK/PUBREC reason for a retained publish the
+// store did not take (retain.Refused): 0x97 quota exceeded, or 0x80 when the
+// store failed.
 func (h *hook) retainFailed(cl *mochi.Client, pk *packets.Packet, err error) {
 	code := packets.ErrUnspecifiedError
-	if errors.Is(err, retain.ErrQuotaExceeded) {
+	if retain.Refused(err, h.s.opts.Metrics, h.s.log, "topic", pk.TopicName, "client", cl.ID) == retain.OverQuota {
 		code = packets.ErrQuotaExceeded
-		h.s.opts.Metrics.Refused("quota")
-	} else {
-		h.s.opts.Metrics.StoreError("set")
-		h.s.opts.Metrics.Refused("store")
-		h.s.log.Warn("retained message not stored", "topic", pk.TopicName, "client", cl.ID, "error", err)
 	}
 	if cl.Properties.ProtocolVersion < 5 || pk.FixedHeader.Qos == 0 {
 		return // MQTT 3 acks carry no reason code; QoS 0 has no ack
 	}
-	h.ackMu.Lock()
-	h.acks[ackKey{cl, pk.PacketID}] = code
-	h.ackWait.Store(int32(len(h.acks)))
-	h.ackMu.Unlock()
+	h.acks.record(cl, pk.PacketID, code)
 }
 
 // OnRetainMessage takes the message straight back out of mochi's own
@@ -212,6 +187,89 @@ func (h *hook) retainFailed(cl *mochi.Client, pk *packets.Packet, err error) {
 func (h *hook) OnRetainMessage(_ *mochi.Client, pk packets.Packet, _ int64) {
 	if len(pk.Payload) > 0 {
 		h.s.mochi.Topics.RetainMessage(packets.Packet{TopicName: pk.TopicName})
+	}
+}
+
+// OnSubscribe refuses filters over the topic limits and tells the replayer
+// a SUBSCRIBE has begun: it notes which filters the session held already
+// (Retain Handling 1) before mochi adds them, and closes the client's gate.
+func (h *hook) OnSubscribe(cl *mochi.Client, pk packets.Packet) packets.Packet {
+	if cl.Net.Inline {
+		return pk
+	}
+	pk.Filters = h.refuseFilters(cl, pk.Filters)
+	h.replay.subscribing(cl, pk.Filters)
+	return pk
+}
+
+// refuseFilters returns filters with each one over the topic limits
+// replaced by the empty filter, which mochi answers with SUBACK 0x8F Topic
+// Filter invalid [MQTT-4.7.3-1] (0x80 Failure for MQTT 3.1.1) without
+// indexing it. The check must come before mochi's index: it costs levels ×
+// length there (its isolateParticle walks the filter from the start for
+// each level), under the index's lock, so one filter of 32,767 levels
+// stalled every other client's SUBSCRIBE for seconds, and again when its
+// client left (issue 7 item 6). mochi has no hook that returns per-filter
+// reason codes; OnSubscribe may rewrite the packet, and an empty filter is
+// the one invalid value mochi checks first. filters is copied, not changed:
+// mochi passes the packet it read on to OnPacketProcessed.
+func (h *hook) refuseFilters(cl *mochi.Client, filters packets.Subscriptions) packets.Subscriptions {
+	var out packets.Subscriptions
+	for i, f := range filters {
+		err := h.limits.CheckFilter(f.Filter)
+		if err == nil {
+			continue
+		}
+		h.s.opts.Metrics.TopicRefused("mqtt", core.LimitReason(err))
+		h.s.log.Debug("subscription refused", "client", cl.ID, "filter", f.Filter, "error", err)
+		if out == nil {
+			out = slices.Clone(filters)
+		}
+		out[i].Filter = ""
+	}
+	if out == nil {
+		return filters
+	}
+	return out
+}
+
+func (h *hook) OnSubscribed(cl *mochi.Client, _ packets.Packet, codes []byte) {
+	if !cl.Net.Inline {
+		h.replay.subscribed(cl, codes)
+	}
+}
+
+// OnPacketProcessed runs on the client's reader once mochi has handled a
+// packet from it. After a SUBSCRIBE (its SUBACK written) the retained copies
+// are queued for the client's replay worker. After an acknowledgement
+// mochi may have freed an inflight slot, which a replay worker may be
+// waiting for. Signalled here rather than in OnQosComplete: mochi also
+// frees a slot without that hook, when after a packet it writes a message
+// it had held back for the client's send quota and takes it out of the
+// inflight store; that message's PUBACK, which mochi then ignores, still
+// comes through here.
+func (h *hook) OnPacketProcessed(cl *mochi.Client, pk packets.Packet, err error) {
+	if cl.Net.Inline {
+		return
+	}
+	switch pk.FixedHeader.Type {
+	case packets.Subscribe:
+		h.replay.queue(cl, err)
+	case packets.Puback, packets.Pubrec, packets.Pubrel, packets.Pubcomp:
+		h.replay.slotFreed(cl)
+	}
+}
+
+// OnQosDropped: mochi dropped an inflight message (expired, or a PUBREC
+// >= 0x80 from the client), on the client's reader or its expiry loop; the
+// slot may be one a replay worker waits for.
+func (h *hook) OnQosDropped(cl *mochi.Client, _ packets.Packet) { h.replay.slotFreed(cl) }
+
+// OnPublishDropped: mochi dropped a message for a client whose write queue
+// is full; the backlog keeps a QoS 1/2 one.
+func (h *hook) OnPublishDropped(cl *mochi.Client, pk packets.Packet) {
+	if !cl.Net.Inline {
+		h.backlog.keep(cl, pk)
 	}
 }
 
@@ -252,11 +310,9 @@ func (h *hook) OnWillSent(cl *mochi.Client, pk packets.Packet) {
 
 func (h *hook) routeWill(cl *mochi.Client, pk *packets.Packet) {
 	m := toMessage(pk, cl.ID, h.s.opts.Node, time.Now())
-	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
-	defer cancel()
-	if res := h.s.opts.Router.Publish(ctx, m); res.RetainErr != nil {
-		h.s.opts.Metrics.StoreError("set")
-		h.s.log.Warn("retained will not stored", "topic", pk.TopicName, "client", cl.ID, "error", res.RetainErr)
+	if res := h.s.opts.Router.Publish(context.Background(), m); res.RetainErr != nil {
+		// Counted and logged as any retained publish; a will has no ack to tell.
+		retain.Refused(res.RetainErr, h.s.opts.Metrics, h.s.log, "topic", pk.TopicName, "client", cl.ID, "will", true)
 	}
 }
 
@@ -269,21 +325,16 @@ func (h *hook) OnPacketEncode(cl *mochi.Client, pk packets.Packet) packets.Packe
 		if pk.Properties.MessageExpiryInterval > noExpiryCap/2 {
 			pk.Properties.MessageExpiryInterval = 0
 		}
-		if h.gateN.Load() > 0 && pk.Origin != retainedOrigin {
-			if g := h.gate(cl); g != nil {
+		if pk.Origin != retainedOrigin {
+			if g := h.replay.gate(cl); g != nil {
 				<-g // the client's retained copies go first
 			}
 		}
 	case packets.Puback, packets.Pubrec:
-		if h.ackWait.Load() == 0 || pk.ReasonCode >= packets.ErrUnspecifiedError.Code {
+		if pk.ReasonCode >= packets.ErrUnspecifiedError.Code {
 			return pk
 		}
-		k := ackKey{cl, pk.PacketID}
-		h.ackMu.Lock()
-		code, ok := h.acks[k]
-		delete(h.acks, k)
-		h.ackWait.Store(int32(len(h.acks)))
-		h.ackMu.Unlock()
+		code, ok := h.acks.take(cl, pk.PacketID)
 		if !ok {
 			return pk
 		}
@@ -292,10 +343,8 @@ func (h *hook) OnPacketEncode(cl *mochi.Client, pk packets.Packet) packets.Packe
 		if pk.FixedHeader.Type == packets.Pubrec {
 			// A PUBREC >= 0x80 ends the QoS 2 flow [MQTT-4.3.3]: no PUBREL
 			// follows, so release what mochi holds for it.
-			if cl.State.Inflight.Delete(pk.PacketID) {
-				atomic.AddInt64(&h.s.mochi.Info.Inflight, -1)
-			}
-			cl.State.Inflight.IncreaseReceiveQuota()
+			h.s.untrack(cl, pk.PacketID)
+			h.replay.slotFreed(cl)
 		}
 	case packets.Suback, packets.Unsuback:
 		pk.Properties.User = nil // mochi echoes the SUBSCRIBE's user properties

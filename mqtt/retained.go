@@ -3,16 +3,21 @@ package mqtt
 import (
 	"context"
 	"errors"
-	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	mochi "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/gatewayd/gateway/core"
+	"github.com/gatewayd/gateway/core/metrics"
+	"github.com/gatewayd/gateway/retain"
 )
 
-// Retained copies for a late subscriber (docs/mqtt-frontend.md).
+// Retained copies for a late subscriber (docs/mqtt-frontend.md). Which
+// copies go is retain.Replay's rule, shared with AMQP; this file is how they
+// reach an MQTT session.
 //
 // mochi adds a SUBSCRIBE's subscriptions and writes the SUBACK on the
 // client's reader goroutine, between OnSubscribe and OnPacketProcessed. The
@@ -26,18 +31,57 @@ import (
 // live PUBLISHes (OnPacketEncode), so a stale stored copy never lands after
 // a newer live message on the same topic.
 
-// retainedOrigin marks the copies the hook writes itself: the gate lets them
-// through.
+// retainedOrigin marks the copies the replayer writes itself: the gate lets
+// them through.
 const retainedOrigin = "\x00retained"
 
-// clientSubs is one client's SUBSCRIBEs with retained copies to send.
-// Guarded by hook.subMu.
-type clientSubs struct {
+// replayer sends late MQTT subscribers their stored retained copies.
+//
+// Goroutines:
+//   - the client's reader goroutine runs subscribing (OnSubscribe),
+//     subscribed (OnSubscribed) and queue (OnPacketProcessed) for each
+//     SUBSCRIBE, and forget as the client leaves (OnDisconnect);
+//   - one worker goroutine per client with copies to send runs work: queue
+//     starts it, and it ends when that client's jobs are done or it left;
+//   - the goroutine encoding a PUBLISH to the client runs gate;
+//   - slotFreed runs on the client's reader (an acknowledgement processed)
+//     or on mochi's expiry loop (an inflight message dropped);
+//   - close runs on Shutdown's goroutine, once the clients are gone.
+//
+// mu guards clients and closing, and the clientReplay fields marked so.
+// gateN and waiting are read without it on hot paths: every PUBLISH encoded,
+// every acknowledgement processed.
+type replayer struct {
+	s    *Server
+	rule retain.Replay
+	out  *metrics.Outlet // copies written
+
+	mu      sync.Mutex
+	clients map[*mochi.Client]*clientReplay
+	closing bool // Shutdown: no new workers
+
+	gateN   atomic.Int32 // clients whose gate is closed
+	waiting atomic.Int32 // workers waiting for an inflight slot
+	// wakes counts the times a waiting worker was woken. Each is an
+	// acknowledgement processed or an inflight message dropped, never a
+	// clock (TestReplayWaitsForAcknowledgements counts them).
+	wakes   atomic.Int64
+	workers sync.WaitGroup
+}
+
+// clientReplay is one client's SUBSCRIBEs with retained copies to send.
+type clientReplay struct {
+	// Guarded by replayer.mu.
 	gate     chan struct{} // closed once every copy is out (or the client left)
 	released bool          // gate closed
 	cur      *pendingSub   // the SUBSCRIBE mochi is processing
 	jobs     []*pendingSub // processed SUBSCRIBEs, copies still to send
 	running  bool          // a worker is sending jobs
+	left     bool          // the client has left: gone is closed
+
+	// Made with the first worker, under replayer.mu; then read without it.
+	freed chan struct{} // cap 1: an inflight slot may have freed (slotFreed)
+	gone  chan struct{} // closed when the client has left (forget)
 }
 
 type pendingSub struct {
@@ -47,81 +91,48 @@ type pendingSub struct {
 	at      time.Time // when mochi had added the subscriptions
 }
 
-// OnSubscribe refuses filters over the topic limits, notes which filters
-// the session held already (for Retain Handling 1) before mochi adds them,
-// and closes the client's gate.
-func (h *hook) OnSubscribe(cl *mochi.Client, pk packets.Packet) packets.Packet {
-	if cl.Net.Inline {
-		return pk
+func newReplayer(s *Server) *replayer {
+	return &replayer{
+		s:       s,
+		rule:    retain.Replay{Store: s.opts.Store, Node: s.opts.Node, Metrics: s.opts.Metrics, Log: s.log},
+		out:     s.opts.Metrics.Outlet("mqtt"),
+		clients: map[*mochi.Client]*clientReplay{},
 	}
-	pk.Filters = h.refuseFilters(cl, pk.Filters)
-	p := &pendingSub{filters: pk.Filters, existed: make([]bool, len(pk.Filters))}
-	for i, f := range pk.Filters {
+}
+
+// subscribing notes which of a SUBSCRIBE's filters the session held already
+// (for Retain Handling 1), before mochi adds them, and closes cl's gate.
+func (r *replayer) subscribing(cl *mochi.Client, filters []packets.Subscription) {
+	p := &pendingSub{filters: filters, existed: make([]bool, len(filters))}
+	for i, f := range filters {
 		_, p.existed[i] = cl.State.Subscriptions.Get(f.Filter)
 	}
-	h.subMu.Lock()
-	c := h.clients[cl]
+	r.mu.Lock()
+	c := r.clients[cl]
 	if c == nil {
-		c = &clientSubs{gate: make(chan struct{})}
-		h.clients[cl] = c
-		h.gateN.Add(1)
+		c = &clientReplay{gate: make(chan struct{})}
+		r.clients[cl] = c
+		r.gateN.Add(1)
 	}
 	c.cur = p
-	h.subMu.Unlock()
-	return pk
+	r.mu.Unlock()
 }
 
-// refuseFilters returns filters with each one over the topic limits
-// replaced by the empty filter, which mochi answers with SUBACK 0x8F Topic
-// Filter invalid [MQTT-4.7.3-1] (0x80 Failure for MQTT 3.1.1) without
-// indexing it. The check must come before mochi's index: it costs levels ×
-// length there (its isolateParticle walks the filter from the start for
-// each level), under the index's lock, so one filter of 32,767 levels
-// stalled every other client's SUBSCRIBE for seconds, and again when its
-// client left (issue 7 item 6). mochi has no hook that returns per-filter
-// reason codes; OnSubscribe may rewrite the packet, and an empty filter is
-// the one invalid value mochi checks first. filters is copied, not changed:
-// mochi passes the packet it read on to OnPacketProcessed.
-func (h *hook) refuseFilters(cl *mochi.Client, filters packets.Subscriptions) packets.Subscriptions {
-	var out packets.Subscriptions
-	for i, f := range filters {
-		err := h.limits.CheckFilter(f.Filter)
-		if err == nil {
-			continue
-		}
-		h.s.opts.Metrics.TopicRefused("mqtt", core.LimitReason(err))
-		h.s.log.Debug("subscription refused", "client", cl.ID, "filter", f.Filter, "error", err)
-		if out == nil {
-			out = slices.Clone(filters)
-		}
-		out[i].Filter = ""
-	}
-	if out == nil {
-		return filters
-	}
-	return out
-}
-
-func (h *hook) OnSubscribed(cl *mochi.Client, _ packets.Packet, codes []byte) {
-	if cl.Net.Inline {
-		return
-	}
-	h.subMu.Lock()
-	if c := h.clients[cl]; c != nil && c.cur != nil {
+// subscribed records the granted codes of the SUBSCRIBE in progress.
+func (r *replayer) subscribed(cl *mochi.Client, codes []byte) {
+	r.mu.Lock()
+	if c := r.clients[cl]; c != nil && c.cur != nil {
 		c.cur.codes, c.cur.at = codes, time.Now()
 	}
-	h.subMu.Unlock()
+	r.mu.Unlock()
 }
 
-// OnPacketProcessed runs after mochi has written the SUBACK: the SUBSCRIBE's
-// retained copies are queued for the client's worker.
-func (h *hook) OnPacketProcessed(cl *mochi.Client, pk packets.Packet, err error) {
-	if pk.FixedHeader.Type != packets.Subscribe || cl.Net.Inline {
-		return
-	}
-	h.subMu.Lock()
-	defer h.subMu.Unlock()
-	c := h.clients[cl]
+// queue runs after mochi has written the SUBACK: the SUBSCRIBE's retained
+// copies are queued for the client's worker.
+func (r *replayer) queue(cl *mochi.Client, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := r.clients[cl]
 	if c == nil {
 		return
 	}
@@ -131,139 +142,180 @@ func (h *hook) OnPacketProcessed(cl *mochi.Client, pk packets.Packet, err error)
 		c.jobs = append(c.jobs, p)
 	}
 	switch {
-	case len(c.jobs) > 0 && !c.running && !h.closing:
+	case len(c.jobs) > 0 && !c.running && !r.closing:
 		c.running = true
-		h.workers.Add(1)
-		go h.retainedWorker(cl, c)
+		if c.freed == nil {
+			c.freed, c.gone = make(chan struct{}, 1), make(chan struct{})
+		}
+		r.workers.Add(1)
+		go r.work(cl, c)
 	case !c.running:
-		h.releaseLocked(cl, c)
+		r.releaseLocked(cl, c)
 	}
 }
 
 // gate returns the channel live PUBLISHes to cl wait on, or nil.
-func (h *hook) gate(cl *mochi.Client) chan struct{} {
-	h.subMu.Lock()
-	defer h.subMu.Unlock()
-	if c := h.clients[cl]; c != nil {
+func (r *replayer) gate(cl *mochi.Client) chan struct{} {
+	if r.gateN.Load() == 0 {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if c := r.clients[cl]; c != nil {
 		return c.gate
 	}
 	return nil
 }
 
-// releaseLocked opens c's gate and forgets c. h.subMu is held.
-func (h *hook) releaseLocked(cl *mochi.Client, c *clientSubs) {
-	if h.clients[cl] == c {
-		delete(h.clients, cl)
+// releaseLocked opens c's gate and forgets c. r.mu is held.
+func (r *replayer) releaseLocked(cl *mochi.Client, c *clientReplay) {
+	if r.clients[cl] == c {
+		delete(r.clients, cl)
 	}
 	if !c.released {
 		c.released = true
-		h.gateN.Add(-1)
+		r.gateN.Add(-1)
 		close(c.gate)
 	}
 }
 
-// forgetSubs drops cl's pending copies when it disconnects.
-func (h *hook) forgetSubs(cl *mochi.Client) {
-	h.subMu.Lock()
-	defer h.subMu.Unlock()
-	if c := h.clients[cl]; c != nil {
-		c.jobs, c.cur = nil, nil
-		if !c.running {
-			h.releaseLocked(cl, c)
+// forget drops cl's pending copies when it leaves, and wakes its worker.
+func (r *replayer) forget(cl *mochi.Client) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := r.clients[cl]
+	if c == nil {
+		return
+	}
+	c.jobs, c.cur = nil, nil
+	if c.gone != nil && !c.left {
+		c.left = true
+		close(c.gone)
+	}
+	if !c.running {
+		r.releaseLocked(cl, c)
+	}
+}
+
+// slotFreed tells cl's worker, if it waits for an inflight slot, that one
+// may have freed. Cheap when no worker waits, as on nearly every ack.
+func (r *replayer) slotFreed(cl *mochi.Client) {
+	if r.waiting.Load() == 0 {
+		return
+	}
+	r.mu.Lock()
+	c := r.clients[cl]
+	r.mu.Unlock()
+	if c != nil && c.freed != nil {
+		select {
+		case c.freed <- struct{}{}:
+		default: // already signalled
 		}
 	}
 }
 
-// closeWorkers stops new workers and waits for running ones; they end once
-// their connections are closed.
-func (h *hook) closeWorkers() {
-	h.subMu.Lock()
-	h.closing = true
-	for _, c := range h.clients {
+// close stops new workers and waits for running ones; they end once their
+// clients have left, which mochi's Close has seen to.
+func (r *replayer) close() {
+	r.mu.Lock()
+	r.closing = true
+	for _, c := range r.clients {
 		c.jobs = nil
 	}
-	h.subMu.Unlock()
-	h.workers.Wait()
+	r.mu.Unlock()
+	r.workers.Wait()
 }
 
-func (h *hook) retainedWorker(cl *mochi.Client, c *clientSubs) {
-	defer h.workers.Done()
+func (r *replayer) work(cl *mochi.Client, c *clientReplay) {
+	defer r.workers.Done()
 	for {
-		h.subMu.Lock()
-		if len(c.jobs) == 0 || h.closing {
+		r.mu.Lock()
+		if len(c.jobs) == 0 || r.closing {
 			c.running = false
 			c.jobs = nil
 			if c.cur == nil { // no SUBSCRIBE in progress: every copy is out
-				h.releaseLocked(cl, c)
+				r.releaseLocked(cl, c)
 			}
-			h.subMu.Unlock()
+			r.mu.Unlock()
 			return
 		}
 		p := c.jobs[0]
 		c.jobs = c.jobs[1:]
-		h.subMu.Unlock()
+		r.mu.Unlock()
 		for i, sub := range p.filters {
 			if p.codes[i] >= packets.ErrUnspecifiedError.Code {
 				continue
 			}
 			sub.Qos = p.codes[i] // granted QoS
-			h.sendRetained(cl, sub, p.existed[i], p.at)
+			r.replay(cl, c, sub, p.existed[i], p.at)
 		}
 	}
 }
 
-// sendRetained delivers the stored retained messages matching sub, with
-// RETAIN=1 [MQTT-3.3.1-9]. A message this gateway received after the
-// subscription was in place reaches the client live; its stored copy is
-// skipped so the client does not get it twice.
-func (h *hook) sendRetained(cl *mochi.Client, sub packets.Subscription, existed bool, subscribed time.Time) {
-	if core.IsShared(sub.Filter) {
-		return // no retained messages for shared subscriptions [MQTT-4.8.2]
-	}
+// replay writes the stored copies due to sub (retain.Replay.Run) with
+// RETAIN=1 [MQTT-3.3.1-9], QoS min(stored, granted), the subscription
+// identifier and the remaining expiry interval.
+func (r *replayer) replay(cl *mochi.Client, c *clientReplay, sub packets.Subscription, existed bool, since time.Time) {
 	if sub.RetainHandling == 2 || (sub.RetainHandling == 1 && existed) {
 		return // [MQTT-3.3.1-10] [MQTT-3.3.1-11]
 	}
 	// No deadline: a large set to a slow client takes as long as it takes;
-	// the store bounds its own round trips, and a closed client ends it.
-	now := time.Now()
-	err := h.s.opts.Store.Match(context.Background(), sub.Filter, func(m *core.Message) bool {
-		if m.Expired(now) || (m.Created.After(subscribed) && m.Origin.Node == h.s.opts.Node) {
-			return true
-		}
-		pk := toPacket(m, true, now)
+	// the store bounds its own round trips, and a client that leaves ends it.
+	r.rule.Run(context.Background(), sub.Filter, since, func(m *core.Message) bool {
+		pk := toPacket(m, true, time.Now())
 		pk.Origin = retainedOrigin
 		pk.FixedHeader.Qos = min(m.QoS, sub.Qos)
 		if sub.Identifier > 0 {
 			pk.Properties.SubscriptionIdentifier = []int{sub.Identifier}
 		}
-		if err := h.writeRetained(cl, pk); err != nil {
+		if err := r.write(cl, c, pk); err != nil {
 			return !errors.Is(err, mochi.ErrConnectionClosed)
 		}
-		h.out.Out(time.Time{})
+		r.out.Out(time.Time{})
 		return true
-	})
-	if err != nil {
-		h.s.opts.Metrics.StoreError("match")
-		h.s.log.Warn("retained messages not delivered", "filter", sub.Filter, "client", cl.ID, "error", err)
-	}
+	}, "client", cl.ID)
 }
 
-// writeRetained sends one retained copy, tracking QoS 1/2 in the session's
-// inflight store as mochi does for its own deliveries. When the session's
-// inflight window (mqtt.maxInflight) is full it waits for the client's
+// write sends one retained copy, tracking QoS 1/2 in the session's inflight
+// store as mochi does for its own deliveries. While the session's inflight
+// window (mqtt.maxInflight) is full it waits for the client's
 // acknowledgements rather than drop the copy.
-func (h *hook) writeRetained(cl *mochi.Client, pk packets.Packet) error {
+func (r *replayer) write(cl *mochi.Client, c *clientReplay, pk packets.Packet) error {
 	if pk.FixedHeader.Qos > 0 {
-		for wait := time.Millisecond; cl.State.Inflight.Len() >= int(h.s.mochi.Options.Capabilities.MaximumInflight); {
-			if cl.Closed() {
-				return mochi.ErrConnectionClosed
-			}
-			time.Sleep(wait)
-			wait = min(2*wait, 50*time.Millisecond)
+		if err := r.waitForSlot(cl, c); err != nil {
+			return err
 		}
-		if err := h.track(cl, &pk); err != nil {
+		if err := r.s.track(cl, &pk); err != nil {
 			return err
 		}
 	}
 	return cl.WritePacket(pk)
+}
+
+// waitForSlot returns once cl's session has room for one more message in
+// flight, or mochi.ErrConnectionClosed once cl has left. It sleeps on
+// c.freed, which slotFreed fills from mochi's acknowledgement path: no
+// clock, no polling.
+func (r *replayer) waitForSlot(cl *mochi.Client, c *clientReplay) error {
+	if !r.s.inflightFull(cl) {
+		return nil
+	}
+	// Counted before the drain and the check below, so that a slot freed
+	// from here on is signalled; the check sees any freed before, so a
+	// stale signal is dropped rather than counted as a wake.
+	r.waiting.Add(1)
+	defer r.waiting.Add(-1)
+	select {
+	case <-c.freed:
+	default:
+	}
+	for r.s.inflightFull(cl) {
+		select {
+		case <-c.freed:
+			r.wakes.Add(1)
+		case <-c.gone:
+			return mochi.ErrConnectionClosed
+		}
+	}
+	return nil
 }

@@ -35,8 +35,8 @@ type Options struct {
 	Listen   string // TCP address; required
 	WSListen string // WebSocket address; empty disables
 
-	Router  *core.Router // required
-	Store   retain.Store // required: late subscribers are served from it
+	Router  *core.Router   // required
+	Store   retain.Matcher // required: late subscribers are served from it
 	Metrics *metrics.Metrics
 	Logger  *slog.Logger
 	Node    string
@@ -230,7 +230,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		if s.ws != nil {
 			s.ws.wait()
 		}
-		s.hook.closeWorkers()
+		s.hook.replay.close()
 		s.hook.backlog.close()
 		close(done)
 	}()

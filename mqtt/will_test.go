@@ -225,9 +225,9 @@ func dialWillRaw(t *testing.T, addr, id, topic string, delayed bool) net.Conn {
 
 // startTestServer runs a front-end on a free port with store behind its
 // router, shut down when the test ends.
-func startTestServer(t *testing.T, store retain.Store) *Server {
+func startTestServer(t *testing.T, store retain.Store, mods ...func(*Options)) *Server {
 	t.Helper()
-	s := startTestServerOnly(t, store)
+	s := startTestServerOnly(t, store, mods...)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -237,12 +237,17 @@ func startTestServer(t *testing.T, store retain.Store) *Server {
 }
 
 // startTestServerOnly runs a front-end (TCP and WebSocket) on free ports
-// with store behind its router; the test shuts it down.
-func startTestServerOnly(t *testing.T, store retain.Store) *Server {
+// with store behind its router, and mods applied to its options; the test
+// shuts it down.
+func startTestServerOnly(t *testing.T, store retain.Store, mods ...func(*Options)) *Server {
 	t.Helper()
 	router := core.NewRouter(core.RouterOptions{Retainer: retain.Retainer{Store: store}, Node: "n"})
-	s, err := New(Options{Listen: "127.0.0.1:0", WSListen: "127.0.0.1:0", Router: router, Store: store, Node: "n",
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	opts := Options{Listen: "127.0.0.1:0", WSListen: "127.0.0.1:0", Router: router, Store: store, Node: "n",
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	for _, m := range mods {
+		m(&opts)
+	}
+	s, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,10 @@
 // Package retain owns the retained-message store: one Store interface, the
 // backends (embedded file store, memory, Redis) and the conformance suite
-// they all pass. It knows the core Message and the topic grammar; it must not
-// know about front-ends or wire protocols.
+// they all pass; and the rules every front-end applies to it, written once
+// (replay.go): which stored copies a late subscriber gets, the write
+// time-out, what a refused retained write means to its publisher. It knows
+// the core Message and the topic grammar; it must not know about
+// front-ends or wire protocols.
 //
 // Semantics shared by every backend (docs/architecture.md, decision 1): a
 // new retained message on a topic replaces the old one; an empty payload
@@ -14,12 +17,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/gatewayd/gateway/core"
 )
 
-// Errors a Store returns. Front-ends map them to protocol answers: MQTT 5
-// PUBACK 0x97 for ErrQuotaExceeded, 0x80 for ErrUnavailable.
+// Errors a Store returns. Refused (replay.go) says what each means to a
+// publisher, and front-ends put that on their wire.
 var (
 	// ErrQuotaExceeded: the message is over Limits.MaxPayload or the store
 	// already holds Limits.MaxMessages topics and this one would be new.
@@ -41,12 +45,8 @@ type Store interface {
 	// Get returns the retained message of topic, or nil if there is none
 	// (or it has expired).
 	Get(ctx context.Context, topic string) (*core.Message, error)
-	// Match calls fn for every unexpired retained message whose topic
-	// matches filter (a valid MQTT filter, wildcards allowed), until fn
-	// returns false. Messages handed to fn are not modified by the store
-	// afterwards and may be kept. Its cost grows with the matches, not with
-	// the number of messages stored.
-	Match(ctx context.Context, filter string, fn func(*core.Message) bool) error
+	// Matcher's Match serves late subscribers.
+	Matcher
 	// Delete removes every retained message whose topic matches filter (an
 	// exact topic or a wildcard filter) and returns how many it removed.
 	Delete(ctx context.Context, filter string) (int, error)
@@ -74,12 +74,23 @@ type Limits struct {
 	MaxMessages int // retained topics held
 }
 
+// WriteTimeout bounds one retained write. The router stores a retained
+// publish on its publisher's goroutine before it delivers it (so that an
+// acknowledged retained publish is durable): a hung backend then delays
+// that publisher, whose answer says StoreFailed, and never wedges it.
+const WriteTimeout = 5 * time.Second
+
 // Retainer adapts a Store to core.Retainer, so that core.Router can store
-// retained publishes without importing this package.
+// retained publishes without importing this package. Every retained write
+// of every front-end goes through it.
 type Retainer struct{ Store Store }
 
-// Retain implements core.Retainer.
-func (r Retainer) Retain(ctx context.Context, m *core.Message) error { return r.Store.Set(ctx, m) }
+// Retain implements core.Retainer: Set, within WriteTimeout.
+func (r Retainer) Retain(ctx context.Context, m *core.Message) error {
+	ctx, cancel := context.WithTimeout(ctx, WriteTimeout)
+	defer cancel()
+	return r.Store.Set(ctx, m)
+}
 
 var _ core.Retainer = Retainer{}
 

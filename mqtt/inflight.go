@@ -1,0 +1,50 @@
+package mqtt
+
+import (
+	"sync/atomic"
+
+	mochi "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+)
+
+// A session's inflight store, used as mochi uses it. mochi has no call that
+// sends a QoS 1/2 message to one client with a packet id and a place in its
+// inflight store, so the gateway keeps Inflight and Info.Inflight in step
+// itself when it writes such a message (a retained copy, a kept message) or
+// ends a QoS 2 flow early (third_party/mochi-mqtt/PATCHES.md, "Workarounds
+// that live outside this copy"). These run on whichever goroutine writes.
+
+// track gives a QoS 1/2 PUBLISH the gateway writes itself a packet id and a
+// place in the session's inflight store, as mochi's publishToClient does for
+// its own: the client's PUBACK clears it, a reconnecting persistent session
+// gets it again, and it counts against the client's send quota.
+func (s *Server) track(cl *mochi.Client, pk *packets.Packet) error {
+	id, err := cl.NextPacketID()
+	if err != nil {
+		s.opts.Metrics.Drop("mqtt", "packet_ids_exhausted")
+		return packets.ErrQuotaExceeded
+	}
+	pk.PacketID = uint16(id)
+	if cl.State.Inflight.Set(*pk) {
+		atomic.AddInt64(&s.mochi.Info.Inflight, 1)
+		cl.State.Inflight.DecreaseSendQuota()
+	}
+	return nil
+}
+
+// untrack ends the QoS 2 flow of a PUBLISH the client sent, after a PUBREC
+// >= 0x80: no PUBREL follows [MQTT-4.3.3], so mochi would hold its state
+// for ever.
+func (s *Server) untrack(cl *mochi.Client, id uint16) {
+	if cl.State.Inflight.Delete(id) {
+		atomic.AddInt64(&s.mochi.Info.Inflight, -1)
+	}
+	cl.State.Inflight.IncreaseReceiveQuota()
+}
+
+// inflightFull reports whether cl's session holds mqtt.maxInflight messages
+// in flight: mochi drops a QoS 1/2 message it would add then, and a
+// retained copy waits.
+func (s *Server) inflightFull(cl *mochi.Client) bool {
+	return cl.State.Inflight.Len() >= int(s.mochi.Options.Capabilities.MaximumInflight)
+}
