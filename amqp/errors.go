@@ -57,6 +57,16 @@ func linkErr(cond encoding.Symbol, format string, args ...any) *LinkError {
 	return &LinkError{Cond: cond, Desc: fmt.Sprintf(format, args...)}
 }
 
+// asLinkError is err as the link error it carries, or, when it carries
+// none, an internal-error for the link: a refusal always has a condition.
+func asLinkError(err error) *LinkError {
+	var le *LinkError
+	if errors.As(err, &le) {
+		return le
+	}
+	return linkErr(frames.ErrCondInternalError, "%v", err)
+}
+
 // wireError is the error field sent in close, end or detach.
 func wireError(cond encoding.Symbol, desc string) *frames.Error {
 	return &frames.Error{Condition: cond, Description: desc}

@@ -165,7 +165,7 @@ func (s *session) attachOut(a *frames.Attach) error {
 		l.retainedDone = true
 		sub, err := c.s.lookupSubscription(c.containerID, l)
 		if err != nil {
-			return s.refuse(l, reply, err.(*LinkError))
+			return s.refuse(l, reply, asLinkError(err))
 		}
 		sc := sub.source
 		reply.Source = &sc
@@ -195,7 +195,7 @@ func (s *session) attachOut(a *frames.Attach) error {
 	if key, durable, shared, ok := subscriptionKey(c.containerID, a.Name, src); ok && !src.Dynamic {
 		_, created, err := c.s.openSubscription(l, key, noLocal, durable, shared, c.containerID, sc)
 		if err != nil {
-			return s.refuse(l, reply, err.(*LinkError))
+			return s.refuse(l, reply, asLinkError(err))
 		}
 		// A resumed subscription does not replay retained messages (as an
 		// MQTT session that keeps its subscription).

@@ -1,6 +1,7 @@
 package amqp
 
 import (
+	"errors"
 	"sync/atomic"
 
 	"github.com/gatewayd/gateway/amqp/internal/frames"
@@ -296,7 +297,8 @@ func (s *session) transfer(t *frames.Transfer, payload []byte) error {
 		return nil // in flight when we detached
 	}
 	if err := l.transfer(t, payload); err != nil {
-		if le, ok := err.(*LinkError); ok {
+		var le *LinkError
+		if errors.As(err, &le) {
 			return s.linkFail(l, le)
 		}
 		return err
