@@ -110,7 +110,7 @@ func tempKind(caps []encoding.Symbol) int8 {
 // checkTopic checks a topic name an address or a message's "to" resolved to:
 // MQTT's grammar and the gateway's topic limits (mqtt.maxTopicLevels,
 // mqtt.maxTopicLength, which the router holds). AMQP addresses name the same
-// topics as MQTT (design decision 3), so they obey the same bounds; a filter
+// topics as MQTT (docs/architecture.md, decision 3), so they obey the same bounds; a filter
 // of thousands of levels would cost AMQP's subscribers what it cost mochi's.
 // A refusal for a limit is counted.
 func (s *Server) checkTopic(name string) error {

@@ -26,7 +26,7 @@ var (
 )
 
 // TestFanOutCost measures what publishing costs when one connection holds
-// as many receiving links on "#" as the gateway lets it (issue 7: 256
+// as many receiving links on "#" as the gateway lets it (an abuse probe: 256
 // sessions × 1,024 links, then 1,000 small messages cost 605 CPU-seconds
 // and 10 GB). It is a measurement, not a check, and runs only when asked:
 //

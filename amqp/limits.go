@@ -5,7 +5,7 @@ import (
 )
 
 // Limits a client can run into, and what the gateway counts about them
-// (issue 7: one connection opened 256 sessions × 1,024 receivers on "#",
+// (an abuse probe: one connection opened 256 sessions × 1,024 receivers on "#",
 // and then every published message cost 262,144 deliveries).
 //
 //   - Sessions per connection (Options.MaxSessions) are announced as the

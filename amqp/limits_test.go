@@ -25,7 +25,7 @@ func attachReceiver(name string, handle uint32, source string) *frames.Attach {
 }
 
 // TestDefaultLinkLimit: with the defaults, one connection holds at most
-// 1,000 links (issue 7: 256 sessions × 1,024 receivers on "#" were all
+// 1,000 links (before the limit, 256 sessions × 1,024 receivers on "#" were all
 // accepted, and each message then cost 262,144 deliveries). The 1,001st
 // attach is refused the AMQP way and makes no subscription.
 func TestDefaultLinkLimit(t *testing.T) {

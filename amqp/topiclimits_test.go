@@ -10,13 +10,13 @@ import (
 	"github.com/gatewayd/gateway/core"
 )
 
-// TestAddressesObeyTopicLimits: AMQP addresses name MQTT topics (design
+// TestAddressesObeyTopicLimits: AMQP addresses name MQTT topics (docs/architecture.md,
 // decision 3), so the gateway's topic limits (mqtt.maxTopicLevels,
 // mqtt.maxTopicLength; defaults 128 and 4,096 bytes) apply to them too: an
 // attach whose source or target is over them is refused with
 // amqp:invalid-field, and so is a message whose "to" is (rejected). Before,
 // any address MQTT's grammar allows was taken, 65,535 bytes or 32,767
-// levels. Issue 7 item 6.
+// levels.
 func TestAddressesObeyTopicLimits(t *testing.T) {
 	e := startServer(t)
 	s := e.session(t)

@@ -72,7 +72,7 @@ func newWriter(c *conn, peer *frames.Open) *writer {
 // be done within it. Without one, a client that grants credit and stops
 // reading its socket held its connection for ever: the write blocked, the
 // heartbeats queued behind it, and the client's own heartbeats kept the
-// idle time-out from firing (issue 7).
+// idle time-out from firing.
 type sockWriter struct {
 	c        *conn
 	timeout  time.Duration // 0: no deadline of ours

@@ -25,7 +25,7 @@ func (e *env) disconnects(reason string) float64 {
 
 // TestWriteTimeout: a receiver that grants 10,000 credit and never reads
 // its socket is disconnected once a write to it has waited WriteTimeout,
-// although heartbeats flow both ways (issue 7: it stayed for ever). A
+// although heartbeats flow both ways (it used to stay for ever). A
 // normal receiver gets every message meanwhile, and the publisher every
 // disposition.
 func TestWriteTimeout(t *testing.T) {

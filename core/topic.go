@@ -25,8 +25,8 @@ var (
 )
 
 // Default topic limits: the gateway's own bounds, well inside MQTT's. A
-// subscription's cost in mochi's index grows with levels × length (issue 7
-// item 6: 32,767 levels took seconds under the index's lock), and the
+// subscription's cost in mochi's index grows with levels × length (32,767
+// levels took seconds under the index's lock), and the
 // embedded retained store keys messages by topic (bbolt refuses keys over
 // 32 KiB). EMQX also defaults to 128 levels; 4,096 bytes is far above any
 // IoT topic tree seen in practice (AWS IoT allows 256).
@@ -45,7 +45,7 @@ var (
 
 // TopicLimits bound the topic names and filters the gateway accepts, in every
 // protocol: MQTT topics, AMQP addresses and bridge subjects name the same
-// topic space (design decision 3), so one rule serves all. Checks cost at
+// topic space (docs/architecture.md, decision 3), so one rule serves all. Checks cost at
 // most one pass over the string, and none when it is over MaxLength.
 type TopicLimits struct {
 	MaxLevels int // most levels ("a/b/c" has 3); 0 = DefaultMaxTopicLevels
@@ -127,8 +127,7 @@ func LimitReason(err error) string {
 }
 
 // ShortTopic is topic cut for a log line or an error text: at most 128 bytes
-// and the full length, so that a 64 KiB topic cannot make a 64 KiB log line
-// (issue 7 item 6).
+// and the full length, so that a 64 KiB topic cannot make a 64 KiB log line.
 func ShortTopic(topic string) string { return Shorten(topic, 128) }
 
 // Shorten cuts s to at most keep bytes, on a rune boundary, followed by

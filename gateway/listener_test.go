@@ -20,7 +20,7 @@ import (
 
 // A listener whose socket stops working under it (shut down: accept then
 // fails with EINVAL, an error no retry cures) makes /readyz answer 503
-// naming it, and is logged at error level (issue 7, item 2: the MQTT
+// naming it, and is logged at error level (the MQTT
 // listener's accept loop used to end silently, with /readyz still 200).
 // The admin listener serves /readyz itself: when it dies, Ready says so to
 // whoever asks in the process, and the log says so at error level.

@@ -32,7 +32,7 @@ const emfileChildEnv = "GATEWAY_TEST_EMFILE_CHILD"
 // open once it is serving.
 const emfileHeadroom = 32
 
-// TestListenerSurvivesEMFILE (issue 7, item 2): a server out of file
+// TestListenerSurvivesEMFILE: a server out of file
 // descriptors fails to accept (EMFILE) while idle connections hold them all;
 // once they are gone, a new client gets its CONNACK. The accept loop used to
 // return on the first error, silently: the listener was dead for good.

@@ -209,7 +209,7 @@ func (h *hook) OnSubscribe(cl *mochi.Client, pk packets.Packet) packets.Packet {
 // length there (its isolateParticle walks the filter from the start for
 // each level), under the index's lock, so one filter of 32,767 levels
 // stalled every other client's SUBSCRIBE for seconds, and again when its
-// client left (issue 7 item 6). mochi has no hook that returns per-filter
+// client left. mochi has no hook that returns per-filter
 // reason codes; OnSubscribe may rewrite the packet, and an empty filter is
 // the one invalid value mochi checks first. filters is copied, not changed:
 // mochi passes the packet it read on to OnPacketProcessed.

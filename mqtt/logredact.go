@@ -10,8 +10,8 @@ import (
 	"github.com/gatewayd/gateway/core"
 )
 
-// Log lines must stay short and must not carry message contents (issue 7
-// item 6). mochi logs whole packets: its "error processing packet" WARN and
+// Log lines must stay short and must not carry message contents).
+// mochi logs whole packets: its "error processing packet" WARN and
 // its debug lines print a packets.Packet with %+v, payload bytes, password
 // and a topic of up to 64 KiB included, and a client id may be 64 KiB too.
 // mochi takes its *slog.Logger from us, so rather than patch each of its log

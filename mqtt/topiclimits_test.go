@@ -23,7 +23,7 @@ import (
 	"github.com/gatewayd/gateway/retain/embedded"
 )
 
-// Topic limits at the MQTT door (issue 7 item 6). The server runs with the
+// Topic limits at the MQTT door. The server runs with the
 // default limits (128 levels, 4,096 bytes) and the embedded store, whose
 // 32 KiB key limit a long retained topic used to run into.
 

@@ -61,7 +61,7 @@ func (r *Replay) Due(m *core.Message, since, now time.Time) bool {
 // subscriber is gone) or ctx ends. send must put each copy on the wire
 // marked as a stored copy, in its protocol's one way of saying so: MQTT
 // RETAIN=1 [MQTT-3.3.1-9], AMQP message annotation x-opt-retain = true. A
-// live delivery never carries that mark (decision 1), so a subscriber can
+// live delivery never carries that mark (docs/architecture.md, decision 1), so a subscriber can
 // tell "the last known state, from the store" from "a change, now".
 //
 // A Match that fails (Redis down) is counted in
