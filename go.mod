@@ -1,4 +1,4 @@
-module github.com/gatewayd/gateway
+module github.com/tolsey/tolsey
 
 go 1.26.0
 

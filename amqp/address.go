@@ -3,8 +3,8 @@ package amqp
 import (
 	"strings"
 
-	"github.com/gatewayd/gateway/amqp/internal/encoding"
-	"github.com/gatewayd/gateway/core"
+	"github.com/tolsey/tolsey/amqp/internal/encoding"
+	"github.com/tolsey/tolsey/core"
 )
 
 // Addressing (docs/architecture.md, decision 3; docs/mapping.md): a

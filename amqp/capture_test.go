@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gatewayd/gateway/amqp/internal/frames"
+	"github.com/tolsey/tolsey/amqp/internal/frames"
 )
 
 // TestCaptureReplay replays what real clients sent to a broker (Proton,

@@ -12,8 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gatewayd/gateway/amqp/internal/encoding"
-	"github.com/gatewayd/gateway/amqp/internal/frames"
+	"github.com/tolsey/tolsey/amqp/internal/encoding"
+	"github.com/tolsey/tolsey/amqp/internal/frames"
 )
 
 // conn is one client connection. Its reader goroutine (serve) owns the
@@ -164,7 +164,7 @@ func (c *conn) serve() {
 		ChannelMax:          ptr(uint16(c.s.opts.MaxSessions - 1)),
 		IdleTimeOut:         uint32(c.idle / time.Millisecond),
 		OfferedCapabilities: []encoding.Symbol{capAnonymousRelay, capShSubs},
-		Properties:          encoding.Fields{{Key: "product", Value: "gatewayd"}},
+		Properties:          encoding.Fields{{Key: "product", Value: "tolsey"}},
 	}
 	if err == nil {
 		c.containerID = open.ContainerID

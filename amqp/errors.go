@@ -4,8 +4,8 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/gatewayd/gateway/amqp/internal/encoding"
-	"github.com/gatewayd/gateway/amqp/internal/frames"
+	"github.com/tolsey/tolsey/amqp/internal/encoding"
+	"github.com/tolsey/tolsey/amqp/internal/frames"
 )
 
 // Errors are typed by the layer they end: a ConnError closes the

@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gatewayd/gateway/amqp/internal/buffer"
-	"github.com/gatewayd/gateway/amqp/internal/frames"
-	"github.com/gatewayd/gateway/core"
+	"github.com/tolsey/tolsey/amqp/internal/buffer"
+	"github.com/tolsey/tolsey/amqp/internal/frames"
+	"github.com/tolsey/tolsey/core"
 )
 
 var (

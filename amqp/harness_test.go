@@ -11,10 +11,10 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/goleak"
 
-	"github.com/gatewayd/gateway/core"
-	"github.com/gatewayd/gateway/core/metrics"
-	"github.com/gatewayd/gateway/retain"
-	"github.com/gatewayd/gateway/retain/memory"
+	"github.com/tolsey/tolsey/core"
+	"github.com/tolsey/tolsey/core/metrics"
+	"github.com/tolsey/tolsey/retain"
+	"github.com/tolsey/tolsey/retain/memory"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -31,7 +31,7 @@ type env struct {
 
 func testLogger() *slog.Logger {
 	lvl := slog.LevelWarn
-	if os.Getenv("GATEWAY_TEST_DEBUG") != "" {
+	if os.Getenv("TOLSEY_TEST_DEBUG") != "" {
 		lvl = slog.LevelDebug
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
@@ -181,7 +181,7 @@ func eventually(t testing.TB, what string, cond func() bool) {
 	}
 }
 
-// dropped reads gateway_messages_dropped_total{protocol="amqp",reason}.
+// dropped reads tolsey_messages_dropped_total{protocol="amqp",reason}.
 func (e *env) dropped(reason string) float64 {
 	var m dto.Metric
 	if err := e.metrics.Dropped.WithLabelValues("amqp", reason).Write(&m); err != nil {

@@ -1,7 +1,7 @@
 package amqp
 
 import (
-	"github.com/gatewayd/gateway/core/metrics"
+	"github.com/tolsey/tolsey/core/metrics"
 )
 
 // Limits a client can run into, and what the gateway counts about them
@@ -28,13 +28,13 @@ import (
 //     cannot become the unbounded state the limit is there to prevent.
 //   - Writes (Options.WriteTimeout): writer.go.
 //
-// Counted in gateway_limit_refusals_total{protocol="amqp",limit} (limit
-// "sessions" or "links") and gateway_connections_closed_total{protocol=
+// Counted in tolsey_limit_refusals_total{protocol="amqp",limit} (limit
+// "sessions" or "links") and tolsey_connections_closed_total{protocol=
 // "amqp",reason} (reason "write_timeout" or "unanswered_refusals"), the
 // series every front-end counts its limits and disconnections into
 // (core/metrics).
 
-// Labels of gateway_limit_refusals_total and gateway_connections_closed_total.
+// Labels of tolsey_limit_refusals_total and tolsey_connections_closed_total.
 const (
 	limitSessions            = "sessions"
 	limitLinks               = "links"

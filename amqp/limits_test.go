@@ -6,11 +6,11 @@ import (
 	goamqp "github.com/Azure/go-amqp"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/gatewayd/gateway/amqp/internal/buffer"
-	"github.com/gatewayd/gateway/amqp/internal/frames"
+	"github.com/tolsey/tolsey/amqp/internal/buffer"
+	"github.com/tolsey/tolsey/amqp/internal/frames"
 )
 
-// refusals reads gateway_limit_refusals_total{protocol="amqp",limit}.
+// refusals reads tolsey_limit_refusals_total{protocol="amqp",limit}.
 func (e *env) refusals(limit string) float64 {
 	var m dto.Metric
 	if err := e.metrics.LimitRefusals.WithLabelValues("amqp", limit).Write(&m); err != nil {

@@ -9,10 +9,10 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/gatewayd/gateway/amqp/internal/buffer"
-	"github.com/gatewayd/gateway/amqp/internal/encoding"
-	"github.com/gatewayd/gateway/amqp/internal/frames"
-	"github.com/gatewayd/gateway/core"
+	"github.com/tolsey/tolsey/amqp/internal/buffer"
+	"github.com/tolsey/tolsey/amqp/internal/encoding"
+	"github.com/tolsey/tolsey/amqp/internal/frames"
+	"github.com/tolsey/tolsey/core"
 )
 
 // The mapping between AMQP messages and core.Message, both ways. The user

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gatewayd/gateway/amqp/internal/frames"
-	"github.com/gatewayd/gateway/core"
-	"github.com/gatewayd/gateway/retain"
+	"github.com/tolsey/tolsey/amqp/internal/frames"
+	"github.com/tolsey/tolsey/core"
+	"github.com/tolsey/tolsey/retain"
 )
 
 // inLink is a link the client sends on and the gateway receives on. It is

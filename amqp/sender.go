@@ -5,10 +5,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gatewayd/gateway/amqp/internal/encoding"
-	"github.com/gatewayd/gateway/amqp/internal/frames"
-	"github.com/gatewayd/gateway/core"
-	"github.com/gatewayd/gateway/retain"
+	"github.com/tolsey/tolsey/amqp/internal/encoding"
+	"github.com/tolsey/tolsey/amqp/internal/frames"
+	"github.com/tolsey/tolsey/core"
+	"github.com/tolsey/tolsey/retain"
 )
 
 // outLink is a link the client receives on and the gateway sends on: one

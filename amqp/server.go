@@ -10,10 +10,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gatewayd/gateway/core"
-	"github.com/gatewayd/gateway/core/accept"
-	"github.com/gatewayd/gateway/core/metrics"
-	"github.com/gatewayd/gateway/retain"
+	"github.com/tolsey/tolsey/core"
+	"github.com/tolsey/tolsey/core/accept"
+	"github.com/tolsey/tolsey/core/metrics"
+	"github.com/tolsey/tolsey/retain"
 )
 
 // Options configure the AMQP front-end. Zero values take the documented
@@ -42,7 +42,7 @@ type Options struct {
 	Users map[string]string
 	// LinkBuffer bounds the messages queued for one receiving client link
 	// (default 1000). Beyond it new messages for that link are dropped and
-	// counted (gateway_messages_dropped_total{reason="slow_consumer"}).
+	// counted (tolsey_messages_dropped_total{reason="slow_consumer"}).
 	LinkBuffer int
 	// MaxSessions bounds the sessions of one connection (default 256, at
 	// most 65536): announced as channel-max = MaxSessions-1 in open, and a

@@ -11,9 +11,9 @@ import (
 
 	goamqp "github.com/Azure/go-amqp"
 
-	"github.com/gatewayd/gateway/core"
-	"github.com/gatewayd/gateway/retain"
-	"github.com/gatewayd/gateway/retain/memory"
+	"github.com/tolsey/tolsey/core"
+	"github.com/tolsey/tolsey/retain"
+	"github.com/tolsey/tolsey/retain/memory"
 )
 
 func TestTopicSendReceive(t *testing.T) {

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"sync/atomic"
 
-	"github.com/gatewayd/gateway/amqp/internal/frames"
+	"github.com/tolsey/tolsey/amqp/internal/frames"
 )
 
 // session is one AMQP session (part 2 section 2.5): a channel, its

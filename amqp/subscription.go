@@ -4,9 +4,9 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/gatewayd/gateway/amqp/internal/encoding"
-	"github.com/gatewayd/gateway/amqp/internal/frames"
-	"github.com/gatewayd/gateway/core"
+	"github.com/tolsey/tolsey/amqp/internal/encoding"
+	"github.com/tolsey/tolsey/amqp/internal/frames"
+	"github.com/tolsey/tolsey/core"
 )
 
 // JMS durable and shared subscriptions (Qpid JMS; README, "AMQP 1.0").

@@ -8,8 +8,8 @@ import (
 
 	goamqp "github.com/Azure/go-amqp"
 
-	"github.com/gatewayd/gateway/amqp/internal/encoding"
-	"github.com/gatewayd/gateway/amqp/internal/frames"
+	"github.com/tolsey/tolsey/amqp/internal/encoding"
+	"github.com/tolsey/tolsey/amqp/internal/frames"
 )
 
 func durableOpts(name string) *goamqp.ReceiverOptions {

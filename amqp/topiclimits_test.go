@@ -7,7 +7,7 @@ import (
 	goamqp "github.com/Azure/go-amqp"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/gatewayd/gateway/core"
+	"github.com/tolsey/tolsey/core"
 )
 
 // TestAddressesObeyTopicLimits: AMQP addresses name MQTT topics (docs/architecture.md,

@@ -9,8 +9,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/gatewayd/gateway/amqp/internal/buffer"
-	"github.com/gatewayd/gateway/amqp/internal/frames"
+	"github.com/tolsey/tolsey/amqp/internal/buffer"
+	"github.com/tolsey/tolsey/amqp/internal/frames"
 )
 
 // writer is a connection's writer goroutine. It owns the socket's write

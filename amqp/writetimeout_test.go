@@ -11,10 +11,10 @@ import (
 	goamqp "github.com/Azure/go-amqp"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/gatewayd/gateway/amqp/internal/frames"
+	"github.com/tolsey/tolsey/amqp/internal/frames"
 )
 
-// disconnects reads gateway_connections_closed_total{protocol="amqp",reason}.
+// disconnects reads tolsey_connections_closed_total{protocol="amqp",reason}.
 func (e *env) disconnects(reason string) float64 {
 	var m dto.Metric
 	if err := e.metrics.ConnsClosed.WithLabelValues("amqp", reason).Write(&m); err != nil {

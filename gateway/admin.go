@@ -15,8 +15,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/gatewayd/gateway/core"
-	"github.com/gatewayd/gateway/core/accept"
+	"github.com/tolsey/tolsey/core"
+	"github.com/tolsey/tolsey/core/accept"
 )
 
 // adminServer is the admin HTTP API: /healthz, /readyz, /metrics and

@@ -4,7 +4,7 @@ import (
 	"context"
 	"math"
 
-	"github.com/gatewayd/gateway/amqp"
+	"github.com/tolsey/tolsey/amqp"
 )
 
 // startAMQP starts the AMQP 1.0 front-end when amqp.listen is set.

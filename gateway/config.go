@@ -124,6 +124,10 @@ type Config struct {
 	LogFormat         string
 	LogLevel          string
 	ShutdownTimeout   time.Duration
+
+	// LegacyEnv names the GATEWAY_* variables that set keys: still read,
+	// for one release, under TOLSEY_* (the log warns).
+	LegacyEnv []string
 }
 
 // ConfigError is a configuration mistake; main exits 2 on it.
@@ -143,9 +147,18 @@ func (e *ConfigError) Error() string {
 // been written already.
 var ErrHelp = errors.New("help requested")
 
-// envName is the environment variable for key: GATEWAY_ + upper-cased, '.'→'_'.
+// Environment variables set keys as envPrefix + the key upper-cased, '.'→'_'.
+// legacyEnvPrefix, the product's name before it had one, is still read for
+// one release, below envPrefix: a deployment's GATEWAY_* variables keep
+// working, and Config.LegacyEnv names them so the log can say so.
+const (
+	envPrefix       = "TOLSEY_"
+	legacyEnvPrefix = "GATEWAY_"
+)
+
+// envName is the environment variable for key: TOLSEY_ + upper-cased, '.'→'_'.
 func envName(key string) string {
-	return "GATEWAY_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
 }
 
 // DefaultConfig returns the configuration with every default.
@@ -158,7 +171,8 @@ func DefaultConfig() *Config {
 }
 
 // LoadConfig builds the configuration from defaults, the YAML file named by
-// --config, GATEWAY_* environment variables and --key=value flags, in rising
+// --config, TOLSEY_* environment variables (GATEWAY_* too, below them, for one
+// release) and --key=value flags, in rising
 // order of precedence. help receives --help output.
 func LoadConfig(args, environ []string, help io.Writer) (*Config, error) {
 	byName := make(map[string]*keyDef, len(keyDefs))
@@ -213,22 +227,29 @@ func LoadConfig(args, environ []string, help io.Writer) (*Config, error) {
 			return nil, &ConfigError{Key: "config", Msg: err.Error()}
 		}
 	}
+	// The legacy prefix first, so that TOLSEY_* overrides GATEWAY_*.
 	var envErr error
-	if err := k.Load(env.Provider(".", env.Opt{
-		Prefix:      "GATEWAY_",
-		EnvironFunc: func() []string { return environ },
-		TransformFunc: func(name, v string) (string, any) {
-			d := byEnv[strings.ToUpper(name)]
-			if d == nil {
-				if envErr == nil {
-					envErr = &ConfigError{Key: name, Msg: "unknown environment variable (see gateway --help for the keys)"}
+	var legacy []string
+	for _, prefix := range []string{legacyEnvPrefix, envPrefix} {
+		if err := k.Load(env.Provider(".", env.Opt{
+			Prefix:      prefix,
+			EnvironFunc: func() []string { return environ },
+			TransformFunc: func(name, v string) (string, any) {
+				d := byEnv[envPrefix+strings.TrimPrefix(strings.ToUpper(name), prefix)]
+				if d == nil {
+					if envErr == nil {
+						envErr = &ConfigError{Key: name, Msg: "unknown environment variable (see gateway --help for the keys)"}
+					}
+					return "", nil
 				}
-				return "", nil
-			}
-			return d.name, v
-		},
-	}), nil); err != nil {
-		return nil, &ConfigError{Msg: err.Error()}
+				if prefix == legacyEnvPrefix {
+					legacy = append(legacy, name)
+				}
+				return d.name, v
+			},
+		}), nil); err != nil {
+			return nil, &ConfigError{Msg: err.Error()}
+		}
 	}
 	if envErr != nil {
 		return nil, envErr
@@ -242,7 +263,12 @@ func LoadConfig(args, environ []string, help io.Writer) (*Config, error) {
 	if err := k.Load(confmap.Provider(changed, "."), nil); err != nil {
 		return nil, &ConfigError{Msg: err.Error()}
 	}
-	return buildConfig(k, byName)
+	c, err := buildConfig(k, byName)
+	if c != nil {
+		sort.Strings(legacy)
+		c.LegacyEnv = legacy
+	}
+	return c, err
 }
 
 func buildConfig(k *koanf.Koanf, byName map[string]*keyDef) (*Config, error) {
@@ -436,8 +462,9 @@ func checkValue(d *keyDef, v string) error {
 
 func writeHelp(w io.Writer) {
 	fmt.Fprintf(w, "Usage: gateway [--config FILE] [--key=value ...]\n\n")
-	fmt.Fprintf(w, "MQTT/AMQP gateway with a retained-message store. Every key can be set in the\n")
-	fmt.Fprintf(w, "YAML file, as an environment variable (GATEWAY_ + key upper-cased, '.' -> '_')\n")
+	fmt.Fprintf(w, "Tolsey, the MQTT/AMQP gateway with a retained-message store. Every key can be\n")
+	fmt.Fprintf(w, "set in the YAML file, as an environment variable (TOLSEY_ + key upper-cased,\n")
+	fmt.Fprintf(w, "'.' -> '_'; GATEWAY_ is still read, below TOLSEY_, for one release)\n")
 	fmt.Fprintf(w, "or as a flag; flag beats env beats file beats default.\n\nKeys:\n")
 	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
 	names := make([]string, 0, len(keyDefs))

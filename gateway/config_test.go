@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -22,7 +23,7 @@ func TestConfigPrecedence(t *testing.T) {
 	dir := t.TempDir()
 	f := filepath.Join(dir, "g.yaml")
 	os.WriteFile(f, []byte("mqtt:\n  listen: 127.0.0.1:1000\n  ws:\n    listen: 127.0.0.1:1001\nretain:\n  backend: memory\n  maxMessages: 7\nadmin:\n  listen: 127.0.0.1:1002\n"), 0o644)
-	env := []string{"GATEWAY_MQTT_LISTEN=127.0.0.1:2000", "GATEWAY_MQTT_WS_LISTEN=127.0.0.1:2001", "PATH=/bin", "GATEWAY_RETAIN_MAXPAYLOAD=1KiB"}
+	env := []string{"TOLSEY_MQTT_LISTEN=127.0.0.1:2000", "TOLSEY_MQTT_WS_LISTEN=127.0.0.1:2001", "PATH=/bin", "TOLSEY_RETAIN_MAXPAYLOAD=1KiB"}
 	args := []string{"--config", f, "--mqtt.listen=127.0.0.1:3000"}
 	c, err := LoadConfig(args, env, io.Discard)
 	if err != nil {
@@ -39,6 +40,34 @@ func TestConfigPrecedence(t *testing.T) {
 	}
 	if c.RetainMaxPayload != 1024 {
 		t.Errorf("1KiB = %d", c.RetainMaxPayload)
+	}
+}
+
+// GATEWAY_* variables, from before the product had a name of its own, are
+// still read for one release: below TOLSEY_*, above the file, and named in
+// LegacyEnv so that the log can warn.
+func TestConfigLegacyEnvPrefix(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "g.yaml")
+	os.WriteFile(f, []byte("log:\n  level: error\n"), 0o644)
+	env := []string{"GATEWAY_MQTT_LISTEN=127.0.0.1:2000", "TOLSEY_MQTT_LISTEN=127.0.0.1:3000",
+		"GATEWAY_LOG_LEVEL=debug", "GATEWAY_RETAIN_BACKEND=memory"}
+	c, err := LoadConfig([]string{"--config", f}, env, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.MQTT.Listen != "127.0.0.1:3000" {
+		t.Errorf("TOLSEY_ must beat GATEWAY_: %s", c.MQTT.Listen)
+	}
+	if c.LogLevel != "debug" || c.RetainBackend != "memory" {
+		t.Errorf("GATEWAY_ must still be read, above the file: level %s, backend %s", c.LogLevel, c.RetainBackend)
+	}
+	want := []string{"GATEWAY_LOG_LEVEL", "GATEWAY_MQTT_LISTEN", "GATEWAY_RETAIN_BACKEND"}
+	if !slices.Equal(c.LegacyEnv, want) {
+		t.Errorf("LegacyEnv = %v, want %v", c.LegacyEnv, want)
+	}
+	if c, err := LoadConfig(nil, []string{"TOLSEY_LOG_LEVEL=warn"}, io.Discard); err != nil || len(c.LegacyEnv) != 0 {
+		t.Errorf("no legacy variables: %v %v", err, c.LegacyEnv)
 	}
 }
 
@@ -62,6 +91,8 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{args: []string{"--amqp.maxSessions=65537"}, key: "amqp.maxSessions"},
 		{args: []string{"--amqp.maxLinksPerConnection=0"}, key: "amqp.maxLinksPerConnection"},
 		{args: []string{"--config", bad}, key: "mqtt.lisen"},
+		{env: []string{"TOLSEY_MQTT_LISEN=1"}, key: "TOLSEY_MQTT_LISEN"},
+		{env: []string{"TOLSEY_LOG_FORMAT=xml"}, key: "log.format"},
 		{env: []string{"GATEWAY_MQTT_LISEN=1"}, key: "GATEWAY_MQTT_LISEN"},
 		{env: []string{"GATEWAY_LOG_FORMAT=xml"}, key: "log.format"},
 		{args: []string{"--no.such.key=1"}, key: ""},

@@ -16,12 +16,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/gatewayd/gateway/amqp"
-	"github.com/gatewayd/gateway/core"
-	"github.com/gatewayd/gateway/core/accept"
-	"github.com/gatewayd/gateway/core/metrics"
-	"github.com/gatewayd/gateway/mqtt"
-	"github.com/gatewayd/gateway/retain"
+	"github.com/tolsey/tolsey/amqp"
+	"github.com/tolsey/tolsey/core"
+	"github.com/tolsey/tolsey/core/accept"
+	"github.com/tolsey/tolsey/core/metrics"
+	"github.com/tolsey/tolsey/mqtt"
+	"github.com/tolsey/tolsey/retain"
 )
 
 // Gateway is one running gateway.
@@ -86,9 +86,9 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 	}
 	g.store = store
 	g.onStop(func(context.Context) error { return store.Close() })
-	g.metrics.GaugeFunc("gateway_retained_messages", "Retained messages held by the store.",
+	g.metrics.GaugeFunc("tolsey_retained_messages", "Retained messages held by the store.",
 		func() float64 { return float64(store.Stats().Count) })
-	g.metrics.GaugeFunc("gateway_retained_bytes", "Bytes of retained messages held by the store.",
+	g.metrics.GaugeFunc("tolsey_retained_bytes", "Bytes of retained messages held by the store.",
 		func() float64 { return float64(store.Stats().Bytes) })
 
 	g.router = core.NewRouter(core.RouterOptions{
@@ -128,13 +128,13 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 		g.countAcceptFailures(l)
 	}
 	ms := g.mqtt
-	g.metrics.CounterFunc("gateway_mqtt_packets_sent_total", "MQTT packets sent by mochi.", nil,
+	g.metrics.CounterFunc("tolsey_mqtt_packets_sent_total", "MQTT packets sent by mochi.", nil,
 		func() float64 { return float64(atomic.LoadInt64(&ms.Info().PacketsSent)) })
-	g.metrics.CounterFunc("gateway_mqtt_messages_sent_total", "MQTT PUBLISH packets sent to clients.", nil,
+	g.metrics.CounterFunc("tolsey_mqtt_messages_sent_total", "MQTT PUBLISH packets sent to clients.", nil,
 		func() float64 { return float64(atomic.LoadInt64(&ms.Info().MessagesSent)) })
-	g.metrics.CounterFunc("gateway_mqtt_messages_dropped_total", "MQTT messages dropped by mochi (client write queue full).", nil,
+	g.metrics.CounterFunc("tolsey_mqtt_messages_dropped_total", "MQTT messages dropped by mochi (client write queue full).", nil,
 		func() float64 { return float64(atomic.LoadInt64(&ms.Info().MessagesDropped)) })
-	g.metrics.CounterFunc("gateway_mqtt_inflight_dropped_total", "MQTT QoS 1/2 messages dropped because a session held mqtt.maxInflight already.", nil,
+	g.metrics.CounterFunc("tolsey_mqtt_inflight_dropped_total", "MQTT QoS 1/2 messages dropped because a session held mqtt.maxInflight already.", nil,
 		func() float64 { return float64(atomic.LoadInt64(&ms.Info().InflightDropped)) })
 
 	if err := g.startAMQP(ctx); err != nil {
@@ -190,9 +190,9 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 }
 
 // countAcceptFailures exports l's retried accept failures (out of file
-// descriptors and the like) as gateway_accept_failures_total{listener}.
+// descriptors and the like) as tolsey_accept_failures_total{listener}.
 func (g *Gateway) countAcceptFailures(l *accept.Listener) {
-	g.metrics.CounterFunc("gateway_accept_failures_total",
+	g.metrics.CounterFunc("tolsey_accept_failures_total",
 		"Accepts that failed with a temporary error (EMFILE, ENFILE, ECONNABORTED, timeout) and were retried.",
 		prometheus.Labels{"listener": l.Name()}, func() float64 { return float64(l.Failures()) })
 }

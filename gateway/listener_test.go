@@ -51,7 +51,7 @@ func TestDeadListenerFailsReadiness(t *testing.T) {
 				t.Fatalf("/readyz before: %d %s", code, body)
 			}
 			// Retried failures are counted, per listener, from the start.
-			if _, body := get(t, g, "/metrics"); !strings.Contains(body, `gateway_accept_failures_total{listener="`+tc.listener+`"} 0`) {
+			if _, body := get(t, g, "/metrics"); !strings.Contains(body, `tolsey_accept_failures_total{listener="`+tc.listener+`"} 0`) {
 				t.Errorf("no accept failure counter for %s in /metrics", tc.listener)
 			}
 

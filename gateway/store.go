@@ -9,10 +9,10 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/gatewayd/gateway/retain"
-	"github.com/gatewayd/gateway/retain/embedded"
-	"github.com/gatewayd/gateway/retain/memory"
-	redisstore "github.com/gatewayd/gateway/retain/redis"
+	"github.com/tolsey/tolsey/retain"
+	"github.com/tolsey/tolsey/retain/embedded"
+	"github.com/tolsey/tolsey/retain/memory"
+	redisstore "github.com/tolsey/tolsey/retain/redis"
 )
 
 // openStore opens the retained store retain.backend names. A Redis store

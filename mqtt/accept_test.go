@@ -19,14 +19,14 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 
-	"github.com/gatewayd/gateway/core"
-	"github.com/gatewayd/gateway/retain"
-	"github.com/gatewayd/gateway/retain/memory"
+	"github.com/tolsey/tolsey/core"
+	"github.com/tolsey/tolsey/retain"
+	"github.com/tolsey/tolsey/retain/memory"
 )
 
 // emfileChildEnv makes TestListenerSurvivesEMFILE the server half: a process
 // of its own, so that its low open-file limit touches no other test.
-const emfileChildEnv = "GATEWAY_TEST_EMFILE_CHILD"
+const emfileChildEnv = "TOLSEY_TEST_EMFILE_CHILD"
 
 // emfileHeadroom is how many more files the server may open than it has
 // open once it is serving.

@@ -6,7 +6,7 @@ import (
 	mochi "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
-	"github.com/gatewayd/gateway/core"
+	"github.com/tolsey/tolsey/core"
 )
 
 // backlog keeps the QoS 1/2 messages mochi drops when a connected client's
@@ -42,8 +42,8 @@ type clientBacklog struct {
 // keep keeps pk, which mochi dropped for cl (see backlog), at the QoS and
 // with the flags cl's subscriptions give it. QoS 0 messages are dropped,
 // as MQTT allows; both kinds are counted by mochi in
-// gateway_mqtt_messages_dropped_total, and the kept ones in
-// gateway_messages_dropped_total{reason="requeued"}.
+// tolsey_mqtt_messages_dropped_total, and the kept ones in
+// tolsey_messages_dropped_total{reason="requeued"}.
 func (b *backlog) keep(cl *mochi.Client, pk packets.Packet) {
 	if pk.FixedHeader.Qos == 0 {
 		return

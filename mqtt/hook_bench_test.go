@@ -11,10 +11,10 @@ import (
 	mochi "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
-	"github.com/gatewayd/gateway/core"
-	"github.com/gatewayd/gateway/core/metrics"
-	"github.com/gatewayd/gateway/retain"
-	"github.com/gatewayd/gateway/retain/memory"
+	"github.com/tolsey/tolsey/core"
+	"github.com/tolsey/tolsey/core/metrics"
+	"github.com/tolsey/tolsey/retain"
+	"github.com/tolsey/tolsey/retain/memory"
 )
 
 // The MQTT→MQTT QoS 0 path is mochi's own fan-out plus what the hook adds:

@@ -13,8 +13,8 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"github.com/gatewayd/gateway/retain"
-	"github.com/gatewayd/gateway/retain/memory"
+	"github.com/tolsey/tolsey/retain"
+	"github.com/tolsey/tolsey/retain/memory"
 )
 
 // TestIdleConnectionStackBudget holds the goroutine stack an idle MQTT

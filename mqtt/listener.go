@@ -13,7 +13,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/mochi-mqtt/server/v2/listeners"
 
-	"github.com/gatewayd/gateway/core/accept"
+	"github.com/tolsey/tolsey/core/accept"
 )
 
 // tcpListener serves MQTT on a net.Listener the gateway bound itself, so the

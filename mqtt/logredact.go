@@ -7,7 +7,7 @@ import (
 	mochi "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
-	"github.com/gatewayd/gateway/core"
+	"github.com/tolsey/tolsey/core"
 )
 
 // Log lines must stay short and must not carry message contents).

@@ -14,7 +14,7 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 	"github.com/mochi-mqtt/server/v2/packets"
 
-	"github.com/gatewayd/gateway/core"
+	"github.com/tolsey/tolsey/core"
 )
 
 // TestLogsCarryNoPayloadNorLongTopic: what the front-end logs (its own lines

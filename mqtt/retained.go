@@ -10,9 +10,9 @@ import (
 	mochi "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
-	"github.com/gatewayd/gateway/core"
-	"github.com/gatewayd/gateway/core/metrics"
-	"github.com/gatewayd/gateway/retain"
+	"github.com/tolsey/tolsey/core"
+	"github.com/tolsey/tolsey/core/metrics"
+	"github.com/tolsey/tolsey/retain"
 )
 
 // Retained copies for a late subscriber (docs/mqtt-frontend.md). Which

@@ -12,9 +12,9 @@ import (
 
 	"github.com/mochi-mqtt/server/v2/packets"
 
-	"github.com/gatewayd/gateway/core"
-	"github.com/gatewayd/gateway/retain"
-	"github.com/gatewayd/gateway/retain/memory"
+	"github.com/tolsey/tolsey/core"
+	"github.com/tolsey/tolsey/retain"
+	"github.com/tolsey/tolsey/retain/memory"
 )
 
 // TestReplayWaitsForAcknowledgements: a late subscriber whose window holds

@@ -23,10 +23,10 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 	"github.com/mochi-mqtt/server/v2/system"
 
-	"github.com/gatewayd/gateway/core"
-	"github.com/gatewayd/gateway/core/accept"
-	"github.com/gatewayd/gateway/core/metrics"
-	"github.com/gatewayd/gateway/retain"
+	"github.com/tolsey/tolsey/core"
+	"github.com/tolsey/tolsey/core/accept"
+	"github.com/tolsey/tolsey/core/metrics"
+	"github.com/tolsey/tolsey/retain"
 )
 
 // Options configure the MQTT front-end. Zero values take the documented

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gatewayd/gateway/retain"
-	"github.com/gatewayd/gateway/retain/memory"
+	"github.com/tolsey/tolsey/retain"
+	"github.com/tolsey/tolsey/retain/memory"
 )
 
 // Shutdown while connections keep arriving: a connection accepted just

@@ -17,10 +17,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/gatewayd/gateway/core"
-	"github.com/gatewayd/gateway/core/metrics"
-	"github.com/gatewayd/gateway/retain"
-	"github.com/gatewayd/gateway/retain/embedded"
+	"github.com/tolsey/tolsey/core"
+	"github.com/tolsey/tolsey/core/metrics"
+	"github.com/tolsey/tolsey/retain"
+	"github.com/tolsey/tolsey/retain/embedded"
 )
 
 // Topic limits at the MQTT door. The server runs with the
@@ -85,7 +85,7 @@ func counter(t *testing.T, vec *prometheus.CounterVec, labels ...string) float64
 	return m.GetCounter().GetValue()
 }
 
-// storeErrors is every gateway_retained_store_errors_total series, summed.
+// storeErrors is every tolsey_retained_store_errors_total series, summed.
 func (e *limitsEnv) storeErrors(t *testing.T) float64 {
 	return counter(t, e.met.StoreErrors, "set") + counter(t, e.met.StoreErrors, "match")
 }

@@ -6,8 +6,8 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/gatewayd/gateway/core"
-	"github.com/gatewayd/gateway/core/metrics"
+	"github.com/tolsey/tolsey/core"
+	"github.com/tolsey/tolsey/core/metrics"
 )
 
 // What every front-end does with the retained store, written once here so
@@ -65,7 +65,7 @@ func (r *Replay) Due(m *core.Message, since, now time.Time) bool {
 // tell "the last known state, from the store" from "a change, now".
 //
 // A Match that fails (Redis down) is counted in
-// gateway_retained_store_errors_total{op="match"} and logged with args; the
+// tolsey_retained_store_errors_total{op="match"} and logged with args; the
 // subscription stands. Ending ctx is no failure. Run and send run on the
 // caller's goroutine; send may block (for acknowledgements, for room in a
 // queue), which holds the store's iteration, not a lock.
@@ -103,9 +103,9 @@ const (
 )
 
 // Refused classifies err, a core.PublishResult.RetainErr, and counts it:
-// gateway_retained_refused_total{reason="quota"} for OverQuota;
-// gateway_retained_store_errors_total{op="set"} and
-// gateway_retained_refused_total{reason="store"} for StoreFailed, which is
+// tolsey_retained_refused_total{reason="quota"} for OverQuota;
+// tolsey_retained_store_errors_total{op="set"} and
+// tolsey_retained_refused_total{reason="store"} for StoreFailed, which is
 // also logged with args (the topic, the client). A nil err is Stored.
 func Refused(err error, met *metrics.Metrics, log *slog.Logger, args ...any) Refusal {
 	switch {

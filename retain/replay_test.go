@@ -11,10 +11,10 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/gatewayd/gateway/core"
-	"github.com/gatewayd/gateway/core/metrics"
-	"github.com/gatewayd/gateway/retain"
-	"github.com/gatewayd/gateway/retain/memory"
+	"github.com/tolsey/tolsey/core"
+	"github.com/tolsey/tolsey/core/metrics"
+	"github.com/tolsey/tolsey/retain"
+	"github.com/tolsey/tolsey/retain/memory"
 )
 
 // The rule both front-ends apply to a late subscriber's stored copies.

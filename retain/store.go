@@ -19,7 +19,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gatewayd/gateway/core"
+	"github.com/tolsey/tolsey/core"
 )
 
 // Errors a Store returns. Refused (replay.go) says what each means to a

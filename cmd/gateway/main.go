@@ -1,4 +1,4 @@
-// Command gateway runs the MQTT/AMQP gateway. See README.md.
+// Command gateway runs Tolsey, the MQTT/AMQP gateway. See README.md.
 package main
 
 import (
@@ -9,7 +9,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/gatewayd/gateway/gateway"
+	"github.com/tolsey/tolsey/gateway"
 )
 
 func main() {
@@ -22,6 +22,10 @@ func main() {
 		os.Exit(2)
 	}
 	log := gateway.NewLogger(cfg)
+	if len(cfg.LegacyEnv) > 0 {
+		log.Warn("GATEWAY_* environment variables are read for one more release only: rename them TOLSEY_*",
+			"variables", cfg.LegacyEnv)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := gateway.Run(ctx, cfg, log); err != nil {

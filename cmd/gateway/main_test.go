@@ -59,6 +59,7 @@ func TestBadConfigExits2NamingTheKey(t *testing.T) {
 	}{
 		{args: []string{"--retain.backend=nope"}, key: "retain.backend"},
 		{args: []string{"--mqtt.listen=localhost"}, key: "mqtt.listen"},
+		{env: []string{"TOLSEY_LOG_LEVEL=loud"}, key: "log.level"},
 		{env: []string{"GATEWAY_LOG_LEVEL=loud"}, key: "log.level"},
 		{args: []string{"--bogus=1"}, key: "bogus"},
 	}

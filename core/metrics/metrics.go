@@ -30,34 +30,34 @@ type Metrics struct {
 func New() *Metrics {
 	m := &Metrics{Registry: prometheus.NewRegistry()}
 	m.Connections = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "gateway_connections", Help: "Open client connections.",
+		Name: "tolsey_connections", Help: "Open client connections.",
 	}, []string{"protocol"})
 	m.MessagesIn = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "gateway_messages_in_total", Help: "Messages published into the gateway.",
+		Name: "tolsey_messages_in_total", Help: "Messages published into the gateway.",
 	}, []string{"protocol"})
 	m.MessagesOut = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "gateway_messages_out_total", Help: "Messages delivered to clients.",
+		Name: "tolsey_messages_out_total", Help: "Messages delivered to clients.",
 	}, []string{"protocol"})
 	m.Dropped = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "gateway_messages_dropped_total", Help: "Messages not delivered to a subscriber (slow consumer, expired).",
+		Name: "tolsey_messages_dropped_total", Help: "Messages not delivered to a subscriber (slow consumer, expired).",
 	}, []string{"protocol", "reason"})
 	m.StoreErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "gateway_retained_store_errors_total", Help: "Retained store operations that failed.",
+		Name: "tolsey_retained_store_errors_total", Help: "Retained store operations that failed.",
 	}, []string{"op"})
 	m.RetainRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "gateway_retained_refused_total", Help: "Retained publishes not stored, by reason.",
+		Name: "tolsey_retained_refused_total", Help: "Retained publishes not stored, by reason.",
 	}, []string{"reason"})
 	m.LimitRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "gateway_limit_refusals_total",
+		Name: "tolsey_limit_refusals_total",
 		Help: "Client requests refused because a configured limit was reached, by protocol and limit: topic_levels, topic_length (mqtt.maxTopicLevels, mqtt.maxTopicLength), sessions, links (amqp.maxSessions, amqp.maxLinksPerConnection).",
 	}, []string{"protocol", "limit"})
 	m.Latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "gateway_publish_to_deliver_seconds",
+		Name:    "tolsey_publish_to_deliver_seconds",
 		Help:    "Time from a message entering the gateway to its hand-off to a subscriber's connection.",
 		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
 	}, []string{"protocol"})
 	m.ConnsClosed = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "gateway_connections_closed_total",
+		Name: "tolsey_connections_closed_total",
 		Help: "Connections the gateway ended for cause, by protocol and reason: write_timeout (the client stopped reading), packet_too_large, unanswered_refusals.",
 	}, []string{"protocol", "reason"})
 	m.Registry.MustRegister(m.Connections, m.MessagesIn, m.MessagesOut, m.Dropped,
@@ -157,7 +157,7 @@ func (m *Metrics) Closed(protocol, reason string) {
 
 // TopicRefused counts a topic name or filter refused through protocol for
 // breaking limit ("levels" or "length", core.LimitReason), as limit
-// topic_levels or topic_length of gateway_limit_refusals_total.
+// topic_levels or topic_length of tolsey_limit_refusals_total.
 func (m *Metrics) TopicRefused(protocol, limit string) {
 	m.LimitRefused(protocol, "topic_"+limit)
 }

@@ -36,10 +36,10 @@ func TestOutletCountsLikeOut(t *testing.T) {
 	m.Out("mqtt", time.Now())
 	o.Out(time.Now().Add(-time.Millisecond))
 	o.Out(time.Time{}) // counted, no latency
-	if got := gathered(t, m, "gateway_messages_out_total"); len(got) != 1 || got[0] != 3 {
+	if got := gathered(t, m, "tolsey_messages_out_total"); len(got) != 1 || got[0] != 3 {
 		t.Fatalf("messages out = %v, want one series at 3", got)
 	}
-	if got := gathered(t, m, "gateway_publish_to_deliver_seconds"); len(got) != 1 || got[0] != 2 {
+	if got := gathered(t, m, "tolsey_publish_to_deliver_seconds"); len(got) != 1 || got[0] != 2 {
 		t.Fatalf("latency samples = %v, want one series with 2", got)
 	}
 	var nilM *Metrics

@@ -6,9 +6,9 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/gatewayd/gateway/retain"
-	"github.com/gatewayd/gateway/retain/internal/codec"
-	"github.com/gatewayd/gateway/retain/retaintest"
+	"github.com/tolsey/tolsey/retain"
+	"github.com/tolsey/tolsey/retain/internal/codec"
+	"github.com/tolsey/tolsey/retain/retaintest"
 )
 
 // bulkLoad writes n benchmark messages straight into a store file in large

@@ -30,10 +30,10 @@ import (
 	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
 
-	"github.com/gatewayd/gateway/core"
-	"github.com/gatewayd/gateway/retain"
-	"github.com/gatewayd/gateway/retain/internal/catalog"
-	"github.com/gatewayd/gateway/retain/internal/codec"
+	"github.com/tolsey/tolsey/core"
+	"github.com/tolsey/tolsey/retain"
+	"github.com/tolsey/tolsey/retain/internal/catalog"
+	"github.com/tolsey/tolsey/retain/internal/codec"
 )
 
 // FileName is the file the store keeps under its directory.

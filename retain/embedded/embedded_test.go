@@ -13,9 +13,9 @@ import (
 	bolt "go.etcd.io/bbolt"
 	"go.uber.org/goleak"
 
-	"github.com/gatewayd/gateway/core"
-	"github.com/gatewayd/gateway/retain"
-	"github.com/gatewayd/gateway/retain/retaintest"
+	"github.com/tolsey/tolsey/core"
+	"github.com/tolsey/tolsey/retain"
+	"github.com/tolsey/tolsey/retain/retaintest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

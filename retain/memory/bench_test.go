@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/gatewayd/gateway/retain"
-	"github.com/gatewayd/gateway/retain/retaintest"
+	"github.com/tolsey/tolsey/retain"
+	"github.com/tolsey/tolsey/retain/retaintest"
 )
 
 func load(tb testing.TB, n int) *Store {

@@ -13,10 +13,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gatewayd/gateway/core"
-	"github.com/gatewayd/gateway/retain"
-	"github.com/gatewayd/gateway/retain/internal/catalog"
-	"github.com/gatewayd/gateway/retain/internal/codec"
+	"github.com/tolsey/tolsey/core"
+	"github.com/tolsey/tolsey/retain"
+	"github.com/tolsey/tolsey/retain/internal/catalog"
+	"github.com/tolsey/tolsey/retain/internal/codec"
 )
 
 // Store is a retained store held in memory. It is safe for concurrent use.

@@ -5,8 +5,8 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/gatewayd/gateway/retain"
-	"github.com/gatewayd/gateway/retain/retaintest"
+	"github.com/tolsey/tolsey/retain"
+	"github.com/tolsey/tolsey/retain/retaintest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

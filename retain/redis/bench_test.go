@@ -10,10 +10,10 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/gatewayd/gateway/retain"
-	"github.com/gatewayd/gateway/retain/internal/codec"
-	"github.com/gatewayd/gateway/retain/redistest"
-	"github.com/gatewayd/gateway/retain/retaintest"
+	"github.com/tolsey/tolsey/retain"
+	"github.com/tolsey/tolsey/retain/internal/codec"
+	"github.com/tolsey/tolsey/retain/redistest"
+	"github.com/tolsey/tolsey/retain/retaintest"
 )
 
 // bulkLoad writes n benchmark messages under prefix straight into Redis in

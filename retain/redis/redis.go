@@ -39,10 +39,10 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 
-	"github.com/gatewayd/gateway/core"
-	"github.com/gatewayd/gateway/retain"
-	"github.com/gatewayd/gateway/retain/internal/catalog"
-	"github.com/gatewayd/gateway/retain/internal/codec"
+	"github.com/tolsey/tolsey/core"
+	"github.com/tolsey/tolsey/retain"
+	"github.com/tolsey/tolsey/retain/internal/catalog"
+	"github.com/tolsey/tolsey/retain/internal/codec"
 )
 
 // DefaultPrefix prefixes every key and channel the store uses.

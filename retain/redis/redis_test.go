@@ -16,10 +16,10 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
-	"github.com/gatewayd/gateway/core"
-	"github.com/gatewayd/gateway/retain"
-	"github.com/gatewayd/gateway/retain/redistest"
-	"github.com/gatewayd/gateway/retain/retaintest"
+	"github.com/tolsey/tolsey/core"
+	"github.com/tolsey/tolsey/retain"
+	"github.com/tolsey/tolsey/retain/redistest"
+	"github.com/tolsey/tolsey/retain/retaintest"
 )
 
 func TestMain(m *testing.M) {

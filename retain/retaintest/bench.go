@@ -14,13 +14,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gatewayd/gateway/core"
-	"github.com/gatewayd/gateway/retain"
+	"github.com/tolsey/tolsey/core"
+	"github.com/tolsey/tolsey/retain"
 )
 
 // MemTestEnv enables the per-message memory measurements (slow, 1M
 // messages); CI does not set it.
-const MemTestEnv = "GATEWAY_MEMTEST"
+const MemTestEnv = "TOLSEY_MEMTEST"
 
 // BenchTopic is the i-th topic of the benchmark layout: 100 topics per
 // group, so "bench/<g>/+" matches exactly 100 whatever the total.

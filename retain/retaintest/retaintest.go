@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gatewayd/gateway/core"
-	"github.com/gatewayd/gateway/retain"
+	"github.com/tolsey/tolsey/core"
+	"github.com/tolsey/tolsey/retain"
 )
 
 // Open returns a new, empty store with the given limits. It registers its own

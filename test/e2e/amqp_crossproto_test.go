@@ -10,7 +10,7 @@ import (
 	goamqp "github.com/Azure/go-amqp"
 	"github.com/eclipse/paho.golang/paho"
 
-	"github.com/gatewayd/gateway/gateway"
+	"github.com/tolsey/tolsey/gateway"
 )
 
 // AMQP helpers (go-amqp) for the cross-protocol tests.
@@ -244,10 +244,10 @@ func TestAMQPMetricsAndQuota(t *testing.T) {
 	amqpNext(t, r) // delivered live all the same
 	_, body := httpDo(t, "GET", "http://"+g.AdminAddr()+"/metrics")
 	for _, want := range []string{
-		`gateway_messages_in_total{protocol="amqp"} 2`,
-		`gateway_messages_out_total{protocol="amqp"} 2`,
-		`gateway_connections{protocol="amqp"} 1`,
-		`gateway_retained_refused_total{reason="quota"} 1`,
+		`tolsey_messages_in_total{protocol="amqp"} 2`,
+		`tolsey_messages_out_total{protocol="amqp"} 2`,
+		`tolsey_connections{protocol="amqp"} 1`,
+		`tolsey_retained_refused_total{reason="quota"} 1`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("metrics lack %q:\n%s", want, grep(body, "gateway_"))

@@ -14,7 +14,7 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 	pahov3 "github.com/eclipse/paho.mqtt.golang"
 
-	"github.com/gatewayd/gateway/gateway"
+	"github.com/tolsey/tolsey/gateway"
 )
 
 func TestQuotaExceededStillDeliversLive(t *testing.T) {
@@ -49,7 +49,7 @@ func TestQuotaExceededStillDeliversLive(t *testing.T) {
 		t.Fatalf("q/2 stored despite quota")
 	}
 	_, body := httpDo(t, "GET", "http://"+g.AdminAddr()+"/metrics")
-	if !strings.Contains(body, `gateway_retained_refused_total{reason="quota"} 2`) {
+	if !strings.Contains(body, `tolsey_retained_refused_total{reason="quota"} 2`) {
 		t.Fatalf("metrics do not count the 2 refusals:\n%s", grep(body, "refused"))
 	}
 }
@@ -147,7 +147,7 @@ func TestAdminAPI(t *testing.T) {
 		t.Fatalf("store holds %d after deleting all", n)
 	}
 	_, body = httpDo(t, "GET", base+"/metrics")
-	for _, want := range []string{"gateway_messages_in_total{protocol=\"mqtt\"} 6", "gateway_retained_messages 0", "gateway_connections{protocol=\"mqtt\"} 1"} {
+	for _, want := range []string{"tolsey_messages_in_total{protocol=\"mqtt\"} 6", "tolsey_retained_messages 0", "tolsey_connections{protocol=\"mqtt\"} 1"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("metrics lack %q:\n%s", want, grep(body, "gateway_"))
 		}

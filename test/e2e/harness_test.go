@@ -14,7 +14,7 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 
-	"github.com/gatewayd/gateway/gateway"
+	"github.com/tolsey/tolsey/gateway"
 )
 
 // startGateway runs an in-process gateway on free ports with cfg changes
@@ -29,7 +29,7 @@ func startGateway(t *testing.T, set ...string) *gateway.Gateway {
 		t.Fatalf("config: %v", err)
 	}
 	lvl := slog.LevelWarn
-	if os.Getenv("GATEWAY_TEST_DEBUG") != "" {
+	if os.Getenv("TOLSEY_TEST_DEBUG") != "" {
 		lvl = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))

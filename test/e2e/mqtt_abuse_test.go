@@ -191,7 +191,7 @@ func TestStuckSubscriberDoesNotSlowOthers(t *testing.T) {
 
 	// The stuck client was not disconnected: its queues held its copies.
 	_, metrics := httpDo(t, "GET", "http://"+g.AdminAddr()+"/metrics")
-	if l := grep(metrics, `gateway_connections{protocol="mqtt"}`); !strings.HasSuffix(l, " 4") {
+	if l := grep(metrics, `tolsey_connections{protocol="mqtt"}`); !strings.HasSuffix(l, " 4") {
 		t.Fatalf("want 4 MQTT connections (normal, publisher, stuck, late), metrics: %q", l)
 	}
 	_ = stuck
@@ -206,7 +206,7 @@ func TestStuckSubscriberDisconnectedAfterWriteTimeout(t *testing.T) {
 	payload := make([]byte, 1024)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	metric := `gateway_connections_closed_total{protocol="mqtt",reason="write_timeout"}`
+	metric := `tolsey_connections_closed_total{protocol="mqtt",reason="write_timeout"}`
 	// Publish until the gateway gives up on the stuck client.
 	for i := 0; ; i++ {
 		if _, err := pub.Publish(ctx, &paho.Publish{Topic: "sensors/a", QoS: 1, Payload: payload}); err != nil {
@@ -225,7 +225,7 @@ func TestStuckSubscriberDisconnectedAfterWriteTimeout(t *testing.T) {
 		t.Fatalf("stuck client's connection did not end: %v", err)
 	}
 	_, m := httpDo(t, "GET", "http://"+g.AdminAddr()+"/metrics")
-	if l := grep(m, `gateway_connections{protocol="mqtt"}`); !strings.HasSuffix(l, " 1") {
+	if l := grep(m, `tolsey_connections{protocol="mqtt"}`); !strings.HasSuffix(l, " 1") {
 		t.Fatalf("want only the publisher connected: %q", l)
 	}
 }

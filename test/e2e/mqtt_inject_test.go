@@ -9,7 +9,7 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 
-	"github.com/gatewayd/gateway/core"
+	"github.com/tolsey/tolsey/core"
 )
 
 // Messages from other front-ends reach MQTT sessions at every QoS, with

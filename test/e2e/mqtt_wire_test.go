@@ -146,7 +146,7 @@ func TestDisconnectReachesClientStillSending(t *testing.T) {
 	metrics := "http://" + g.AdminAddr() + "/metrics"
 	eventually(t, "the gateway to drop the connection", func() bool {
 		_, body := httpDo(t, "GET", metrics)
-		return grep(body, `gateway_connections{protocol="mqtt"}`) == `gateway_connections{protocol="mqtt"} 0`
+		return grep(body, `tolsey_connections{protocol="mqtt"}`) == `tolsey_connections{protocol="mqtt"} 0`
 	})
 	for i, rec := range append(recs, nil, nil) {
 		var err error

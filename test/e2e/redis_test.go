@@ -6,7 +6,7 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 
-	"github.com/gatewayd/gateway/retain/redistest"
+	"github.com/tolsey/tolsey/retain/redistest"
 )
 
 func startRedis(t *testing.T) *redistest.Server { return redistest.Start(t) }
@@ -75,7 +75,7 @@ func TestRedisOutage(t *testing.T) {
 		t.Fatalf("live delivery during outage got %q", m.Payload)
 	}
 	_, body := httpDo(t, "GET", base+"/metrics")
-	if !strings.Contains(body, `gateway_retained_store_errors_total{op="set"}`) {
+	if !strings.Contains(body, `tolsey_retained_store_errors_total{op="set"}`) {
 		t.Fatalf("store errors not counted:\n%s", grep(body, "store_errors"))
 	}
 

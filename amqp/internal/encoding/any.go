@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/gatewayd/gateway/amqp/internal/buffer"
+	"github.com/tolsey/tolsey/amqp/internal/buffer"
 )
 
 // ReadAny decodes one value of any type. The mapping to Go types:

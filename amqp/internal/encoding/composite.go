@@ -3,7 +3,7 @@ package encoding
 import (
 	"fmt"
 
-	"github.com/gatewayd/gateway/amqp/internal/buffer"
+	"github.com/tolsey/tolsey/amqp/internal/buffer"
 )
 
 // Composite types (part 1 section 1.4) are described lists whose elements

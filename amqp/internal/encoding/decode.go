@@ -3,7 +3,7 @@ package encoding
 import (
 	"math"
 
-	"github.com/gatewayd/gateway/amqp/internal/buffer"
+	"github.com/tolsey/tolsey/amqp/internal/buffer"
 )
 
 // MaxZeroWidthElements bounds the element count of an array whose element

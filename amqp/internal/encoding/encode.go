@@ -5,7 +5,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/gatewayd/gateway/amqp/internal/buffer"
+	"github.com/tolsey/tolsey/amqp/internal/buffer"
 )
 
 // Every Write* function picks the smallest encoding the spec allows for the

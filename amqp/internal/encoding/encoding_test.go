@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gatewayd/gateway/amqp/internal/buffer"
+	"github.com/tolsey/tolsey/amqp/internal/buffer"
 )
 
 func unhex(t testing.TB, s string) []byte {

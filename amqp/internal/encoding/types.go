@@ -16,7 +16,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gatewayd/gateway/amqp/internal/buffer"
+	"github.com/tolsey/tolsey/amqp/internal/buffer"
 )
 
 // Type codes, part 1 section 1.6 ("Type encodings").

@@ -5,7 +5,7 @@ import (
 	"io"
 	"testing"
 
-	"github.com/gatewayd/gateway/amqp/internal/buffer"
+	"github.com/tolsey/tolsey/amqp/internal/buffer"
 )
 
 func benchTransfer() *Transfer {

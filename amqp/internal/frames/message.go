@@ -4,8 +4,8 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/gatewayd/gateway/amqp/internal/buffer"
-	"github.com/gatewayd/gateway/amqp/internal/encoding"
+	"github.com/tolsey/tolsey/amqp/internal/buffer"
+	"github.com/tolsey/tolsey/amqp/internal/encoding"
 )
 
 /*

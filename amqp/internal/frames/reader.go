@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/gatewayd/gateway/amqp/internal/buffer"
+	"github.com/tolsey/tolsey/amqp/internal/buffer"
 )
 
 // ErrFrameTooLarge is returned when a frame header announces more bytes

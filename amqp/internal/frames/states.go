@@ -1,8 +1,8 @@
 package frames
 
 import (
-	"github.com/gatewayd/gateway/amqp/internal/buffer"
-	"github.com/gatewayd/gateway/amqp/internal/encoding"
+	"github.com/tolsey/tolsey/amqp/internal/buffer"
+	"github.com/tolsey/tolsey/amqp/internal/encoding"
 )
 
 // DeliveryState is the state of a delivery (part 3 section 3.4): Received,

@@ -3,8 +3,8 @@ package frames
 import (
 	"fmt"
 
-	"github.com/gatewayd/gateway/amqp/internal/buffer"
-	"github.com/gatewayd/gateway/amqp/internal/encoding"
+	"github.com/tolsey/tolsey/amqp/internal/buffer"
+	"github.com/tolsey/tolsey/amqp/internal/encoding"
 )
 
 // Descriptor codes (domain 0x00000000) of the composites in this package.

@@ -10,8 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/gatewayd/gateway/core"
-	"github.com/gatewayd/gateway/retain/internal/codec"
+	"github.com/tolsey/tolsey/core"
+	"github.com/tolsey/tolsey/retain/internal/codec"
 )
 
 // Catalog indexes retained topics with a value V per topic (the whole message

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/gatewayd/gateway/retain/internal/codec"
+	"github.com/tolsey/tolsey/retain/internal/codec"
 )
 
 func newMeta() *Catalog[codec.Meta] { return New(func(m codec.Meta) codec.Meta { return m }) }

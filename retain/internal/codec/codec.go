@@ -32,7 +32,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/gatewayd/gateway/core"
+	"github.com/tolsey/tolsey/core"
 )
 
 // Version is the layout version written as the first byte.

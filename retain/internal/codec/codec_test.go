@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gatewayd/gateway/core"
+	"github.com/tolsey/tolsey/core"
 )
 
 func full() *core.Message {

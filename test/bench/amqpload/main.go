@@ -44,7 +44,7 @@ import (
 	goamqp "github.com/Azure/go-amqp"
 	"github.com/eclipse/paho.golang/paho"
 
-	"github.com/gatewayd/gateway/gateway"
+	"github.com/tolsey/tolsey/gateway"
 )
 
 type config struct {

@@ -1,7 +1,7 @@
 // The peer in the benchmarks: upstream mochi-mqtt exactly as released. It is a
 // module of its own so that the gateway's patched copy (third_party/mochi-mqtt,
 // through the replace in the root go.mod) does not reach it.
-module github.com/gatewayd/gateway/test/bench/baremochi
+module github.com/tolsey/tolsey/test/bench/baremochi
 
 go 1.26.0
 

@@ -40,7 +40,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"github.com/gatewayd/gateway/test/bench/internal/rig"
+	"github.com/tolsey/tolsey/test/bench/internal/rig"
 )
 
 type result struct {

@@ -35,7 +35,7 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 
-	"github.com/gatewayd/gateway/test/bench/internal/rig"
+	"github.com/tolsey/tolsey/test/bench/internal/rig"
 )
 
 type config struct {

@@ -35,7 +35,7 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 
-	"github.com/gatewayd/gateway/test/bench/internal/rig"
+	"github.com/tolsey/tolsey/test/bench/internal/rig"
 )
 
 const group = 100 // retained topics per bench/dev{g}/+ filter
@@ -51,7 +51,7 @@ type result struct {
 	name          string
 	err           error
 	pubs          int
-	stored        float64 // gateway_retained_messages, or -1 (mochi)
+	stored        float64 // tolsey_retained_messages, or -1 (mochi)
 	load          time.Duration
 	before, after int64 // server RSS
 	heapBefore    float64
@@ -161,7 +161,7 @@ func runTarget(r *rig.Rig, c *config, t, gwBin, mochiBin string) (*result, error
 	fmt.Fprintf(os.Stderr, "   stored %d in %v (%.0f msgs/s)\n", c.n, res.load.Round(time.Millisecond), float64(c.n)/res.load.Seconds())
 
 	if m, err := srv.Metrics(); err == nil {
-		res.stored = m["gateway_retained_messages"]
+		res.stored = m["tolsey_retained_messages"]
 	}
 	if res.after, err = srv.SettledRSS(c.settle); err != nil {
 		return nil, err
