@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tolsey/tolsey/core"
+	"github.com/tolsey/tolsey/core/coretest"
 	"github.com/tolsey/tolsey/core/metrics"
 	"github.com/tolsey/tolsey/retain"
 	"github.com/tolsey/tolsey/retain/memory"
@@ -172,13 +173,7 @@ func body(m *goamqp.Message) string {
 // eventually polls cond until it holds or 10 s pass.
 func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	coretest.Eventually(t, what, 10*time.Second, cond)
 }
 
 // dropped reads tolsey_messages_dropped_total{protocol="amqp",reason}.

@@ -3,7 +3,6 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
@@ -12,10 +11,11 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tolsey/tolsey/core/coretest"
 )
 
 // A listener whose socket stops working under it (shut down: accept then
@@ -35,7 +35,7 @@ func TestDeadListenerFailsReadiness(t *testing.T) {
 		{"admin", (*Gateway).AdminAddr},
 	} {
 		t.Run(tc.listener, func(t *testing.T) {
-			var log syncBuffer
+			var log coretest.SyncBuffer
 			g := New(testConfig(t, "--amqp.listen=127.0.0.1:0"), slog.New(slog.NewJSONHandler(&log, nil)))
 			if err := g.Start(context.Background()); err != nil {
 				t.Fatal(err)
@@ -58,12 +58,12 @@ func TestDeadListenerFailsReadiness(t *testing.T) {
 			shutdownListener(t, tc.addr(g))
 
 			if tc.listener == "admin" {
-				waitUntil(t, "Ready to report the admin listener", func() bool {
+				coretest.Eventually(t, "Ready to report the admin listener", 10*time.Second, func() bool {
 					err := g.Ready()
 					return err != nil && strings.Contains(err.Error(), "listener admin on ")
 				})
 			} else {
-				waitUntil(t, "/readyz to answer 503 naming "+tc.listener, func() bool {
+				coretest.Eventually(t, "/readyz to answer 503 naming "+tc.listener, 10*time.Second, func() bool {
 					code, body := get(t, g, "/readyz")
 					if code == http.StatusServiceUnavailable && strings.Contains(body, "listener "+tc.listener+" on ") {
 						t.Logf("/readyz: %d %s", code, body)
@@ -133,33 +133,4 @@ func shutdownListener(t *testing.T, addr string) {
 		}
 	}
 	t.Fatalf("no listening socket on %s", addr)
-}
-
-// syncBuffer is a bytes.Buffer a logger writes to while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
-// waitUntil polls cond until it holds, failing the test after 10 s.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }

@@ -3,7 +3,6 @@
 package mqtt
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -12,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,6 +18,7 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 
 	"github.com/tolsey/tolsey/core"
+	"github.com/tolsey/tolsey/core/coretest"
 	"github.com/tolsey/tolsey/retain"
 	"github.com/tolsey/tolsey/retain/memory"
 )
@@ -44,7 +43,7 @@ func TestListenerSurvivesEMFILE(t *testing.T) {
 		emfileServer(t)
 		return
 	}
-	var stdout, stderr syncBuffer
+	var stdout, stderr coretest.SyncBuffer
 	cmd := exec.Command(os.Args[0], "-test.run=^TestListenerSurvivesEMFILE$", "-test.count=1")
 	cmd.Env = append(os.Environ(), emfileChildEnv+"=1")
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -177,34 +176,5 @@ func emfileServer(t *testing.T) {
 	defer cancel()
 	if err := s.Shutdown(ctx); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// syncBuffer is a bytes.Buffer os/exec writes to while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
-// waitUntil polls cond until it holds, failing the test after 20 s.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/tolsey/tolsey/core"
+	"github.com/tolsey/tolsey/core/coretest"
 )
 
 // TestLogsCarryNoPayloadNorLongTopic: what the front-end logs (its own lines
@@ -67,7 +68,7 @@ func TestLogsCarryNoPayloadNorLongTopic(t *testing.T) {
 // TestRedactHandler: packets, wills, byte slices, long strings and long
 // errors are redacted wherever they sit (record, With, groups).
 func TestRedactHandler(t *testing.T) {
-	var buf lockedBuffer
+	var buf coretest.SyncBuffer
 	var calls atomic.Int32
 	log := newRedactedLogger(slog.New(slog.NewTextHandler(&buf, nil))).With("client", strings.Repeat("c", 300))
 	pk := packetWith("PAYLOAD", "a/"+strings.Repeat("t", 500))

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,6 +17,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/tolsey/tolsey/core"
+	"github.com/tolsey/tolsey/core/coretest"
 	"github.com/tolsey/tolsey/core/metrics"
 	"github.com/tolsey/tolsey/retain"
 	"github.com/tolsey/tolsey/retain/embedded"
@@ -27,28 +27,10 @@ import (
 // default limits (128 levels, 4,096 bytes) and the embedded store, whose
 // 32 KiB key limit a long retained topic used to run into.
 
-// lockedBuffer is a log sink shared by the server's goroutines and the test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 type limitsEnv struct {
 	s    *Server
 	met  *metrics.Metrics
-	logs *lockedBuffer
+	logs *coretest.SyncBuffer
 }
 
 func startLimitsServer(t *testing.T) *limitsEnv {
@@ -57,7 +39,7 @@ func startLimitsServer(t *testing.T) *limitsEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &limitsEnv{met: metrics.New(), logs: &lockedBuffer{}}
+	e := &limitsEnv{met: metrics.New(), logs: &coretest.SyncBuffer{}}
 	router := core.NewRouter(core.RouterOptions{Retainer: retain.Retainer{Store: store}, Node: "n"})
 	e.s, err = New(Options{Listen: "127.0.0.1:0", Router: router, Store: store, Node: "n", Metrics: e.met,
 		Logger: slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})

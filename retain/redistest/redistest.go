@@ -10,7 +10,6 @@ package redistest
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
 	"net"
 	"os/exec"
@@ -18,6 +17,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tolsey/tolsey/core/coretest"
 )
 
 // Binary is the redis-server executable looked up in PATH.
@@ -34,7 +35,7 @@ type Server struct {
 	mu     sync.Mutex
 	cmd    *exec.Cmd     // nil while stopped
 	exited chan struct{} // closed when cmd has been reaped
-	log    *syncBuffer
+	log    *coretest.SyncBuffer
 }
 
 // Start runs redis-server on a free 127.0.0.1 port with
@@ -100,7 +101,7 @@ func (s *Server) Restart() {
 func (s *Server) start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	log := &syncBuffer{}
+	log := &coretest.SyncBuffer{}
 	cmd := exec.Command(Binary,
 		"--port", strconv.Itoa(s.port),
 		"--bind", "127.0.0.1",
@@ -161,24 +162,4 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	if b == nil {
-		return ""
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }

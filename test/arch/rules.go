@@ -104,8 +104,8 @@ var Rules = []Rule{
 	{
 		Name:     "test helpers are for tests",
 		From:     []string{"..."},
-		Except:   []string{"test/...", "retain/redistest", "retain/retaintest"},
-		Deny:     []string{"retain/redistest", "retain/retaintest"},
+		Except:   []string{"test/...", "retain/redistest", "retain/retaintest", "core/coretest"},
+		Deny:     []string{"retain/redistest", "retain/retaintest", "core/coretest"},
 		TestsMay: true,
 	},
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 
+	"github.com/tolsey/tolsey/core/coretest"
 	"github.com/tolsey/tolsey/gateway"
 )
 
@@ -157,13 +158,7 @@ func retainedOnly(ms []*paho.Publish) []*paho.Publish {
 // eventually polls cond until it holds or 15 s pass.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	coretest.Eventually(t, what, 15*time.Second, cond)
 }
 
 func httpDo(t *testing.T, method, url string) (int, string) {
