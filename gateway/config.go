@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -156,6 +157,12 @@ const (
 	legacyEnvPrefix = "GATEWAY_"
 )
 
+// kubernetesServiceEnv matches the variables Kubernetes puts in every pod
+// for each Service (TOLSEY_SERVICE_HOST, TOLSEY_PORT_1883_TCP_ADDR, ... for
+// a Service named tolsey): under our prefixes they are not keys, and must
+// not stop the gateway as an unknown key would.
+var kubernetesServiceEnv = regexp.MustCompile(`_SERVICE_HOST$|_SERVICE_PORT(_[A-Z0-9_]+)?$|_PORT(_[0-9]+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?)?$`)
+
 // envName is the environment variable for key: TOLSEY_ + upper-cased, '.'→'_'.
 func envName(key string) string {
 	return envPrefix + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
@@ -236,6 +243,9 @@ func LoadConfig(args, environ []string, help io.Writer) (*Config, error) {
 			EnvironFunc: func() []string { return environ },
 			TransformFunc: func(name, v string) (string, any) {
 				d := byEnv[envPrefix+strings.TrimPrefix(strings.ToUpper(name), prefix)]
+				if d == nil && kubernetesServiceEnv.MatchString(strings.ToUpper(name)) {
+					return "", nil // a Service named tolsey (or gateway) defines these in every pod
+				}
 				if d == nil {
 					if envErr == nil {
 						envErr = &ConfigError{Key: name, Msg: "unknown environment variable (see gateway --help for the keys)"}

@@ -71,6 +71,23 @@ func TestConfigLegacyEnvPrefix(t *testing.T) {
 	}
 }
 
+// Kubernetes defines TOLSEY_SERVICE_HOST, TOLSEY_PORT_1883_TCP and the like
+// in every pod of a namespace with a Service named tolsey: they are not
+// keys and must not stop the gateway; a misspelt key still does.
+func TestConfigIgnoresKubernetesServiceEnv(t *testing.T) {
+	env := []string{"TOLSEY_SERVICE_HOST=10.0.0.1", "TOLSEY_SERVICE_PORT=1883", "TOLSEY_SERVICE_PORT_MQTT=1883",
+		"TOLSEY_PORT=tcp://10.0.0.1:1883", "TOLSEY_PORT_1883_TCP=tcp://10.0.0.1:1883", "TOLSEY_PORT_1883_TCP_PROTO=tcp",
+		"TOLSEY_PORT_1883_TCP_PORT=1883", "TOLSEY_PORT_1883_TCP_ADDR=10.0.0.1", "TOLSEY_MQTT_SERVICE_HOST=10.0.0.2",
+		"GATEWAY_SERVICE_HOST=10.0.0.3", "TOLSEY_LOG_LEVEL=warn"}
+	c, err := LoadConfig(nil, env, io.Discard)
+	if err != nil || c.LogLevel != "warn" {
+		t.Fatalf("%v %+v", err, c)
+	}
+	if _, err := LoadConfig(nil, []string{"TOLSEY_MQTT_LISTN=1"}, io.Discard); err == nil {
+		t.Fatal("a misspelt key must still be refused")
+	}
+}
+
 func TestConfigErrorsNameTheKey(t *testing.T) {
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.yaml")

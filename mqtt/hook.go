@@ -93,8 +93,13 @@ func (h *hook) OnSessionEstablished(cl *mochi.Client, _ packets.Packet) {
 
 func (h *hook) OnDisconnect(cl *mochi.Client, err error, _ bool) {
 	h.s.opts.Metrics.Conn("mqtt", -1)
-	if cause := cl.StopCause(); cause != nil {
-		err = cause // the first reason the connection ended, not the read that saw it close
+	// Why the connection ended: a failed write first (the reader then ends
+	// it at its deadline), else the first reason it was stopped, not the
+	// read that saw it close.
+	if wf := cl.WriteFailure(); wf != nil {
+		err = wf
+	} else if cause := cl.StopCause(); cause != nil {
+		err = cause
 	}
 	switch {
 	case errors.Is(err, os.ErrDeadlineExceeded) && errors.Is(err, mochi.ErrWriteFailed):

@@ -315,6 +315,10 @@ func (r *replayer) waitForSlot(cl *mochi.Client, c *clientReplay) error {
 			r.wakes.Add(1)
 		case <-c.gone:
 			return mochi.ErrConnectionClosed
+		case <-cl.Done():
+			// Stopped (a shutdown, a failed write) while its reader may
+			// never reach OnDisconnect, which closes gone.
+			return mochi.ErrConnectionClosed
 		}
 	}
 	return nil

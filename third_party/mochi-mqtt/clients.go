@@ -144,7 +144,10 @@ type ClientConnection struct {
 	// subscriber that stopped reading its socket froze every QoS 1/2
 	// publisher behind its blocked write. Nothing but writes takes wmu.
 	wmu        sync.Mutex
-	writeRearm int64  // unix nanoseconds after which the write deadline is set again
+	writeRearm int64 // unix nanoseconds after which the write deadline is set again
+	// pending is a DISCONNECT a write that must not wait left for
+	// whoever held wmu, who writes it once done (writePending).
+	pending atomic.Pointer[[]byte]
 	Remote     string // the remote address of the client
 	Listener   string // listener id of the client
 	Inline     bool   // if true, the client is the built-in 'inline' embedded client
@@ -203,7 +206,11 @@ type ClientState struct {
 	outbound        outboundQueue      // queue for pending outbound packets (gateway patch: was a channel)
 	endOnce         sync.Once          // only end once
 	isTakenOver     atomic.Bool        // used to identify orphaned clients
-	takenOver       atomic.Bool        // another connection took the session: only its DISCONNECT is written and read (gateway patch)
+	takenOver       atomic.Bool        // another connection took the session: only its DISCONNECT is written (gateway patch)
+	sessionTaken    atomic.Bool        // ... and carries the session on: no delayed will for this one (gateway patch)
+	draining        atomic.Bool        // the connection is ending: its reader takes only a DISCONNECT, within the deadline set (gateway patch)
+	writesDone      atomic.Bool        // a write failed: nothing more is written (gateway patch)
+	writeErr        atomic.Value       // writeFailure: why writes ended (gateway patch)
 	packetID        uint32             // the current highest packetID
 	open            context.Context    // indicate that the client is open for packet exchange
 	cancelOpen      context.CancelFunc // cancel function for open context
@@ -369,8 +376,9 @@ func (cl *Client) writeQueued(pk *packets.Packet) {
 		// the next write).
 		if cl.State.outbound.Len() == 0 {
 			cl.Net.wmu.Lock()
-			cl.armWriteDeadline()
-			_ = cl.flushOutbuf()
+			if err := cl.flushOutbuf(); err != nil {
+				cl.failWrites(err)
+			}
 			cl.Net.wmu.Unlock()
 		}
 	}
@@ -550,10 +558,10 @@ func (cl *Client) ClearExpiredInflights(now, maximumExpiry int64) []uint16 {
 func (cl *Client) Read(packetHandler ReadFn) error {
 	for {
 		if cl.Closed() {
-			return nil
+			return cl.stoppedFor()
 		}
 
-		if !cl.State.takenOver.Load() { // gateway patch: takeOver's deadline stands
+		if !cl.State.draining.Load() { // gateway patch: the ending connection's deadline stands
 			cl.refreshDeadline(cl.State.Keepalive)
 		}
 		fh := new(packets.FixedHeader)
@@ -601,6 +609,54 @@ func (cl *Client) Stop(err error) {
 	})
 }
 
+// stoppedFor is what Read returns once the client is stopped: nil after a
+// DISCONNECT the client sent, else why it was stopped (gateway patch:
+// upstream returned nil, so a connection the server ended without a
+// DISCONNECT, a refused topic for one, lost its will [MQTT-3.1.2-8]).
+func (cl *Client) stoppedFor() error {
+	cause := cl.StopCause()
+	if cause == nil || cause == error(packets.CodeDisconnect) {
+		return nil
+	}
+	return cause
+}
+
+// writeFailure wraps the error that ended a client's writes (atomic.Value
+// needs one concrete type).
+type writeFailure struct{ err error }
+
+// WriteFailure is the error that ended the client's writes, wrapping
+// ErrWriteFailed, or nil (gateway patch).
+func (cl *Client) WriteFailure() error {
+	if v, ok := cl.State.writeErr.Load().(writeFailure); ok {
+		return v.err
+	}
+	return nil
+}
+
+// drainOnWriteFailure bounds how long the reader of a connection whose
+// write failed is read for a DISCONNECT of the client's (gateway patch).
+const drainOnWriteFailure = time.Second
+
+// failWrites ends a connection whose write failed or ran past its deadline
+// (gateway patch). The stream may hold part of a packet, so nothing more is
+// written (upstream went on writing into it). The socket is not closed
+// here: the reader takes what has arrived for at most drainOnWriteFailure,
+// so that a DISCONNECT the client sent before it stopped reading still
+// counts (no will), and ends the connection at the end of the stream or
+// the deadline, which publishes the will as for any connection the server
+// ends. A session taken over is already draining under takeOver.
+func (cl *Client) failWrites(err error) {
+	if cl.State.writesDone.Swap(true) {
+		return
+	}
+	cl.State.writeErr.Store(writeFailure{fmt.Errorf("%w: %w", ErrWriteFailed, err)})
+	if cl.State.draining.Swap(true) || cl.Net.Conn == nil {
+		return
+	}
+	_ = cl.Net.Conn.SetReadDeadline(time.Now().Add(drainOnWriteFailure))
+}
+
 // StopCause returns the reason the client connection was stopped, if any.
 func (cl *Client) StopCause() error {
 	if cl.State.stopCause.Load() == nil {
@@ -612,6 +668,17 @@ func (cl *Client) StopCause() error {
 // StopTime returns the the time the client disconnected in unix time, else zero.
 func (cl *Client) StopTime() int64 {
 	return atomic.LoadInt64(&cl.State.disconnected)
+}
+
+// Done is closed once the client is stopped (gateway patch: a goroutine of
+// the embedding application waiting on the client can end with it).
+func (cl *Client) Done() <-chan struct{} {
+	if cl.State.open == nil {
+		closed := make(chan struct{})
+		close(closed)
+		return closed
+	}
+	return cl.State.open.Done()
 }
 
 // Closed returns true if client connection is closed.
@@ -716,7 +783,7 @@ func (cl *Client) ReadPacket(fh *packets.FixedHeader) (pk packets.Packet, err er
 
 // readBodyChunk is the most of a packet body reserved before its bytes
 // arrive (gateway patch).
-const readBodyChunk = 64 << 10
+const readBodyChunk = 4 << 10
 
 // readBody reads a packet body of n bytes into a new slice. Upstream made
 // the whole slice from the remaining length in the fixed header, before a
@@ -756,8 +823,8 @@ func (cl *Client) writePacket(pk packets.Packet, wait bool) error {
 	if cl.Closed() {
 		return ErrConnectionClosed
 	}
-	if cl.State.takenOver.Load() && pk.FixedHeader.Type != packets.Disconnect {
-		return ErrConnectionClosed // nothing follows the DISCONNECT [MQTT-3.14.4-1]
+	if cl.refused(pk.FixedHeader.Type) {
+		return ErrConnectionClosed
 	}
 
 	if cl.Net.Conn == nil {
@@ -831,54 +898,8 @@ func (cl *Client) writePacket(pk packets.Packet, wait bool) error {
 		return packets.ErrPacketTooLarge // [MQTT-3.1.2-24] [MQTT-3.1.2-25]
 	}
 
-	n, err := func() (int64, error) {
-		// gateway patch: wmu, not the client lock (see ClientConnection).
-		if wait {
-			cl.Net.wmu.Lock()
-		} else if !cl.Net.wmu.TryLock() {
-			return 0, ErrWriteBusy
-		}
-		defer cl.Net.wmu.Unlock()
-		cl.armWriteDeadline()
-		if cl.State.outbound.Len() == 0 {
-			if cl.Net.outbuf == nil {
-				return buf.WriteTo(cl.Net.Conn)
-			}
-
-			// first write to buffer, then flush buffer
-			n, _ := cl.Net.outbuf.Write(buf.Bytes()) // will always be successful
-			err = cl.flushOutbuf()
-			return int64(n), err
-		}
-
-		// there are more writes in the queue
-		if cl.Net.outbuf == nil {
-			if buf.Len() >= cl.ops.options.ClientNetWriteBufferSize {
-				return buf.WriteTo(cl.Net.Conn)
-			}
-			cl.Net.outbuf = new(bytes.Buffer)
-		}
-
-		n, _ := cl.Net.outbuf.Write(buf.Bytes()) // will always be successful
-		if cl.Net.outbuf.Len() < cl.ops.options.ClientNetWriteBufferSize {
-			return int64(n), nil
-		}
-
-		err = cl.flushOutbuf()
-		return int64(n), err
-	}()
+	n, err := cl.writeEncoded(buf.Bytes(), pk.FixedHeader.Type, wait)
 	if err != nil {
-		// A session taken over is ended by its reader (takeOver): the
-		// DISCONNECT failing to reach a client that already closed must
-		// not close the socket before the reader has taken what the
-		// client sent.
-		if err != ErrWriteBusy && !cl.State.takenOver.Load() {
-			// gateway patch: a write that failed or ran past its
-			// deadline may have sent part of a packet; nothing can
-			// follow it on this connection, so it ends here (upstream
-			// went on writing into the broken stream).
-			cl.Stop(fmt.Errorf("%w: %w", ErrWriteFailed, err))
-		}
 		return err
 	}
 
@@ -893,24 +914,119 @@ func (cl *Client) writePacket(pk packets.Packet, wait bool) error {
 	return err
 }
 
-// armWriteDeadline gives the socket writes that follow a deadline of
-// Options.WriteTimeout (gateway patch): a client that stops reading is
-// disconnected once a write has waited that long, instead of holding its
-// writer, and everything queued behind it, for ever. Setting a deadline
-// costs a timer update, so it is set again only once half of it has gone:
-// every write has between half of WriteTimeout and all of it. The caller
-// holds wmu.
-func (cl *Client) armWriteDeadline() {
+// refused reports whether a packet of type typ may no longer be written:
+// after a failed write nothing is, after a takeover only the DISCONNECT
+// [MQTT-3.14.4-1] (gateway patch).
+func (cl *Client) refused(typ byte) bool {
+	return cl.State.writesDone.Load() || (cl.State.takenOver.Load() && typ != packets.Disconnect)
+}
+
+// writeEncoded writes one encoded packet of type typ (gateway patch: under
+// wmu, not the client lock; see ClientConnection). While more packets are
+// queued behind it, it is batched in outbuf up to the write buffer size; a
+// DISCONNECT is always written at once. With wait false and another write
+// in progress, it does not wait: a DISCONNECT is left for that write's
+// goroutine to write after it (writePending), anything else is refused
+// with ErrWriteBusy. A failed write ends the connection (failWrites).
+func (cl *Client) writeEncoded(b []byte, typ byte, wait bool) (int64, error) {
+	if wait {
+		cl.Net.wmu.Lock()
+	} else if !cl.Net.wmu.TryLock() {
+		if typ != packets.Disconnect {
+			return 0, ErrWriteBusy
+		}
+		cl.Net.pending.Store(&b)
+		cl.writePending()
+		return int64(len(b)), nil
+	}
+	var n int64
+	var err error
+	if cl.refused(typ) { // again under wmu: a takeover may have come since
+		err = ErrConnectionClosed
+	} else if n, err = cl.writeLocked(b, typ == packets.Disconnect); err != nil {
+		cl.failWrites(err)
+	}
+	cl.Net.wmu.Unlock()
+	cl.writePending()
+	return n, err
+}
+
+// writePending writes a DISCONNECT a write that must not wait left, if
+// wmu is free; whoever holds wmu calls it again once done, so the packet
+// is not stranded.
+func (cl *Client) writePending() {
+	for cl.Net.pending.Load() != nil {
+		if !cl.Net.wmu.TryLock() {
+			return
+		}
+		if p := cl.Net.pending.Swap(nil); p != nil && !cl.State.writesDone.Load() {
+			if _, err := cl.writeLocked(*p, true); err != nil {
+				cl.failWrites(err)
+			}
+		}
+		cl.Net.wmu.Unlock()
+	}
+}
+
+// writeLocked writes b, or batches it in outbuf while more packets are
+// queued and flush is false. The caller holds wmu.
+func (cl *Client) writeLocked(b []byte, flush bool) (int64, error) {
+	if cl.State.outbound.Len() == 0 || flush {
+		if cl.Net.outbuf == nil {
+			return cl.writeOut(b)
+		}
+		// first write to buffer, then flush buffer
+		n, _ := cl.Net.outbuf.Write(b) // will always be successful
+		return int64(n), cl.flushOutbuf()
+	}
+
+	// there are more writes in the queue
+	if cl.Net.outbuf == nil {
+		if len(b) >= cl.ops.options.ClientNetWriteBufferSize {
+			return cl.writeOut(b)
+		}
+		cl.Net.outbuf = new(bytes.Buffer)
+	}
+
+	n, _ := cl.Net.outbuf.Write(b) // will always be successful
+	if cl.Net.outbuf.Len() < cl.ops.options.ClientNetWriteBufferSize {
+		return int64(n), nil
+	}
+	return int64(n), cl.flushOutbuf()
+}
+
+// writeChunk is the most written to the socket under one write deadline.
+const writeChunk = 64 << 10
+
+// writeOut writes b to the socket under Options.WriteTimeout (gateway
+// patch): a client that stops reading is disconnected once a write has
+// waited that long, instead of holding its writer, and everything queued
+// behind it, for ever. The timeout bounds a stall, not a whole packet: a
+// large packet is written in chunks of writeChunk, each with a deadline of
+// its own, so a client that reads slowly but steadily is not cut off.
+// Setting a deadline costs a timer update, so for small writes it is set
+// again only once half of it has gone (each has between half of
+// WriteTimeout and all of it). The caller holds wmu.
+func (cl *Client) writeOut(b []byte) (int64, error) {
 	t := cl.ops.options.WriteTimeout
-	if t <= 0 || cl.Net.Conn == nil {
-		return
+	big := len(b) > writeChunk
+	var n int64
+	for len(b) > 0 {
+		if t > 0 {
+			now := time.Now()
+			if big || now.UnixNano() >= cl.Net.writeRearm {
+				_ = cl.Net.Conn.SetWriteDeadline(now.Add(t))
+				cl.Net.writeRearm = now.Add(t / 2).UnixNano()
+			}
+		}
+		m, err := cl.Net.Conn.Write(b[:min(len(b), writeChunk)])
+		n += int64(m)
+		b = b[m:]
+		if err != nil {
+			return n, err
+		}
 	}
-	now := time.Now()
-	if now.UnixNano() < cl.Net.writeRearm {
-		return
-	}
-	_ = cl.Net.Conn.SetWriteDeadline(now.Add(t))
-	cl.Net.writeRearm = now.Add(t / 2).UnixNano()
+	return n, nil
 }
 
 // flushOutbuf writes what is buffered; the caller holds wmu.
@@ -919,7 +1035,7 @@ func (cl *Client) flushOutbuf() (err error) {
 		return
 	}
 
-	_, err = cl.Net.outbuf.WriteTo(cl.Net.Conn)
+	_, err = cl.writeOut(cl.Net.outbuf.Bytes())
 	if err == nil {
 		cl.Net.outbuf = nil
 	}

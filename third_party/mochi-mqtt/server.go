@@ -160,6 +160,11 @@ type Server struct {
 	// Topics. A stripe is held only for map and index updates, never
 	// across network I/O.
 	sessionLocks [64]sync.Mutex
+
+	// willOwners is the client whose delayed will waits in
+	// loop.willDelayed, by id (gateway patch): when the delay ends, the id
+	// may be held by a new connection, whose will is its own.
+	willOwners sync.Map // string → *Client
 }
 
 // sessionLock is the lock of id's stripe (gateway patch).
@@ -505,18 +510,23 @@ func (s *Server) establishClient(cl *Client, listener string) (counted bool, err
 	s.hooks.OnSessionEstablish(cl, pk)
 
 	// gateway patch: the session is taken and cl registered under the id's
-	// lock (see sessionLocks); the old connection is told after.
+	// lock (see sessionLocks); the old connection is told after the
+	// CONNACK, which it must not delay.
 	mu := s.sessionLock(cl.ID)
 	mu.Lock()
 	sessionPresent, old := s.inheritClientSession(pk, cl)
 	s.Clients.Add(cl) // [MQTT-4.1.0-1]
 	mu.Unlock()
+
+	err = s.SendConnack(cl, code, sessionPresent, nil) // [MQTT-3.1.4-5] [MQTT-3.2.0-1] [MQTT-3.2.0-2] &[MQTT-3.14.0-1]
 	if old != nil {
 		s.takeOver(old)
 	}
-
-	err = s.SendConnack(cl, code, sessionPresent, nil) // [MQTT-3.1.4-5] [MQTT-3.2.0-1] [MQTT-3.2.0-2] &[MQTT-3.14.0-1]
 	if err != nil {
+		// gateway patch: cl is registered but its reader never runs, so
+		// detachClient never will: end its session here (upstream left a
+		// clean session in Clients for ever, 2.5 KiB each).
+		s.expireSession(cl)
 		return true, fmt.Errorf("ack connection packet: %w", err)
 	}
 
@@ -548,14 +558,22 @@ func (s *Server) detachClient(cl *Client, listener string, err error) {
 	}
 	s.Log.Debug("client disconnected", "error", err, "client", cl.ID, "remote", cl.Net.Remote, "listener", listener)
 
-	expire := (cl.Properties.ProtocolVersion == 5 && cl.Properties.Props.SessionExpiryInterval == 0) || (cl.Properties.ProtocolVersion < 5 && cl.Properties.Clean)
-	s.hooks.OnDisconnect(cl, err, expire)
+	s.hooks.OnDisconnect(cl, err, sessionEnds(cl))
+	s.expireSession(cl)
+}
 
-	if !expire {
+// sessionEnds reports whether cl's session ends with its connection.
+func sessionEnds(cl *Client) bool {
+	return (cl.Properties.ProtocolVersion == 5 && cl.Properties.Props.SessionExpiryInterval == 0) || (cl.Properties.ProtocolVersion < 5 && cl.Properties.Clean)
+}
+
+// expireSession ends cl's session when it ends with the connection, only
+// while cl still holds its id (gateway patch): a connection that took the
+// session over has already cleaned cl up (inheritClientSession).
+func (s *Server) expireSession(cl *Client) {
+	if !sessionEnds(cl) {
 		return
 	}
-	// gateway patch: only while cl still holds its id; a connection that
-	// took the session over has already cleaned cl up (inheritClientSession).
 	mu := s.sessionLock(cl.ID)
 	mu.Lock()
 	if !cl.IsTakenOver() && s.Clients.DeleteIf(cl.ID, cl) { // [MQTT-4.1.0-2] ![MQTT-3.1.2-23]
@@ -589,13 +607,19 @@ func (s *Server) readConnectionPacket(cl *Client) (pk packets.Packet, err error)
 // receivePacket processes an incoming packet for a client, and issues a disconnect to the client
 // if an error has occurred (if mqtt v5).
 func (s *Server) receivePacket(cl *Client, pk packets.Packet) error {
-	if cl.State.takenOver.Load() && pk.FixedHeader.Type != packets.Disconnect {
-		// gateway patch: what the old connection of a session taken over
-		// sent before it read the DISCONNECT is read only to find a
-		// DISCONNECT of its own (takeOver); the rest belongs to no session.
+	if cl.State.draining.Load() && pk.FixedHeader.Type != packets.Disconnect {
+		// gateway patch: what an ending connection (a session taken over,
+		// a failed write) sent before is read only to find a DISCONNECT
+		// of its own (takeOver, failWrites); the rest is not processed.
 		return nil
 	}
 	err := s.processPacket(cl, pk)
+	if err != nil && cl.State.writesDone.Load() {
+		// gateway patch: the packet's answer could not be written; the
+		// connection is ending (failWrites), and its reader goes on to
+		// take a DISCONNECT the client may have sent after it.
+		return nil
+	}
 	if err != nil {
 		if code, ok := err.(packets.Code); ok &&
 			cl.Properties.ProtocolVersion == 5 &&
@@ -652,6 +676,7 @@ func (s *Server) inheritClientSession(pk packets.Packet, cl *Client) (present bo
 		}
 
 		existing.State.isTakenOver.Store(true)
+		existing.State.sessionTaken.Store(true) // no delayed will: the session goes on [MQTT-3.1.3-9]
 		if existing.State.Inflight.Len() > 0 {
 			cl.State.Inflight = existing.State.Inflight.Clone() // [MQTT-3.1.2-5]
 			if cl.State.Inflight.maximumReceiveQuota == 0 && cl.ops.options.Capabilities.ReceiveMaximum != 0 {
@@ -707,17 +732,21 @@ func (s *Server) takeOver(cl *Client) {
 		_ = s.DisconnectClientNoWait(cl, packets.ErrSessionTakenOver)
 		return
 	}
+	cl.State.draining.Store(true)
 	_ = cl.Net.Conn.SetReadDeadline(time.Now().Add(takeOverDrain))
-	// Before the DISCONNECT: a client that has closed answers it with a
-	// reset, after which the socket can no longer be half-closed (its
-	// reader still gets what had arrived, then the error).
-	_ = hc.CloseRead()
 	out := packets.Packet{
 		FixedHeader: packets.FixedHeader{Type: packets.Disconnect},
 		ReasonCode:  packets.ErrSessionTakenOver.Code,
 		Properties:  packets.Properties{ReasonString: packets.ErrSessionTakenOver.Reason},
 	}
+	// The DISCONNECT goes first (written now, or after a write in progress:
+	// writePending); a half-close first would end the reader, and the
+	// connection, before it was out. A client that has already closed may
+	// answer it with a reset, after which the half-close fails: its
+	// reader still gets what had arrived, then the error, so that failure
+	// is ignored.
 	_ = cl.writePacket(out, false)
+	_ = hc.CloseRead()
 }
 
 // SendConnack returns a Connack packet to a client.
@@ -839,8 +868,12 @@ func (s *Server) processPacket(cl *Client, pk packets.Packet) error {
 
 	if cl.State.Inflight.Len() > 0 && atomic.LoadInt32(&cl.State.Inflight.sendQuota) > 0 {
 		next, ok := cl.State.Inflight.NextImmediate()
-		if ok {
-			_ = cl.WritePacket(next)
+		// gateway patch: queued for the client's writer, not written
+		// here: the reader must not block on a write (a write held up by
+		// a hook, the gateway's retained-copy gate, waited for PUBACKs
+		// only this reader could process). A full queue leaves it held
+		// for the next packet.
+		if ok && cl.enqueue(&next) {
 			if ok := cl.State.Inflight.Delete(next.PacketID); ok {
 				atomic.AddInt64(&s.Info.Inflight, -1)
 			}
@@ -963,6 +996,12 @@ func (s *Server) InjectPacket(cl *Client, pk packets.Packet) error {
 	pk.ProtocolVersion = cl.Properties.ProtocolVersion
 
 	err := s.processPacket(cl, pk)
+	if err != nil && cl.State.writesDone.Load() {
+		// gateway patch: the packet's answer could not be written; the
+		// connection is ending (failWrites), and its reader goes on to
+		// take a DISCONNECT the client may have sent after it.
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -1668,9 +1707,18 @@ func (s *Server) sendLWT(cl *Client) {
 		ProtocolVersion: cl.Properties.ProtocolVersion,
 	}
 
-	if cl.Properties.Will.WillDelayInterval > 0 {
+	if cl.Properties.Will.WillDelayInterval > 0 && cl.State.sessionTaken.Load() {
+		// gateway patch: a connection carried the session on before the
+		// delay passed: the will is not sent [MQTT-3.1.3-9] (upstream
+		// scheduled it, and the new connection's establishment could
+		// run before, so it went out while the session was live).
+		atomic.StoreUint32(&cl.Properties.Will.Flag, 0)
+		return
+	}
+	if cl.Properties.Will.WillDelayInterval > 0 && !cl.IsTakenOver() { // gateway patch: taken over with a clean start, the session has ended: no delay
 		pk.Connect.WillProperties.WillDelayInterval = cl.Properties.Will.WillDelayInterval
 		pk.Expiry = time.Now().Unix() + int64(pk.Connect.WillProperties.WillDelayInterval)
+		s.willOwners.Store(cl.ID, cl)
 		s.loop.willDelayed.Add(cl.ID, pk)
 		return
 	}
@@ -1896,7 +1944,17 @@ func (s *Server) sendDelayedLWT(dt int64) {
 			// subscribes in between looks for it (it got the will
 			// neither live nor stored; TestWillCarriesItsProperties
 			// failed now and then on a loaded machine).
-			if cl, ok := s.Clients.Get(id); ok {
+			owner, _ := s.willOwners.LoadAndDelete(id)
+			cl, ok := s.Clients.Get(id)
+			if ok && cl != owner && !cl.Closed() {
+				// gateway patch: the id is connected again, so the
+				// session came back before the delay passed: no will
+				// [MQTT-3.1.3-9], and the new connection's own will is
+				// left alone (upstream cleared it).
+				s.loop.willDelayed.Delete(id)
+				continue
+			}
+			if ok {
 				if pk.FixedHeader.Retain {
 					s.retainMessage(cl, pk)
 				}

@@ -1503,6 +1503,9 @@ func TestServerProcessPacketAndNextImmediate(t *testing.T) {
 	go func() {
 		err := s.processPacket(cl, *packets.TPacketData[packets.Publish].Get(packets.TPublishBasic).Packet)
 		require.NoError(t, err)
+		// gateway patch: the held packet is queued for the writer, not
+		// written by the reader; close once the writer is done.
+		require.Eventually(t, func() bool { return atomic.LoadInt32(&cl.State.outboundQty) == 0 }, 5*time.Second, time.Millisecond)
 		_ = w.Close()
 	}()
 
