@@ -147,10 +147,10 @@ type ClientConnection struct {
 	writeRearm int64 // unix nanoseconds after which the write deadline is set again
 	// pending is a DISCONNECT a write that must not wait left for
 	// whoever held wmu, who writes it once done (writePending).
-	pending atomic.Pointer[[]byte]
-	Remote     string // the remote address of the client
-	Listener   string // listener id of the client
-	Inline     bool   // if true, the client is the built-in 'inline' embedded client
+	pending  atomic.Pointer[[]byte]
+	Remote   string // the remote address of the client
+	Listener string // listener id of the client
+	Inline   bool   // if true, the client is the built-in 'inline' embedded client
 }
 
 // ClientProperties contains the properties which define the client behaviour.
