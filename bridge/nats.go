@@ -212,8 +212,8 @@ func (b *NATS) natsOptions() ([]nats.Option, error) {
 		// socket and the next ones sent on the new one, out of order, and
 		// core NATS is at most once anyway.
 		nats.ReconnectBufSize(-1),
-		nats.ConnectHandler(func(*nats.Conn) { b.up("connected") }),
-		nats.ReconnectHandler(func(*nats.Conn) { b.up("reconnected") }),
+		nats.ConnectHandler(func(nc *nats.Conn) { b.up(nc, "connected") }),
+		nats.ReconnectHandler(func(nc *nats.Conn) { b.up(nc, "reconnected") }),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			b.connected.Store(false)
 			if err == nil {
@@ -270,9 +270,9 @@ func (b *NATS) reconnectDelay(attempts int) time.Duration {
 	return d/2 + rand.N(d/2+1)
 }
 
-func (b *NATS) up(what string) {
+func (b *NATS) up(nc *nats.Conn, what string) {
 	b.connected.Store(true)
-	b.log.Info("NATS bridge "+what, "url", redactURL(b.nc.ConnectedUrl()))
+	b.log.Info("NATS bridge "+what, "url", redactURL(nc.ConnectedUrl()))
 	for _, r := range b.rules {
 		if r.js != nil {
 			r.js.linkUp()
