@@ -1,5 +1,3 @@
-//go:build bridgebuffer
-
 package bridge
 
 import (
