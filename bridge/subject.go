@@ -182,12 +182,15 @@ func appendSubject(b *strings.Builder, levels, name string) error {
 			// one topic "a/*", would match every "a/x" there.
 			return unmappable(name, fmt.Sprintf("the level %q would be a NATS wildcard", level), nil)
 		default:
-			for i := 0; i < len(level); i++ {
-				if level[i] == '.' {
-					b.WriteString("//")
-				} else {
-					b.WriteByte(level[i])
+			for {
+				i := strings.IndexByte(level, '.')
+				if i < 0 {
+					b.WriteString(level)
+					break
 				}
+				b.WriteString(level[:i])
+				b.WriteString("//")
+				level = level[i+1:]
 			}
 		}
 		if more {
@@ -263,6 +266,10 @@ func appendTopic(b *strings.Builder, tokens, name string, pattern bool) error {
 			}
 			b.WriteByte('#')
 		default:
+			if strings.IndexByte(tok, '/') < 0 && strings.IndexByte(tok, '+') < 0 && strings.IndexByte(tok, '#') < 0 {
+				b.WriteString(tok)
+				break
+			}
 			for i := 0; i < len(tok); i++ {
 				switch c := tok[i]; c {
 				case '/':
