@@ -404,10 +404,10 @@ func escape(s string) string {
 const hexDigits = "0123456789ABCDEF"
 
 // appendEscaped percent-encodes s onto dst: every byte outside printable
-// ASCII (UTF-8 too: ADR-4 wants ASCII values, and other NATS clients than
-// nats.go hold them to it), '%', the bytes of also, and a space at the start
-// (start: s begins the header value) or at the end (end: s ends it), which
-// nats.go would trim.
+// ASCII (UTF-8 too: ADR-4 wants ASCII values, as nats.go's writeHeaderValue
+// notes; nats.go is lenient, other clients need not be), '%', the bytes of
+// also, and a space at the start (start: s begins the header value) or at
+// the end (end: s ends it), which nats.go would trim.
 func appendEscaped(dst []byte, s, also string, start, end bool) []byte {
 	for i := 0; i < len(s); i++ {
 		c := s[i]

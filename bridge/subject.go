@@ -119,9 +119,9 @@ func badSubjectByte(c byte) string {
 		// Refused by NATS too (its SubjectTree uses DEL internally).
 		return "DEL (U+007F) is refused by NATS"
 	case c < 0x20:
-		// NATS lets these through; MQTT says a topic SHOULD NOT hold them
-		// [MQTT-1.5.4-2 note], and NATS clients in other languages refuse
-		// them. Refused here so that no client meets one.
+		// NATS lets these through (the test shows one), but MQTT says a
+		// string SHOULD NOT hold them (MQTT 5 §1.5.4), and a subject with
+		// one cannot be typed, logged or matched by eye: refused here.
 		return fmt.Sprintf("control character U+%04X", c)
 	}
 	return ""
