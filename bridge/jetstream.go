@@ -64,7 +64,7 @@ func (b *NATS) closeJS() error {
 }
 
 // openBuffer opens the bridge's buffer file and its epoch, a random id
-// kept beside it. Nats-Msg-Id is epoch:queue:seq, so that a buffer deleted
+// kept beside it. Nats-Msg-Id is MessageID(node, epoch/queue, seq), so that a buffer deleted
 // and started again (sequences back at 1) cannot have its new messages
 // taken for duplicates of old ones within JetStream's de-duplication
 // window.
@@ -97,10 +97,10 @@ func openBuffer(o BufferOptions) (*buffer.Buffer, string, error) {
 // in the on-disk buffer, and a sender goroutine publishes the queue to
 // JetStream in order, removing each record once JetStream acknowledged it.
 type jsOut struct {
-	r     *ruleLink
-	buf   *buffer.Buffer
-	queue string
-	idPfx string // Nats-Msg-Id prefix: epoch:queue:
+	r      *ruleLink
+	buf    *buffer.Buffer
+	queue  string
+	idRule string // the rule part of Nats-Msg-Id (MessageID): epoch/queue
 
 	up   chan struct{} // a token when the link (re)connects
 	done chan struct{}
@@ -112,7 +112,7 @@ func newJSOut(r *ruleLink) *jsOut {
 	// The queue is named by what the rule connects, not its position, so
 	// that reordering the rules keeps each one's buffered messages.
 	q := "nats:" + r.rule.Local + ">" + r.rule.Remote
-	return &jsOut{r: r, buf: b.buf, queue: q, idPfx: b.epoch + ":" + q + ":",
+	return &jsOut{r: r, buf: b.buf, queue: q, idRule: b.epoch + "/" + q,
 		up: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
@@ -124,7 +124,7 @@ func (j *jsOut) append(m *core.Message) error {
 		r.unmappable(m.Topic, err)
 		return nil // at least once applies to what can be sent; counted and logged
 	}
-	rec := encodeRecord(toNATS(subj, m, r.b.opts.Node, time.Now()))
+	rec := encodeRecord(r.b.toNATS(subj, m, "", time.Now()))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := j.buf.Append(ctx, j.queue, rec); err != nil {
@@ -295,7 +295,7 @@ func (j *jsOut) publish(js jetstream.JetStream, recs []buffer.Record) (remove []
 			remove = append(remove, rec.Seq)
 			continue
 		}
-		f, err := js.PublishMsgAsync(msg, jetstream.WithMsgID(j.idPfx+fmt.Sprint(rec.Seq)))
+		f, err := js.PublishMsgAsync(msg, jetstream.WithMsgID(MessageID(b.opts.Node, j.idRule, rec.Seq)))
 		if err != nil {
 			// Not connected, or the window is full: send it again later.
 			b.fail("jetstream publish", err)

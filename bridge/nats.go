@@ -119,7 +119,7 @@ type ruleLink struct {
 	idx   int
 	rule  Rule
 	name  string
-	mapng *ruleMapping
+	mapng *Mapping
 	sub   *core.Subscription
 	js    *jsOut // outbound JetStream: buffer and sender; nil for core NATS
 
@@ -151,7 +151,11 @@ func NewNATS(opts NATSOptions) (*NATS, error) {
 		closed: make(chan struct{}),
 	}
 	for i, r := range opts.Rules {
-		b.rules = append(b.rules, &ruleLink{b: b, idx: i, rule: r, name: r.Name(i), mapng: newRuleMapping(&opts.Rules[i])})
+		mp, err := NewMapping(r.Local, r.Remote)
+		if err != nil {
+			return nil, fmt.Errorf("bridge nats: rule %s: %w", r.Name(i), err)
+		}
+		b.rules = append(b.rules, &ruleLink{b: b, idx: i, rule: r, name: r.Name(i), mapng: mp})
 	}
 	// The buffer opens here, before the metrics that read it are
 	// registered; Stop closes it.
@@ -334,8 +338,14 @@ func (r *ruleLink) start(ctx context.Context) error {
 			if err := r.startJSIn(ctx); err != nil {
 				return err
 			}
-		} else if _, err := b.nc.Subscribe(r.rule.Remote, r.inbound); err != nil {
-			return fmt.Errorf("bridge nats: rule %s: subscribe %s: %w", r.name, r.rule.Remote, err)
+		} else {
+			// A filter ending in "#" maps to two subjects: its parent
+			// level and everything below [MQTT-4.7.1-2].
+			for _, subj := range r.mapng.Subjects() {
+				if _, err := b.nc.Subscribe(subj, r.inbound); err != nil {
+					return fmt.Errorf("bridge nats: rule %s: subscribe %s: %w", r.name, subj, err)
+				}
+			}
 		}
 	}
 	if r.rule.Direction.Outbound() {
@@ -402,7 +412,7 @@ func (b *NATS) publishCore(r *ruleLink, m *core.Message) {
 		r.unmappable(m.Topic, err)
 		return
 	}
-	if err := b.nc.PublishMsg(toNATS(subj, m, b.opts.Node, time.Now())); err != nil {
+	if err := b.nc.PublishMsg(b.toNATS(subj, m, "", time.Now())); err != nil {
 		r.dropped.Add(1)
 		b.m.drop("remote_error")
 		b.log.Debug("NATS publish failed", "subject", subj, "error", err)
@@ -439,16 +449,21 @@ func (r *ruleLink) inbound(msg *nats.Msg) {
 func (r *ruleLink) publishIn(msg *nats.Msg) bool {
 	b := r.b
 	now := time.Now()
-	m, path := fromNATS(msg, now)
-	for _, n := range path {
-		if n == b.opts.Node {
-			// Our own message come back by another way (a second
-			// connection, a leaf node, another gateway's relay): the
-			// third loop guard.
-			r.dropped.Add(1)
-			b.m.drop("loop")
-			return true
-		}
+	m := &core.Message{Payload: msg.Data}
+	p, err := DecodeHeaders(msg.Header, m, now)
+	if err != nil {
+		r.dropped.Add(1)
+		b.m.drop("bad_header")
+		b.log.Debug("NATS message not brought in: bad header", "subject", msg.Subject, "error", err)
+		return true
+	}
+	if p.Loops(b.opts.Node) {
+		// Our own message come back by another way (a second
+		// connection, a leaf node, another gateway's relay), or one
+		// that passed MaxHops gateways: the third loop guard.
+		r.dropped.Add(1)
+		b.m.drop("loop")
+		return true
 	}
 	topic, err := r.mapng.In(msg.Subject)
 	if err == nil {
@@ -482,7 +497,7 @@ func (b *NATS) answerRetained(msg *nats.Msg) {
 	}
 	subj := msg.Subject[len(b.opts.RetainedRequests)+1:]
 	reply := nats.NewMsg(msg.Reply)
-	topic, err := subjectToTopic(subj)
+	topic, err := SubjectToTopic(subj)
 	var rm *core.Message
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), retain.WriteTimeout)
@@ -496,10 +511,19 @@ func (b *NATS) answerRetained(msg *nats.Msg) {
 	case rm == nil:
 		reply.Header.Set("Tolsey-Retained", "none")
 	default:
-		reply = toNATS(msg.Reply, rm, b.opts.Node, time.Now())
+		reply = b.toNATS(msg.Reply, rm, "", time.Now())
 		reply.Header.Set("Tolsey-Topic", rm.Topic)
 	}
 	_ = msg.RespondMsg(reply)
+}
+
+// toNATS builds the NATS message of m for subject: its fields as headers
+// (docs/bridge.md, "Headers"), its first origin, and a path that holds
+// this gateway. m never came in over NATS (SkipOrigin), so the path starts
+// here.
+func (b *NATS) toNATS(subject string, m *core.Message, msgID string, now time.Time) *nats.Msg {
+	p := Provenance{Origin: m.Origin, Path: []string{b.opts.Node}, MsgID: msgID}
+	return &nats.Msg{Subject: subject, Data: m.Payload, Header: EncodeHeaders(m, p, now)}
 }
 
 // Status is the bridge's state for the admin API and /readyz.

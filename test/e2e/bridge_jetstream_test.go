@@ -149,7 +149,7 @@ func TestBridgeJetStreamInbound(t *testing.T) {
 	}
 	ret := nats.NewMsg("site1.commands.mode")
 	ret.Data = []byte("auto")
-	ret.Header.Set("Tolsey-Retain", "1")
+	ret.Header.Set("Tolsey-Retain", "true")
 	if _, err := js.PublishMsg(ctx, ret); err != nil {
 		t.Fatal(err)
 	}
