@@ -21,7 +21,7 @@ func newNATSMetrics(reg prometheus.Registerer, b *NATS) *natsMetrics {
 		}, []string{"bridge", "rule", "direction"}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tolsey_bridge_dropped_total",
-			Help: "Messages a bridge did not carry, by reason: unmappable (no subject or topic for it), loop (our own message come back), remote_error (NATS or JetStream refused it), queue_full (core NATS writer behind), buffer_full (rejectNew refused the publish), dropped_oldest (dropOldest made room), slow_consumer (NATS dropped inbound messages we did not read in time).",
+			Help: "Messages a bridge did not carry, by reason: unmappable (no subject or topic for it), loop (our own message come back), remote_error (NATS or JetStream refused it), queue_full (core NATS writer behind), buffer_full (rejectNew refused the publish), buffer_error (the buffer failed), bad_header (a header of ours did not decode), slow_consumer (NATS dropped inbound messages we did not read in time).",
 		}, []string{"bridge", "reason"}),
 		in:  map[*ruleLink]prometheus.Counter{},
 		out: map[*ruleLink]prometheus.Counter{},
@@ -34,7 +34,7 @@ func newNATSMetrics(reg prometheus.Registerer, b *NATS) *natsMetrics {
 			m.out[r] = m.messages.WithLabelValues(bridgeName, r.name, "out")
 		}
 	}
-	for _, reason := range []string{"unmappable", "loop", "remote_error", "buffer_full", "dropped_oldest"} {
+	for _, reason := range []string{"unmappable", "loop", "remote_error", "buffer_full"} {
 		m.dropped.WithLabelValues(bridgeName, reason) // present at 0, so that rate() works from the start
 	}
 	if reg == nil {
