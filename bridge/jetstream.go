@@ -316,8 +316,8 @@ func (j *jsOut) publish(js jetstream.JetStream, recs []buffer.Record) (remove []
 			if retryFrom == 0 {
 				remove = append(remove, p.seq)
 			}
-			// After a failure, later acked ones are sent again too, so that
-			// the stream keeps the rule's order (de-duplicated by id).
+			// After a failure, later acked ones stay in the buffer and are
+			// sent again with it (JetStream drops them as duplicates).
 		case err := <-p.f.Err():
 			var api *jetstream.APIError
 			if errors.As(err, &api) {
