@@ -215,6 +215,14 @@ func (r *Rule) check() error {
 	if wildcards(r.Local) != wildcardsSubject(r.Remote) {
 		return bad("remote", "%q must have the same wildcards in the same order as local %q (+ as *, # as >)", r.Remote, r.Local)
 	}
+	// The mapping's own checks ($MQTT., what has no subject) name the side.
+	if _, err := NewMapping(r.Local, r.Remote); err != nil {
+		field := "remote"
+		if strings.HasPrefix(err.Error(), "local") {
+			field = "local"
+		}
+		return bad(field, "%v", err)
+	}
 	js := r.JetStream
 	if js.Enabled && r.QoS == 0 {
 		return bad("jetstream", "needs qos: 1 (JetStream is at least once; qos 0 rules are core NATS, at most once)")

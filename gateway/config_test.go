@@ -211,6 +211,7 @@ func TestConfigBridgeRules(t *testing.T) {
 		{`[{"direction":"out","local":"a/+","remote":"a.>"}]`, "bridge.nats.rules[0].remote"},
 		{`[{"direction":"out","local":"a","remote":"a","qos":2}]`, "bridge.nats.rules[0].qos"},
 		{`[{"direction":"out","local":"a","remote":"a","colour":"red"}]`, "bridge.nats.rules[0].colour"},
+		{`[{"direction":"in","local":"m/#","remote":"$MQTT.>"}]`, "bridge.nats.rules[0].remote"},
 		{`{"direction":"out"}`, "bridge.nats.rules"},
 		{`[nope`, "bridge.nats.rules"},
 	}
