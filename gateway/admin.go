@@ -39,6 +39,7 @@ func newAdminServer(g *Gateway) *adminServer {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g.metrics.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /api/v1/retained", a.listRetained)
 	mux.HandleFunc("DELETE /api/v1/retained", a.deleteRetained)
+	mux.HandleFunc("GET /api/v1/bridges", a.listBridges)
 	// Profiles for performance work, as Caddy's admin API has them. The admin
 	// API listens on loopback unless admin.listen says otherwise.
 	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
@@ -85,7 +86,12 @@ func (a *adminServer) readyz(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("not ready: " + err.Error() + "\n"))
 		return
 	}
-	_, _ = w.Write([]byte("ready\n"))
+	b := []byte("ready\n")
+	for _, d := range a.g.BridgesDown() {
+		b = append(b, d...)
+		b = append(b, '\n')
+	}
+	_, _ = w.Write(b)
 }
 
 // retainedJSON is one retained message in the admin API. The payload is

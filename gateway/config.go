@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +21,8 @@ import (
 	"github.com/knadh/koanf/v2"
 	"github.com/spf13/pflag"
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/tolsey/tolsey/bridge"
 )
 
 // keyKind is how a config value is parsed and checked.
@@ -33,6 +36,10 @@ const (
 	kindDuration
 	kindEnum
 	kindBool
+	// kindJSON is a structured value (a list of objects): written as YAML in
+	// the file, which the loader re-encodes as JSON (never fmt.Sprint), and
+	// given as a JSON string in env and flags.
+	kindJSON
 )
 
 // keyDef documents and validates one configuration key. This table is the
@@ -79,6 +86,21 @@ var keyDefs = []keyDef{
 	{name: "retain.redis.prefix", def: "gateway:retained:", kind: kindString, help: "Redis key prefix; gateways sharing retained state use the same prefix"},
 	{name: "retain.maxPayload", def: "0", kind: kindBytes, help: "largest retained payload stored, bytes; 0 = no limit (over it: MQTT 5 PUBACK 0x97, live delivery still happens)"},
 	{name: "retain.maxMessages", def: "0", kind: kindInt, help: "most retained topics held; 0 = no limit (over it: MQTT 5 PUBACK 0x97)"},
+	{name: "bridge.nats.url", def: "", kind: kindString, optional: true, help: "NATS server URL(s), comma-separated (nats://, tls://); empty = no NATS bridge"},
+	{name: "bridge.nats.name", def: "", kind: kindString, optional: true, help: "connection name NATS shows; default tolsey-<node.id>"},
+	{name: "bridge.nats.user", def: "", kind: kindString, optional: true, help: "NATS user (with bridge.nats.password)"},
+	{name: "bridge.nats.password", def: "", kind: kindString, optional: true, help: "NATS password"},
+	{name: "bridge.nats.token", def: "", kind: kindString, optional: true, help: "NATS token"},
+	{name: "bridge.nats.nkey", def: "", kind: kindString, optional: true, help: "file holding an NKey seed (SU...) to authenticate with"},
+	{name: "bridge.nats.creds", def: "", kind: kindString, optional: true, help: "NATS credentials file (JWT and seed)"},
+	{name: "bridge.nats.tls.ca", def: "", kind: kindString, optional: true, help: "PEM file of CAs that sign the NATS server's certificate; setting any bridge.nats.tls key turns TLS on"},
+	{name: "bridge.nats.tls.cert", def: "", kind: kindString, optional: true, help: "PEM client certificate for NATS (with bridge.nats.tls.key)"},
+	{name: "bridge.nats.tls.key", def: "", kind: kindString, optional: true, help: "PEM private key of bridge.nats.tls.cert"},
+	{name: "bridge.nats.rules", def: "", kind: kindJSON, optional: true, help: "bridge rules: a YAML list in the file, a JSON array in env/flags, of {direction: out|in|both, local: MQTT filter, remote: NATS subject, qos: 0|1, jetstream: true | {stream, durable}}"},
+	{name: "bridge.nats.retainedRequests", def: "", kind: kindString, optional: true, help: "subject prefix (such as $GW.retained) on which a NATS request for <prefix>.<subject> is answered with the retained message of the mapped topic; empty = off"},
+	{name: "bridge.buffer.maxBytes", def: "1GiB", kind: kindBytes, help: "on-disk store-and-forward buffer of outbound JetStream rules, in data.dir/bridge, bytes"},
+	{name: "bridge.buffer.policy", def: "rejectNew", kind: kindEnum, enum: []string{"rejectNew", "dropOldest"}, help: "when the buffer is full: rejectNew refuses the publish (MQTT 5 PUBACK 0x97, AMQP rejected resource-limit-exceeded), dropOldest drops the oldest buffered message and counts it"},
+	{name: "bridge.buffer.drainRate", def: "0", kind: kindInt, help: "messages/s per rule when draining the buffer; 0 = as fast as the remote acknowledges"},
 	{name: "node.id", def: "", kind: kindString, optional: true, help: "this gateway's identity in a cluster (loop prevention); default: the host name"},
 	{name: "log.format", def: "text", kind: kindEnum, enum: []string{"text", "json"}, help: "log format"},
 	{name: "log.level", def: "info", kind: kindEnum, enum: []string{"debug", "info", "warn", "error"}, help: "log level"},
@@ -122,6 +144,7 @@ type Config struct {
 	RetainMaxPayload  int64
 	RetainMaxMessages int
 	NodeID            string
+	Bridge            BridgeConfig
 	LogFormat         string
 	LogLevel          string
 	ShutdownTimeout   time.Duration
@@ -129,6 +152,25 @@ type Config struct {
 	// LegacyEnv names the GATEWAY_* variables that set keys: still read,
 	// for one release, under TOLSEY_* (the log warns).
 	LegacyEnv []string
+}
+
+// BridgeConfig is bridge.*.
+type BridgeConfig struct {
+	NATS struct {
+		URLs             []string // empty: no NATS bridge
+		Name             string
+		User, Password   string
+		Token            string
+		NKey, Creds      string // files
+		TLS              struct{ CA, Cert, Key string }
+		Rules            []bridge.Rule
+		RetainedRequests string
+	}
+	Buffer struct {
+		MaxBytes   int64
+		DropOldest bool
+		DrainRate  int
+	}
 }
 
 // ConfigError is a configuration mistake; main exits 2 on it.
@@ -224,9 +266,16 @@ func LoadConfig(args, environ []string, help io.Writer) (*Config, error) {
 			if byName[key] == nil {
 				return nil, &ConfigError{Key: key, Msg: fmt.Sprintf("unknown key in %s", *configFile)}
 			}
-			if v == nil {
+			switch {
+			case v == nil:
 				flat[key] = ""
-			} else {
+			case byName[key].kind == kindJSON:
+				b, err := json.Marshal(v)
+				if err != nil {
+					return nil, &ConfigError{Key: key, Msg: err.Error()}
+				}
+				flat[key] = string(b)
+			default:
 				flat[key] = fmt.Sprint(v)
 			}
 		}
@@ -334,6 +383,7 @@ func buildConfig(k *koanf.Koanf, byName map[string]*keyDef) (*Config, error) {
 	c.RetainMaxPayload = num("retain.maxPayload")
 	c.RetainMaxMessages = int(num("retain.maxMessages"))
 	c.NodeID = get("node.id")
+	bridgeErr := buildBridgeConfig(c, get, num)
 	c.LogFormat = get("log.format")
 	c.LogLevel = get("log.level")
 	c.ShutdownTimeout = dur("shutdown.timeout")
@@ -390,6 +440,12 @@ func buildConfig(k *koanf.Koanf, byName map[string]*keyDef) (*Config, error) {
 			h = "gateway"
 		}
 		c.NodeID = h
+	}
+	if bridgeErr != nil {
+		return nil, bridgeErr
+	}
+	if c.Bridge.NATS.Name == "" {
+		c.Bridge.NATS.Name = "tolsey-" + c.NodeID
 	}
 	return c, nil
 }
@@ -465,6 +521,10 @@ func checkValue(d *keyDef, v string) error {
 	case kindBool:
 		if v != "true" && v != "false" {
 			return fmt.Errorf("%q is not true or false", v)
+		}
+	case kindJSON:
+		if !json.Valid([]byte(v)) {
+			return fmt.Errorf("%q is not JSON (a YAML list in the file; a JSON array in env and flags)", v)
 		}
 	}
 	return nil

@@ -174,3 +174,76 @@ func TestConfigTopicLimits(t *testing.T) {
 		t.Fatalf("memory backend, MQTT's own limits: %v %+v", err, c)
 	}
 }
+
+// bridge.nats.rules is a YAML list in the file and a JSON array in env and
+// flags; each rule is checked and a bad one named down to its field.
+func TestConfigBridgeRules(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "g.yaml")
+	os.WriteFile(f, []byte(`bridge:
+  nats:
+    url: nats://127.0.0.1:4222, nats://127.0.0.1:4223
+    rules:
+      - {direction: out, local: "sensors/#", remote: "iot.sensors.>", qos: 0}
+      - {direction: out, local: "alarms/+/x", remote: "site1.alarms.*.x", qos: 1, jetstream: true}
+      - direction: in
+        local: "commands/#"
+        remote: "site1.commands.>"
+        qos: 1
+        jetstream: {stream: COMMANDS, durable: gw-site1}
+`), 0o644)
+	c, err := LoadConfig([]string{"--config", f, "--node.id=n1"}, nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := c.Bridge.NATS
+	if len(n.URLs) != 2 || n.Name != "tolsey-n1" || len(n.Rules) != 3 {
+		t.Fatalf("bridge config: %+v", n)
+	}
+	if r := n.Rules[2]; r.Direction != "in" || r.Local != "commands/#" || r.QoS != 1 || r.JetStream.Stream != "COMMANDS" || r.JetStream.Durable != "gw-site1" {
+		t.Errorf("rule 2: %+v", r)
+	}
+	if r := n.Rules[1]; !r.JetStream.Enabled || r.QoS != 1 {
+		t.Errorf("rule 1: %+v", r)
+	}
+	env := []string{`TOLSEY_BRIDGE_NATS_URL=nats://h:1`, `TOLSEY_BRIDGE_NATS_RULES=[{"direction":"both","local":"a/#","remote":"a.>"}]`}
+	c, err = LoadConfig(nil, env, io.Discard)
+	if err != nil || len(c.Bridge.NATS.Rules) != 1 || c.Bridge.NATS.Rules[0].Direction != "both" {
+		t.Fatalf("env rules: %v %+v", err, c)
+	}
+	if c.Bridge.Buffer.DropOldest || c.Bridge.Buffer.MaxBytes != 1<<30 {
+		t.Errorf("buffer defaults: %+v", c.Bridge.Buffer)
+	}
+
+	url := "--bridge.nats.url=nats://h:1"
+	cases := []struct {
+		rules string
+		key   string
+	}{
+		{`[{"direction":"sideways","local":"a","remote":"a"}]`, "bridge.nats.rules[0].direction"},
+		{`[{"direction":"out","local":"a","remote":"a"},{"direction":"out","local":"a/#/b","remote":"a.>"}]`, "bridge.nats.rules[1].local"},
+		{`[{"direction":"out","local":"a/#","remote":"a.>","jetstream":true}]`, "bridge.nats.rules[0].jetstream"},
+		{`[{"direction":"in","local":"a/#","remote":"a.>","qos":1,"jetstream":true}]`, "bridge.nats.rules[0].jetstream"},
+		{`[{"direction":"out","local":"a/#","remote":"a..>"}]`, "bridge.nats.rules[0].remote"},
+		{`[{"direction":"out","local":"a/+","remote":"a.>"}]`, "bridge.nats.rules[0].remote"},
+		{`[{"direction":"out","local":"a","remote":"a","qos":2}]`, "bridge.nats.rules[0].qos"},
+		{`[{"direction":"out","local":"a","remote":"a","colour":"red"}]`, "bridge.nats.rules[0].colour"},
+		{`[{"direction":"in","local":"m/#","remote":"$MQTT.>"}]`, "bridge.nats.rules[0].remote"},
+		{`{"direction":"out"}`, "bridge.nats.rules"},
+		{`[nope`, "bridge.nats.rules"},
+	}
+	for _, tc := range cases {
+		_, err := LoadConfig([]string{url, "--bridge.nats.rules=" + tc.rules}, nil, io.Discard)
+		var ce *ConfigError
+		if !errors.As(err, &ce) || ce.Key != tc.key {
+			t.Errorf("%s: got %v, want a ConfigError naming %s", tc.rules, err, tc.key)
+		}
+	}
+	for _, key := range []string{"bridge.nats.tls.ca", "bridge.nats.creds", "bridge.nats.nkey"} {
+		_, err := LoadConfig([]string{url, "--" + key + "=" + filepath.Join(dir, "missing.pem")}, nil, io.Discard)
+		var ce *ConfigError
+		if !errors.As(err, &ce) || ce.Key != key {
+			t.Errorf("%s unreadable: got %v", key, err)
+		}
+	}
+}

@@ -1,6 +1,6 @@
 // Package gateway wires the parts together and owns their lifecycle: it
 // builds every part from Config, starts them in a fixed order (admin API,
-// retained store, router, MQTT, AMQP), stops them in reverse, and serves the
+// retained store, router, bridge, MQTT, AMQP), stops them in reverse, and serves the
 // admin HTTP API. It is the only package that knows every part.
 package gateway
 
@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tolsey/tolsey/amqp"
+	"github.com/tolsey/tolsey/bridge"
 	"github.com/tolsey/tolsey/core"
 	"github.com/tolsey/tolsey/core/accept"
 	"github.com/tolsey/tolsey/core/metrics"
@@ -33,6 +34,7 @@ type Gateway struct {
 	router  *core.Router
 	mqtt    *mqtt.Server
 	amqp    *amqp.Server // nil when amqp.listen is empty
+	nats    *bridge.NATS // nil when bridge.nats.url is empty
 	admin   *adminServer
 
 	ready   atomic.Bool
@@ -98,6 +100,10 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 		// from the router.
 		TopicLimits: core.TopicLimits{MaxLevels: g.cfg.MQTT.MaxTopicLevels, MaxLength: g.cfg.MQTT.MaxTopicLength},
 	})
+
+	if err := g.startBridge(ctx); err != nil {
+		return err
+	}
 
 	g.mqtt, err = mqtt.New(mqtt.Options{
 		Listen:           g.cfg.MQTT.Listen,

@@ -9,7 +9,8 @@ import (
 )
 
 // ackOverrides are the reason codes of the PUBACKs/PUBRECs mochi is about to
-// write for MQTT 5 publishes whose retained write was refused: the message
+// write for MQTT 5 publishes whose retained write was refused, or that a
+// subscriber refused (a full bridge buffer, 0x97): the message
 // was still delivered live, and the ack tells the publisher the truth
 // (docs/architecture.md, "The acknowledgement back to the publisher").
 // mochi lets OnPublish only refuse a publish outright (and then neither

@@ -24,7 +24,8 @@ import (
 // hands the rest to three parts, each with its own lock, goroutines and
 // ownership comment:
 //   - acks (acks.go): reason codes for the acks of retained publishes the
-//     store refused;
+//     store refused, and of publishes a subscriber refused (a full bridge
+//     buffer);
 //   - replay (retained.go): stored copies for late subscribers;
 //   - backlog (backlog.go): QoS 1/2 messages a full write queue would have
 //     lost.
@@ -131,10 +132,35 @@ func (h *hook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet, e
 	}
 	m := toMessage(&pk, cl.ID, h.s.opts.Node, time.Now())
 	res := h.s.opts.Router.Publish(context.Background(), m) // the store write is bounded by retain.WriteTimeout
+	if res.Err != nil {
+		return pk, h.subscriberRefused(cl, &pk, res.Err)
+	}
 	if res.RetainErr != nil {
 		h.retainFailed(cl, &pk, res.RetainErr)
 	}
 	return pk, nil
+}
+
+// subscriberRefused answers a publish that a subscriber which must not lose
+// it refused (the bridge's store-and-forward buffer is full under
+// rejectNew): the publisher must not take it as delivered.
+//   - MQTT 5, QoS 1/2: PUBACK/PUBREC 0x97 Quota exceeded; current MQTT
+//     subscribers still get it (as for a refused retained write).
+//   - QoS 0: no ack exists; the refusal is counted where it happened.
+//   - MQTT 3.1.1, QoS 1/2: no reason codes, so the connection is closed
+//     [MQTT-3.3.5-2], as for a topic over the limits: the publisher sends
+//     it again once it reconnects.
+func (h *hook) subscriberRefused(cl *mochi.Client, pk *packets.Packet, err error) error {
+	h.s.log.Debug("publish refused by a subscriber", "client", cl.ID, "topic", pk.TopicName, "error", err)
+	switch {
+	case pk.FixedHeader.Qos == 0:
+		return nil
+	case cl.Properties.ProtocolVersion < 5:
+		cl.Stop(packets.ErrQuotaExceeded)
+		return packets.ErrRejectPacket
+	}
+	h.acks.record(cl, pk.PacketID, packets.ErrQuotaExceeded)
+	return nil
 }
 
 // refusePublish answers a PUBLISH whose topic is over the topic limits, and

@@ -1,0 +1,73 @@
+package gateway
+
+import (
+	"context"
+	"net/http"
+	"path/filepath"
+
+	"github.com/tolsey/tolsey/bridge"
+)
+
+// startBridge starts the NATS bridge when bridge.nats.url is set. It comes
+// after the router (inbound rules publish into it) and before the
+// front-ends, so that it stops after them: the last publishes they took
+// are in its buffer before it closes.
+func (g *Gateway) startBridge(ctx context.Context) error {
+	n := g.cfg.Bridge.NATS
+	if len(n.URLs) == 0 {
+		return nil
+	}
+	b, err := bridge.NewNATS(bridge.NATSOptions{
+		URLs: n.URLs, Name: n.Name,
+		User: n.User, Password: n.Password, Token: n.Token, NKeyFile: n.NKey, CredsFile: n.Creds,
+		TLSCA: n.TLS.CA, TLSCert: n.TLS.Cert, TLSKey: n.TLS.Key,
+		Rules:            n.Rules,
+		RetainedRequests: n.RetainedRequests,
+		Router:           g.router,
+		Store:            g.store,
+		Node:             g.cfg.NodeID,
+		Logger:           g.log,
+		Registerer:       g.metrics.Registry,
+		Buffer: bridge.BufferOptions{
+			Dir:        filepath.Join(g.cfg.DataDir, "bridge"),
+			MaxBytes:   g.cfg.Bridge.Buffer.MaxBytes,
+			DropOldest: g.cfg.Bridge.Buffer.DropOldest,
+			DrainRate:  g.cfg.Bridge.Buffer.DrainRate,
+		},
+	})
+	if err != nil {
+		return err
+	}
+	if err := b.Start(ctx); err != nil {
+		return err
+	}
+	g.nats = b
+	g.onStop(b.Stop)
+	return nil
+}
+
+// BridgesDown says which bridges cannot reach their remote and why, for
+// /readyz's body: the gateway still serves its local clients (and buffers
+// outbound JetStream messages), so a bridge down does not make it unready.
+func (g *Gateway) BridgesDown() []string {
+	if g.nats == nil {
+		return nil
+	}
+	if err := g.nats.Down(); err != nil {
+		return []string{"bridge nats down: " + err.Error()}
+	}
+	return nil
+}
+
+// Bridges is the state of every bridge, as GET /api/v1/bridges shows it.
+func (g *Gateway) Bridges() []bridge.Status {
+	out := []bridge.Status{}
+	if g.nats != nil {
+		out = append(out, g.nats.Status())
+	}
+	return out
+}
+
+func (a *adminServer) listBridges(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, a.g.Bridges())
+}
