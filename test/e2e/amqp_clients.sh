@@ -92,6 +92,11 @@ for _ in $(seq 150); do
 done
 [[ -n "$admin" ]] || die "no \"admin API listening\" line in the gateway log"
 ready "$admin" || die "GET http://$admin/readyz did not answer 200 within 15 s"
+# Read again now that /readyz says every listener is up: the loop may have
+# read them in the instant between the admin API's start and theirs.
+mqtt=$(addr_of "mqtt listening")
+amqp=$(addr_of "amqp listening")
+mqttws=$(ws_addr)
 [[ -n "$mqtt" ]] || die "no \"mqtt listening\" line in the gateway log"
 [[ -n "$mqttws" ]] || die "no \"mqtt listening ... transport=websocket\" line in the gateway log"
 [[ -n "$amqp" ]] || die "no \"amqp listening\" line in the gateway log: the gateway does not serve AMQP (amqp.listen=127.0.0.1:0)"
