@@ -2,7 +2,7 @@
 // doing the same work, in one run, and the drain of its store-and-forward
 // buffer after an outage.
 //
-//	go run ./test/bench/bridgeload [-pubs 4 -subs 4 -n 20000 -jsn 5000 -window 64 -drain 100000 -rounds 2]
+//	go run ./test/bench/bridgeload [-pubs 4 -subs 4 -n 20000 -jsn 2500 -window 64 -drain 100000 -drain-pubs 32 -rounds 2]
 //
 // It builds cmd/gateway and nats-server (v2, the version go.mod pins) into
 // a temporary directory and runs both as child processes on free ports,
@@ -47,6 +47,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -57,7 +58,7 @@ import (
 
 type config struct {
 	pubs, subs, n, jsn, size, rounds int
-	window, drain                    int
+	window, drain, drainPubs         int
 	rate                             int // per publisher, msgs/s, QoS 0 flows; 0 = unpaced
 	idle                             time.Duration
 	flows                            map[string]bool
@@ -90,6 +91,9 @@ type flowDef struct {
 	goal   float64 // bridge/bare goal; 0: none
 	bridge func(ctx context.Context, e env, cs *closers) (*load, error)
 	bare   func(ctx context.Context, e env, cs *closers) (*load, error)
+	// mqtt, for the QoS 0 flows, is the same load MQTT → MQTT through the
+	// gateway without the bridge: what the MQTT side alone reaches.
+	mqtt func(ctx context.Context, e env, cs *closers) (*load, error)
 }
 
 func flowDefs(c *config) []flowDef {
@@ -101,8 +105,16 @@ func flowDefs(c *config) []flowDef {
 		start, err := natsPubs(e, "bare", c.n, cs)
 		return &load{sinks: sinks, want: c.pubs * c.n, start: start}, err
 	}
+	mqttRef := func(ctx context.Context, e env, cs *closers) (*load, error) {
+		sinks, err := mqttSubs(ctx, e, "ref", 0, cs)
+		if err != nil {
+			return nil, err
+		}
+		start, err := mqttPubs(ctx, e, "ref", c.n, 0, nil, cs)
+		return &load{sinks: sinks, want: c.pubs * c.n, start: start}, err
+	}
 	return []flowDef{
-		{name: "q0out", goal: 0.7, bare: bareCore,
+		{name: "q0out", goal: 0.7, bare: bareCore, mqtt: mqttRef,
 			bridge: func(ctx context.Context, e env, cs *closers) (*load, error) {
 				sinks, err := natsSubs(e, "q0out", cs)
 				if err != nil {
@@ -111,7 +123,7 @@ func flowDefs(c *config) []flowDef {
 				start, err := mqttPubs(ctx, e, "q0out", c.n, 0, nil, cs)
 				return &load{sinks: sinks, want: c.pubs * c.n, start: start}, err
 			}},
-		{name: "q0in", goal: 0.7, bare: bareCore,
+		{name: "q0in", goal: 0.7, bare: bareCore, mqtt: mqttRef,
 			bridge: func(ctx context.Context, e env, cs *closers) (*load, error) {
 				sinks, err := mqttSubs(ctx, e, "q0in", 0, cs)
 				if err != nil {
@@ -148,9 +160,10 @@ func main() {
 	flag.IntVar(&c.pubs, "pubs", 4, "publishers")
 	flag.IntVar(&c.subs, "subs", 4, "subscribers (QoS 0 flows; each on its own subject set)")
 	flag.IntVar(&c.n, "n", 20000, "messages per publisher per QoS 0 phase")
-	flag.IntVar(&c.jsn, "jsn", 5000, "messages per publisher per JetStream phase")
+	flag.IntVar(&c.jsn, "jsn", 2500, "messages per publisher per JetStream phase")
 	flag.IntVar(&c.window, "window", 64, "QoS 1 / JetStream publishes awaiting their ack per publisher")
 	flag.IntVar(&c.drain, "drain", 100000, "messages buffered during the outage, then drained")
+	flag.IntVar(&c.drainPubs, "drain-pubs", 32, "QoS 1 publishers filling the buffer during the outage (each connection has one buffer write in flight: see docs/benchmarks.md)")
 	flag.IntVar(&c.size, "size", 64, "payload bytes (at least 8: the send time)")
 	flag.IntVar(&c.rounds, "rounds", 2, "rounds; the order of bridge and bare alternates")
 	flag.IntVar(&c.rate, "rate", 0, "QoS 0 messages/s per publisher; 0 = as fast as possible")
@@ -232,6 +245,11 @@ func run(r *rig.Rig, c *config) error {
 			if _, err := ph.run(&w, wf.bare, "warm-"+f.name+"-bare", false); err != nil {
 				return fmt.Errorf("%s warm-up (bare): %w", f.name, err)
 			}
+			if wf.mqtt != nil {
+				if _, err := ph.run(&w, wf.mqtt, "warm-"+f.name+"-mqtt", false); err != nil {
+					return fmt.Errorf("%s warm-up (mqtt): %w", f.name, err)
+				}
+			}
 		}
 	}
 
@@ -242,14 +260,14 @@ func run(r *rig.Rig, c *config) error {
 	for round := 0; round < c.rounds; round++ {
 		for _, f := range active {
 			sides := []string{"bridge", "bare"}
+			if f.mqtt != nil {
+				sides = append(sides, "mqtt")
+			}
 			if round%2 == 1 {
-				sides = []string{"bare", "bridge"}
+				slices.Reverse(sides)
 			}
 			for _, side := range sides {
-				mk := f.bridge
-				if side == "bare" {
-					mk = f.bare
-				}
+				mk := map[string]func(context.Context, env, *closers) (*load, error){"bridge": f.bridge, "bare": f.bare, "mqtt": f.mqtt}[side]
 				prof := side == "bridge" && c.profile == f.name && !profiled
 				profiled = profiled || prof
 				res, err := ph.run(c, mk, fmt.Sprintf("r%d-%s-%s", round, f.name, side), prof)
@@ -276,10 +294,18 @@ func run(r *rig.Rig, c *config) error {
 	if len(active) > 0 {
 		fmt.Printf("\nSummary (mean over %d round(s)); ratio = bridge / bare msgs/s; js latency is publish → stored (ordered consumer), ack is publish → PUBACK (bridge: buffered on disk) or PubAck (bare)\n", c.rounds)
 		tw = tabwriter.NewWriter(os.Stdout, 2, 8, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "flow\ttarget\tmsgs/s\tlost\tp50\tp99\tack p99\tgateway+nats CPU/msg\tbridge/bare\tgoal\tverdict\t")
+		fmt.Fprintln(tw, "flow\ttarget\tmsgs/s\tlost\tp50\tp99\tack p99\tgateway+nats CPU/msg\tbridge/bare\tgoal\tverdict\tbridge/mqtt\t")
 		for _, f := range active {
 			b, m := mean(results[f.name]["bridge"]), mean(results[f.name]["bare"])
 			ratio := b.rate() / m.rate()
+			var q result
+			refRatio := ""
+			sides := []string{"bridge", "bare"}
+			if f.mqtt != nil {
+				q = mean(results[f.name]["mqtt"])
+				refRatio = fmt.Sprintf("%.2f", b.rate()/q.rate())
+				sides = append(sides, "mqtt")
+			}
 			goal, verdict := "-", "-"
 			if f.goal > 0 {
 				goal = fmt.Sprintf("≥ %.2f", f.goal)
@@ -288,18 +314,21 @@ func run(r *rig.Rig, c *config) error {
 					verdict = "FAIL"
 				}
 			}
-			for _, side := range []string{"bridge", "bare"} {
+			for _, side := range sides {
 				x := b
-				rs, g, v := fmt.Sprintf("%.2f", ratio), goal, verdict
-				if side == "bare" {
-					x, rs, g, v = m, "", "", ""
+				rs, g, v, rr := fmt.Sprintf("%.2f", ratio), goal, verdict, refRatio
+				switch side {
+				case "bare":
+					x, rs, g, v, rr = m, "", "", "", ""
+				case "mqtt":
+					x, rs, g, v, rr = q, "", "", "", ""
 				}
 				ack99 := "-"
 				if x.hasAcks {
 					ack99 = rig.Ms(x.ackP99)
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%.0f\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", f.name, side, x.rate(), x.lost,
-					rig.Ms(x.p50), rig.Ms(x.p99), ack99, perMsg(x.gwCPU+x.natsCPU, x.got), rs, g, v)
+				fmt.Fprintf(tw, "%s\t%s\t%.0f\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", f.name, side, x.rate(), x.lost,
+					rig.Ms(x.p50), rig.Ms(x.p99), ack99, perMsg(x.gwCPU+x.natsCPU, x.got), rs, g, v, rr)
 			}
 		}
 		tw.Flush()

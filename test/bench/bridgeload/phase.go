@@ -143,8 +143,9 @@ func drainPhase(c *config, gw *rig.Child, ns *natsServer) error {
 	var cs closers
 	defer func() { cs.close() }()
 	fc := *c
-	per := (c.drain + c.pubs - 1) / c.pubs
-	total := per * c.pubs
+	fc.pubs = max(c.drainPubs, 1)
+	per := (c.drain + fc.pubs - 1) / fc.pubs
+	total := per * fc.pubs
 	a := &acks{}
 	start, err := mqttPubs(ctx, env{c: &fc, gwAddr: gw.Addr, tag: "drain-fill"}, "drain", per, 1, a, &cs)
 	if err != nil {
@@ -240,7 +241,7 @@ func drainPhase(c *config, gw *rig.Child, ns *natsServer) error {
 	fmt.Printf("\nDrain after an outage (rule drain/# → drain.>, JetStream stream %s)\n", streamDrain)
 	tw := tabwriter.NewWriter(os.Stdout, 2, 8, 2, ' ', tabwriter.AlignRight)
 	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\t\n", k, v) }
-	row("QoS 1 publishes buffered while NATS was down", fmt.Sprint(total))
+	row("QoS 1 publishes buffered while NATS was down", fmt.Sprintf("%d (%d publishers, window %d)", total, fc.pubs, c.window))
 	row("buffer size", rig.MiB(int64(bytes)))
 	row("buffer fill (publish → PUBACK after fsync)", fmt.Sprintf("%s, %.0f msgs/s, PUBACK p50 %s p99 %s, gateway CPU %s",
 		fill.Round(time.Millisecond), float64(total)/fill.Seconds(), rig.Ms(rig.Percentile(a.lat, 50)), rig.Ms(rig.Percentile(a.lat, 99)), perMsg(gw1-gw0, total)))
