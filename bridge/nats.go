@@ -210,6 +210,11 @@ func (b *NATS) natsOptions() ([]nats.Option, error) {
 		nats.NoEcho(),
 		nats.RetryOnFailedConnect(true),
 		nats.MaxReconnects(-1),
+		// nats.go otherwise closes the connection for good once a server
+		// refused the same credentials twice: a password fixed at the
+		// NATS side (or an account restored) would then need a gateway
+		// restart. Reconnecting for ever includes auth failures.
+		nats.IgnoreAuthErrorAbort(),
 		nats.CustomReconnectDelay(b.reconnectDelay),
 		// No publishing into a buffer while disconnected: a JetStream
 		// window would otherwise see its first message lost with the old

@@ -1,0 +1,439 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/paho"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tolsey/tolsey/core/coretest"
+)
+
+// The gateway as a child process, for what an in-process gateway cannot
+// show: kill -9.
+
+// buildGatewayBinary compiles ./cmd/gateway into a temp dir.
+func buildGatewayBinary(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs("../..") // the module root, from test/e2e
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "gateway")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/gateway")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/gateway: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// gwProc is one run of the gateway binary.
+type gwProc struct {
+	cmd   *exec.Cmd
+	done  chan struct{} // closed once the process has exited and its output is read
+	mqtt  string
+	admin string
+
+	mu  sync.Mutex
+	log []string // its output, for failure messages
+}
+
+var (
+	procMQTT  = regexp.MustCompile(`msg="mqtt listening".* addr=(\S+) transport=tcp`)
+	procAdmin = regexp.MustCompile(`msg="admin API listening".* addr=(\S+)`)
+	procReady = regexp.MustCompile(`msg="gateway ready"`)
+)
+
+// runGatewayProc starts bin with args on free ports and waits until it
+// logs "gateway ready"; its addresses are read from its log. The test's
+// end kills it if it still runs.
+func runGatewayProc(t *testing.T, bin string, args ...string) *gwProc {
+	t.Helper()
+	all := append([]string{"--mqtt.listen=127.0.0.1:0", "--admin.listen=127.0.0.1:0", "--amqp.listen=",
+		"--mqtt.ws.listen=", "--retain.backend=memory", "--log.format=text"}, args...)
+	p := &gwProc{cmd: exec.Command(bin, all...), done: make(chan struct{})}
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, err := p.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.cmd.Stderr = p.cmd.Stdout
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start gateway: %v", err)
+	}
+	ready := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		once := false
+		for sc.Scan() {
+			line := sc.Text()
+			p.mu.Lock()
+			p.log = append(p.log, line)
+			if m := procMQTT.FindStringSubmatch(line); m != nil && p.mqtt == "" {
+				p.mqtt = m[1]
+			}
+			if m := procAdmin.FindStringSubmatch(line); m != nil && p.admin == "" {
+				p.admin = m[1]
+			}
+			if procReady.MatchString(line) && !once {
+				once = true
+				close(ready)
+			}
+			p.mu.Unlock()
+		}
+		_, _ = io.Copy(io.Discard, out)
+		_ = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() { p.kill() })
+	select {
+	case <-ready:
+	case <-p.done:
+		t.Fatalf("gateway exited before it was ready:\n%s", p.output())
+	case <-time.After(30 * time.Second):
+		p.kill()
+		t.Fatalf("gateway not ready within 30s:\n%s", p.output())
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.mqtt == "" || p.admin == "" {
+		t.Fatalf("no MQTT or admin address in the gateway's log:\n%s", strings.Join(p.log, "\n"))
+	}
+	return p
+}
+
+// kill sends SIGKILL (kill -9) and waits for the process to be gone.
+func (p *gwProc) kill() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+func (p *gwProc) output() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return strings.Join(p.log, "\n")
+}
+
+// bufferedOf reads rule 0's buffered message count from GET /api/v1/bridges;
+// -1 when it cannot be read.
+func (p *gwProc) bufferedOf() int64 {
+	resp, err := httpGet("http://" + p.admin + "/api/v1/bridges")
+	if err != nil {
+		return -1
+	}
+	var st []struct {
+		Rules []struct {
+			Buffer *struct {
+				Messages int64 `json:"messages"`
+			} `json:"buffer"`
+		} `json:"rules"`
+	}
+	if json.Unmarshal(resp, &st) != nil || len(st) != 1 || len(st[0].Rules) == 0 || st[0].Rules[0].Buffer == nil {
+		return -1
+	}
+	return st[0].Rules[0].Buffer.Messages
+}
+
+// killPublisher is one MQTT 5 publisher of the kill -9 test: it publishes
+// its sequence numbers 0..n-1 at QoS 1, one at a time, and records which
+// got a PUBACK (reason 0). When its connection is lost (the gateway was
+// killed), it waits for the next gateway and sends the unacknowledged one
+// again, as an application whose publish failed does.
+type killPublisher struct {
+	id       int
+	acked    []bool
+	resent   []int // sequence numbers sent again after a lost connection
+	lastDone int   // sequence numbers below it got a PUBACK
+}
+
+// gwAddr hands the publishers the current gateway's MQTT address.
+type gwAddr struct {
+	mu      sync.Mutex
+	addr    string
+	changed chan struct{} // closed when addr changes
+}
+
+func (a *gwAddr) get() (string, <-chan struct{}) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.addr, a.changed
+}
+
+func (a *gwAddr) set(addr string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.addr = addr
+	close(a.changed)
+	a.changed = make(chan struct{})
+}
+
+func (kp *killPublisher) run(ctx context.Context, addrs *gwAddr, n int, totalAcked *atomic.Int64) error {
+	kp.acked = make([]bool, n)
+	var c *paho.Client
+	var changed <-chan struct{}
+	defer func() {
+		if c != nil {
+			_ = c.Disconnect(&paho.Disconnect{})
+		}
+	}()
+	seq := 0
+	failedAt := -1
+	for seq < n {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if c == nil {
+			var addr string
+			addr, changed = addrs.get()
+			conn, err := net.Dial("tcp", addr)
+			if err != nil {
+				// Killed and not back yet: wait for the next one.
+				select {
+				case <-changed:
+				case <-ctx.Done():
+				}
+				continue
+			}
+			id := fmt.Sprintf("killpub%d", kp.id)
+			c = paho.NewClient(paho.ClientConfig{ClientID: id, Conn: conn})
+			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			ca, err := c.Connect(cctx, &paho.Connect{ClientID: id, CleanStart: true, KeepAlive: 30})
+			cancel()
+			if err != nil || ca.ReasonCode != 0 {
+				_ = c.Disconnect(&paho.Disconnect{})
+				c = nil
+				select {
+				case <-changed:
+				case <-ctx.Done():
+				}
+				continue
+			}
+		}
+		if failedAt == seq {
+			kp.resent = append(kp.resent, seq)
+		}
+		pctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		r, err := c.Publish(pctx, &paho.Publish{Topic: fmt.Sprintf("alarms/p%d", kp.id), QoS: 1,
+			Payload: []byte(fmt.Sprintf("%d:%d", kp.id, seq))})
+		cancel()
+		if err == nil && r != nil && r.ReasonCode == 0 {
+			kp.acked[seq] = true
+			totalAcked.Add(1)
+			seq++
+			kp.lastDone = seq
+			continue
+		}
+		if r != nil && r.ReasonCode != 0 {
+			return fmt.Errorf("publisher %d seq %d: PUBACK reason %#x", kp.id, seq, r.ReasonCode)
+		}
+		// The connection is gone (the gateway was killed): wait for the
+		// next gateway, then send this one again.
+		failedAt = seq
+		_ = c.Disconnect(&paho.Disconnect{})
+		c = nil
+		select {
+		case <-changed:
+		case <-ctx.Done():
+		}
+	}
+	return nil
+}
+
+// The issue's headline store-and-forward test. The gateway binary runs
+// with an outbound JetStream rule while NATS is down; 4 MQTT 5 publishers
+// send 2,500 QoS 1 messages each (10,000), every one carrying its publisher
+// and sequence number. After 5,000 PUBACKs, while they are publishing, the
+// gateway is killed with SIGKILL and started again on the same data.dir;
+// the publishers reconnect and go on (sending again the one whose PUBACK
+// they did not get). Then NATS starts, on the same port with the same
+// JetStream store: every message that got a PUBACK is in the stream, in
+// order per publisher; duplicates are counted (JetStream's de-duplication
+// of the bridge's own resends leaves only the publishers' resends).
+func TestBridgeKill9StoreAndForward(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the gateway and publishes 10,000 messages")
+	}
+	bin := buildGatewayBinary(t)
+	natsDir := t.TempDir()
+	s := startNATS(t, 0, natsDir)
+	port := natsPort(s)
+	nc := natsClient(t, s)
+	createStream(t, jsClient(t, nc), "ALARMS", "site1.alarms.>")
+	nc.Close()
+	s.Shutdown()
+	s.WaitForShutdown()
+
+	dataDir := t.TempDir()
+	args := []string{"--data.dir=" + dataDir, "--node.id=edge",
+		fmt.Sprintf("--bridge.nats.url=nats://127.0.0.1:%d", port),
+		rulesFlag(ruleJSON{"direction": "out", "local": "alarms/#", "remote": "site1.alarms.>", "qos": 1, "jetstream": true})}
+	gw := runGatewayProc(t, bin, args...)
+	addrs := &gwAddr{addr: gw.mqtt, changed: make(chan struct{})}
+
+	const pubs, per = 4, 2500
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var total atomic.Int64
+	kps := make([]*killPublisher, pubs)
+	errs := make(chan error, pubs)
+	for i := range kps {
+		kps[i] = &killPublisher{id: i}
+		go func(kp *killPublisher) { errs <- kp.run(ctx, addrs, per, &total) }(kps[i])
+	}
+	coretest.Eventually(t, "5,000 PUBACKs", 3*time.Minute, func() bool { return total.Load() >= pubs*per/2 })
+	gw.kill()
+	atKill := total.Load()
+	gw2 := runGatewayProc(t, bin, args...)
+	addrs.set(gw2.mqtt)
+	for range kps {
+		if err := <-errs; err != nil {
+			t.Fatalf("%v\n--- gateway log:\n%s", err, gw2.output())
+		}
+	}
+	if got := total.Load(); got != pubs*per {
+		t.Fatalf("%d PUBACKs, want %d", got, pubs*per)
+	}
+	if n := gw2.bufferedOf(); n < int64(pubs*per)-atKill {
+		t.Fatalf("the restarted gateway's buffer holds %d, want at least the %d acknowledged since the kill", n, int64(pubs*per)-atKill)
+	}
+
+	s2 := startNATS(t, port, natsDir)
+	nc2 := natsClient(t, s2)
+	stream, err := jsClient(t, nc2).Stream(ctx, "ALARMS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	coretest.Eventually(t, "buffer drained into JetStream", 2*time.Minute, func() bool { return gw2.bufferedOf() == 0 })
+	info, err := stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Read the stream in order.
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := make([]map[int]int, pubs)
+	for i := range seen {
+		seen[i] = map[int]int{}
+	}
+	last := make([]int, pubs)
+	for i := range last {
+		last[i] = -1
+	}
+	dups, outOfOrder := 0, 0
+	for i := uint64(0); i < info.State.Msgs; i++ {
+		m, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
+		if err != nil {
+			t.Fatalf("stream message %d of %d: %v", i, info.State.Msgs, err)
+		}
+		p, seq, ok := parsePubSeq(string(m.Data()))
+		if !ok || p >= pubs || m.Subject() != fmt.Sprintf("site1.alarms.p%d", p) {
+			t.Fatalf("stream message %d: %s %q", i, m.Subject(), m.Data())
+		}
+		seen[p][seq]++
+		if seen[p][seq] > 1 {
+			dups++
+			continue // order is judged on first copies
+		}
+		if seq <= last[p] {
+			outOfOrder++
+			if outOfOrder <= 5 {
+				t.Errorf("publisher %d: %d after %d in the stream", p, seq, last[p])
+			}
+		}
+		last[p] = seq
+	}
+	missing := 0
+	resentDups := 0
+	for p, kp := range kps {
+		for seq, ok := range kp.acked {
+			if ok && seen[p][seq] == 0 {
+				missing++
+				if missing <= 5 {
+					t.Errorf("publisher %d seq %d got a PUBACK and is not in the stream", p, seq)
+				}
+			}
+		}
+		for _, seq := range kp.resent {
+			if seen[p][seq] > 1 {
+				resentDups += seen[p][seq] - 1
+			}
+		}
+	}
+	t.Logf("kill -9 after %d PUBACKs; stream holds %d messages; %d duplicates (%d of them messages their publisher sent again after the kill); missing %d; out of order %d; resent %v",
+		atKill, info.State.Msgs, dups, resentDups, missing, outOfOrder, resentOf(kps))
+	if missing > 0 || outOfOrder > 0 {
+		t.Fatalf("missing %d acknowledged messages, %d out of order", missing, outOfOrder)
+	}
+	// The bridge's own resends carry the same Nats-Msg-Id and JetStream
+	// drops them; only a publisher's own resend of a message whose PUBACK
+	// the kill swallowed can be stored twice (at least once).
+	if dups != resentDups {
+		t.Errorf("%d duplicates the publishers did not cause", dups-resentDups)
+	}
+}
+
+func parsePubSeq(s string) (p, seq int, ok bool) {
+	a, b, found := strings.Cut(s, ":")
+	if !found {
+		return 0, 0, false
+	}
+	p, err1 := strconv.Atoi(a)
+	seq, err2 := strconv.Atoi(b)
+	return p, seq, err1 == nil && err2 == nil
+}
+
+func resentOf(kps []*killPublisher) string {
+	var s []string
+	for _, kp := range kps {
+		for _, seq := range kp.resent {
+			s = append(s, fmt.Sprintf("%d:%d", kp.id, seq))
+		}
+	}
+	return strings.Join(s, ",")
+}
+
+// httpGet is a GET that returns an error instead of failing the test, for
+// polling a process that may not be there.
+func httpGet(url string) ([]byte, error) {
+	cl := &httpClient
+	resp, err := cl.Get(url)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return nil, errors.New(resp.Status)
+	}
+	return io.ReadAll(resp.Body)
+}
+
+// httpClient polls without keep-alive connections, which would outlive the
+// test (goleak) and the killed gateway.
+var httpClient = http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
