@@ -612,3 +612,52 @@ func TestBadArguments(t *testing.T) {
 		t.Fatalf("ParsePolicy of a bad value: %v", err)
 	}
 }
+
+// TestAckEmptiesLargeQueue: acking every record of a queue that spans many
+// pages, in one transaction. bbolt's Cursor.Last never returns on a bucket
+// whose leaves were all emptied in the transaction (writer.go, bounds);
+// the writer then spun for ever and every call behind it hung.
+func TestAckEmptiesLargeQueue(t *testing.T) {
+	b := open(t, t.TempDir(), Options{})
+	rec := bytes.Repeat([]byte("l"), 200)
+	for _, ack := range []func(c context.Context) (int, error){
+		func(c context.Context) (int, error) { return b.AckThrough(c, "q", 1<<62) },
+		func(c context.Context) (int, error) {
+			st := b.QueueStats("q")
+			var seqs []uint64
+			for s := st.Last; s >= st.First; s-- { // out of order: last first
+				seqs = append(seqs, s)
+			}
+			return b.Ack(c, "q", seqs...)
+		},
+	} {
+		bulkAppend(t, b, "q", 2000, rec)
+		c, cancel := context.WithTimeout(ctx(t), 20*time.Second)
+		n, err := ack(c)
+		cancel()
+		if n != 2000 || err != nil {
+			t.Fatalf("acking 2000 records: %d, %v", n, err)
+		}
+		if st := b.QueueStats("q"); st.Records != 0 || st.First != 0 || st.Last != 0 {
+			t.Fatalf("stats %+v", st)
+		}
+	}
+	// Emptied leaves at both ends, live ones between: First and Last step
+	// over them.
+	bulkAppend(t, b, "q", 3000, rec)
+	st := b.QueueStats("q")
+	var seqs []uint64
+	for s := st.Last; s > st.Last-1000; s-- {
+		seqs = append(seqs, s)
+	}
+	for s := st.First; s < st.First+1000; s++ {
+		seqs = append(seqs, s)
+	}
+	if n, err := b.Ack(ctx(t), "q", seqs...); n != 2000 || err != nil {
+		t.Fatalf("acking both ends: %d, %v", n, err)
+	}
+	if got := b.QueueStats("q"); got.Records != 1000 || got.First != st.First+1000 || got.Last != st.Last-1000 {
+		t.Fatalf("stats %+v after acking both ends of %+v", got, st)
+	}
+	wantSeqs(t, all(t, b, "q"), span(st.First+1000, st.Last-1000)...)
+}

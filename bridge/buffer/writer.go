@@ -328,6 +328,9 @@ func (w *writer) remove(c *bolt.Cursor, queue string, st *qstate, vlen int64) er
 // freed.
 func (w *writer) removeHead(c *bolt.Cursor, queue string, st *qstate, more func(seq uint64, freed int64) bool) (int, int64, error) {
 	n, freed := 0, int64(0)
+	if st.records == 0 {
+		return 0, 0, nil
+	}
 	var next [8]byte
 	for k, v := c.First(); k != nil; k, v = c.Seek(next[:]) {
 		seq := binary.BigEndian.Uint64(k)
@@ -379,7 +382,10 @@ func (w *writer) save(tx *bolt.Tx) error {
 			}
 			continue
 		}
-		st.first, st.last = bounds(queues.Bucket(key))
+		st.first, st.last = 0, 0
+		if st.records > 0 { // see bounds
+			st.first, st.last = bounds(queues.Bucket(key))
+		}
 		if err := sizes.Put(key, encodeSizes(st.records, st.bytes)); err != nil {
 			return err
 		}
@@ -388,6 +394,15 @@ func (w *writer) save(tx *bolt.Tx) error {
 }
 
 // bounds is the first and last sequence numbers a queue's bucket holds.
+//
+// Only for a bucket that holds a record, or one read from the file as
+// committed: bbolt's Cursor.Last (v1.4.3) never returns on a bucket whose
+// leaves were all emptied by deletes in the transaction in progress (the
+// tree is rebalanced only at commit). Last steps back over empty leaves
+// with prev; at the first leaf prev calls first, which moves forward to the
+// last empty leaf again, and so on. First has no such loop. The fix
+// upstream would be for Cursor.Last to stop when prev finds no element
+// (cursor.go, Last); until then save does not ask an emptied queue.
 func bounds(qb *bolt.Bucket) (first, last uint64) {
 	c := qb.Cursor()
 	if k, _ := c.First(); len(k) == 8 {
