@@ -106,8 +106,10 @@
 // bucket per queue, keyed by the 8-byte big-endian sequence number (bbolt's
 // per-bucket sequence counter assigns them, so they survive a restart);
 // bucket "sizes" each queue's record and byte counts. The file grows to
-// about MaxBytes plus bbolt's page slack and does not shrink: bbolt reuses
-// the pages freed by acks. A corrupt or truncated file makes Open fail with
+// about MaxBytes plus bbolt's page slack and growth step (below 16 MiB
+// bbolt grows it to a power of two, above in 16 MiB steps), then stops: it
+// does not shrink, and bbolt reuses the pages acks and drops free
+// (TestFileBounded). A corrupt or truncated file makes Open fail with
 // an error wrapping ErrCorrupt and naming the file, never a panic;
 // corruption met later (a bad page read by Next or the writer) makes every
 // call fail with such an error from then on.
@@ -248,6 +250,9 @@ type Buffer struct {
 
 	// reqs carries requests to the writer goroutine.
 	reqs chan *request
+	// commits counts the writer's transactions (for the benchmarks' and
+	// tests' appends per commit).
+	commits atomic.Uint64
 
 	// Guarded by mu: what readers see, as of the last commit.
 	mu     sync.Mutex

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -83,6 +85,27 @@ func span(from, to uint64) []uint64 {
 		s = append(s, i)
 	}
 	return s
+}
+
+// bulkAppend loads n records into queue in commits of maxBatch: the
+// requests are queued without waiting, so the writer takes them together.
+func bulkAppend(tb testing.TB, b *Buffer, queue string, n int, rec []byte) {
+	for n > 0 {
+		reqs := make([]*request, min(n, maxBatch))
+		for i := range reqs {
+			reqs[i] = newRequest(context.Background(), opAppend, queue)
+			reqs[i].data = append(reqs[i].data[:0], rec...)
+			b.reqs <- reqs[i]
+		}
+		for _, r := range reqs {
+			<-r.done
+			if r.err != nil {
+				tb.Fatal(r.err)
+			}
+			putRequest(r)
+		}
+		n -= len(reqs)
+	}
 }
 
 func TestOrderPerQueue(t *testing.T) {
@@ -660,4 +683,39 @@ func TestAckEmptiesLargeQueue(t *testing.T) {
 		t.Fatalf("stats %+v after acking both ends of %+v", got, st)
 	}
 	wantSeqs(t, all(t, b, "q"), span(st.First+1000, st.Last-1000)...)
+}
+
+// TestFileBounded: under churn (a full buffer dropping its oldest records
+// for new ones, and a sender acking behind), the file stops growing: bbolt
+// reuses the pages acks and drops free. (Its size is bbolt's: below 16 MiB
+// the file is grown to its mmap size, a power of two, so 8 MiB here; above,
+// the high-water mark plus 16 MiB.)
+func TestFileBounded(t *testing.T) {
+	const max = 4 << 20
+	dir := t.TempDir()
+	b := open(t, dir, Options{MaxBytes: max, Policy: DropOldest})
+	rec := make([]byte, 1000)
+	size := func() int64 {
+		fi, err := os.Stat(filepath.Join(dir, FileName))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Size()
+	}
+	var mid int64
+	for round := range 60 { // 60 MiB through a 4 MiB buffer
+		bulkAppend(t, b, "q", 1024, rec)
+		if round%4 == 3 {
+			_, _ = b.AckThrough(ctx(t), "q", b.QueueStats("q").First+500)
+		}
+		if round == 19 {
+			mid = size()
+		}
+	}
+	st := b.Stats()
+	t.Logf("file %d bytes after 20 MiB, %d after 60 MiB, for maxBytes %d; holds %d bytes in %d records, %d dropped",
+		mid, size(), max, st.Bytes, st.Records, st.Dropped)
+	if st.Bytes > max || size() != mid || size() > 2*max {
+		t.Fatalf("file grew from %d to %d bytes (holding %d) for maxBytes %d", mid, size(), st.Bytes, max)
+	}
 }

@@ -69,7 +69,16 @@ func Open(dir string, o Options) (*Buffer, error) {
 }
 
 // openBolt opens the file, turning bbolt's refusals of a damaged file (and
-// any panic or fault while it reads one) into an error naming it.
+// any panic or fault while it reads one) into an error naming it. When
+// bbolt panics inside its Open (a damaged freelist page), it has not closed
+// the file: its descriptor and lock stay held until the process exits, which
+// only matters to a caller that retries on the same file in-process.
+//
+// The freelist stays synced (bbolt's default, unlike retain/embedded): it
+// costs a page write in each commit's first fsync, where NoFreelistSync
+// would make every Open walk every page of the file to rebuild it — a
+// gigabyte read at start-up on an edge box's SD card, after a crash, just
+// when the buffer is fullest.
 func openBolt(path string, timeout time.Duration) (db *bolt.DB, err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {

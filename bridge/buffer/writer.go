@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"sync"
@@ -110,12 +111,21 @@ func (b *Buffer) run() {
 	// this turns the fault into a panic that commit recovers as ErrCorrupt.
 	debug.SetPanicOnFault(true)
 	batch := make([]*request, 0, maxBatch)
+	prev := 0
 	for {
 		select {
 		case r := <-b.reqs:
 			batch = append(batch[:0], r)
 		case <-b.stop:
 			return
+		}
+		if prev > 1 {
+			// The writers the last commit answered are runnable now; let
+			// them queue their next request before this batch is cut, or
+			// they split into two cohorts that alternate, each with half
+			// the commits' worth (measured: 8 of 16 writers per commit
+			// without, 13 with). A lone writer (prev 1) never yields.
+			runtime.Gosched()
 		}
 		size := len(batch[0].data)
 	fill:
@@ -129,6 +139,7 @@ func (b *Buffer) run() {
 			}
 		}
 		b.commit(batch)
+		prev = len(batch)
 		clear(batch) // no reference to answered requests
 	}
 }
@@ -156,6 +167,7 @@ func (b *Buffer) commit(batch []*request) {
 	}
 	err := b.apply(live)
 	if err == nil {
+		b.commits.Add(1)
 		b.publish(live)
 		for _, r := range live {
 			r.answer()
