@@ -374,7 +374,8 @@ func (b *Buffer) AckThrough(ctx context.Context, queue string, seq uint64) (int,
 
 // Remove deletes queue and its records (a rule removed from the
 // configuration whose buffered messages will never be sent) and returns how
-// many records it held. Its sequence numbers start again at 1.
+// many records it held. Its sequence numbers start again at 1, so a sender
+// still reading it must start again from after = 0.
 func (b *Buffer) Remove(ctx context.Context, queue string) (int, error) {
 	if err := checkQueue(queue); err != nil {
 		return 0, err
@@ -419,7 +420,8 @@ func (b *Buffer) do(ctx context.Context, r *request) error {
 	}
 }
 
-// Next returns up to n records of queue (n < 1 counts as 1) with a
+// Next returns up to n records of queue (n < 1 counts as 1; at most 65536,
+// and no more once they hold maxNextBytes, 16 MiB, but always one) with a
 // sequence number above after, oldest first; none when there are none yet.
 // It reads committed records only, on the caller's goroutine, without
 // waiting for the writer; the records are copies.
@@ -444,9 +446,12 @@ func (b *Buffer) Next(queue string, after uint64, n int) ([]Record, error) {
 	return b.read(queue, after, n, hint)
 }
 
-// maxNext bounds one Next, so that a careless n does not copy the whole
-// buffer into memory at once.
-const maxNext = 1 << 16
+// maxNext and maxNextBytes bound one Next, so that a careless n does not
+// copy the whole buffer into memory at once.
+const (
+	maxNext      = 1 << 16
+	maxNextBytes = 16 << 20
+)
 
 // Appended returns a channel that is closed once queue holds a record with a
 // sequence number above after, or the buffer is closed: already closed if

@@ -215,7 +215,8 @@ func TestAckOutOfOrder(t *testing.T) {
 func TestFullRejectNew(t *testing.T) {
 	rec := bytes.Repeat([]byte("x"), 100)
 	size := int64(len(rec) + RecordOverhead)
-	b := open(t, t.TempDir(), Options{MaxBytes: 10 * size, Policy: RejectNew})
+	var log coretest.SyncBuffer
+	b := open(t, t.TempDir(), Options{MaxBytes: 10 * size, Policy: RejectNew, Logger: slog.New(slog.NewTextHandler(&log, nil))})
 	for range 10 {
 		if _, err := b.Append(ctx(t), "q", rec); err != nil {
 			t.Fatal(err)
@@ -238,6 +239,40 @@ func TestFullRejectNew(t *testing.T) {
 	}
 	if seq, err := b.Append(ctx(t), "other", rec); err != nil || seq != 1 {
 		t.Fatalf("append after an ack: %d, %v", seq, err)
+	}
+	// Logged once when it filled (not per refusal), once when it had room.
+	if n := strings.Count(log.String(), "bridge buffer full: rejecting new records"); n != 1 {
+		t.Fatalf("%d full logs:\n%s", n, log.String())
+	}
+	if n := strings.Count(log.String(), "has room again"); n != 0 {
+		t.Fatalf("room again while still full:\n%s", log.String())
+	}
+	_, _ = b.AckThrough(ctx(t), "q", 5)
+	appendN(t, b, "other", 0, 1)
+	if n := strings.Count(log.String(), "has room again"); n != 1 {
+		t.Fatalf("%d room-again logs:\n%s", n, log.String())
+	}
+}
+
+// TestNextBoundedInBytes: a large n over large records stops at about
+// maxNextBytes, and a record larger than that still comes, alone.
+func TestNextBoundedInBytes(t *testing.T) {
+	b := open(t, t.TempDir(), Options{})
+	big := make([]byte, 1<<20)
+	for range 20 {
+		if _, err := b.Append(ctx(t), "q", big); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recs, err := b.Next("q", 0, 100)
+	if err != nil || len(recs) != maxNextBytes/len(big) {
+		t.Fatalf("Next of 1 MiB records: %d records, %v", len(recs), err)
+	}
+	if _, err := b.Append(ctx(t), "huge", make([]byte, maxNextBytes+1)); err != nil {
+		t.Fatal(err)
+	}
+	if recs, err := b.Next("huge", 0, 100); err != nil || len(recs) != 1 || len(recs[0].Data) != maxNextBytes+1 {
+		t.Fatalf("Next of a record over the limit: %d records, %v", len(recs), err)
 	}
 }
 
@@ -427,6 +462,21 @@ func TestInconsistentSizesRecounted(t *testing.T) {
 	if !strings.Contains(log.String(), "recounted") {
 		t.Fatalf("no warning: %q", log.String())
 	}
+	// Bytes counted in an empty queue would hold room no record holds (and
+	// leave DropOldest nothing to drop).
+	_, _ = b.AckThrough(ctx(t), "q", 5)
+	_ = b.Close()
+	db, err = bolt.Open(dir+"/"+FileName, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketSizes).Put([]byte("q"), encodeSizes(0, 5000)) })
+	_ = db.Close()
+	b = open(t, dir, Options{MaxBytes: 1000, Policy: DropOldest})
+	if st := b.Stats(); st.Bytes != 0 {
+		t.Fatalf("recounted %+v", st)
+	}
+	appendN(t, b, "q", 0, 1)
 }
 
 // TestConcurrentAppenders: writers sharing queues (and commits) get

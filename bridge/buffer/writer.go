@@ -79,6 +79,10 @@ type writer struct {
 	// touched collects, during one transaction, the queues it changed and
 	// what the readers must learn about them once it commits.
 	touched map[string]*touched
+
+	// full: the last Append dropped or was refused to make room. Logged
+	// when it changes, once per episode rather than once per record.
+	full, fullNext bool
 }
 
 // qstate is one queue in the writer's state. first and last are refreshed
@@ -172,6 +176,7 @@ func (b *Buffer) commit(batch []*request) {
 		for _, r := range live {
 			r.answer()
 		}
+		b.logFull()
 		return
 	}
 	if rerr := b.reload(); rerr != nil {
@@ -188,6 +193,25 @@ func (b *Buffer) commit(batch []*request) {
 	for _, r := range live {
 		b.commit([]*request{r})
 	}
+}
+
+// logFull logs the buffer becoming full and having room again. Writer
+// goroutine, after a commit.
+func (b *Buffer) logFull() {
+	w := &b.w
+	if w.fullNext == w.full {
+		return
+	}
+	w.full = w.fullNext
+	if w.full {
+		what := "rejecting new records"
+		if b.opts.Policy == DropOldest {
+			what = "dropping the oldest records of the largest queue"
+		}
+		b.logger.Warn("bridge buffer full: "+what, "file", b.path, "maxBytes", b.opts.MaxBytes, "records", w.records, "bytes", w.bytes)
+		return
+	}
+	b.logger.Info("bridge buffer has room again", "file", b.path, "maxBytes", b.opts.MaxBytes, "bytes", w.bytes)
 }
 
 // apply runs live's requests in one read-write transaction and commits it.
@@ -272,13 +296,14 @@ func (b *Buffer) appendOne(queues *bolt.Bucket, r *request) error {
 		r.rejected = true
 		return nil
 	}
+	w.fullNext = w.bytes+size > max
 	for w.bytes+size > max {
-		if b.opts.Policy == RejectNew {
+		victim := w.largest()
+		if b.opts.Policy == RejectNew || victim == "" { // "": counts disagree with the file
 			r.err = fmt.Errorf("%w: %d of maxBytes %d held", ErrFull, w.bytes, max)
 			r.rejected = true
 			return nil
 		}
-		victim := w.largest()
 		qb := queues.Bucket([]byte(victim))
 		need := w.bytes + size - max
 		n, freed, err := w.removeHead(qb.Cursor(), victim, w.queues[victim], func(_ uint64, freed int64) bool { return freed < need })
