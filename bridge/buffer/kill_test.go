@@ -20,9 +20,8 @@ import (
 const killEnv = "BRIDGE_BUFFER_KILL_DIR"
 
 const (
-	killQueues  = 4    // q0..q3, each with killWriters appenders
-	killWriters = 2    // per queue: their records interleave in one queue
-	killAfter   = 3000 // acknowledged appends before the parent kills the child
+	killQueues  = 4 // q0..q3, each with killWriters appenders
+	killWriters = 2 // per queue: their records interleave in one queue
 )
 
 // TestKillChild is the child of TestKill9. It appends to queues q0..q3 from
@@ -106,10 +105,24 @@ type ackLine struct {
 // appends and acks are in flight, then checks the file: every append it
 // acknowledged is there, in order, once, with no gap; every ack it
 // completed is durable; nothing more than the calls in flight differs.
+//
+// An Append that answered before its commit reached the file loses records
+// only if the kill lands before bbolt writes the commit's meta page, so one
+// kill may miss it (checked with such a mutation: 2 of 5 single kills
+// caught it in one series, 37 of 40 in another), and four children are
+// killed, each at another point (10 of 10 runs failed).
 func TestKill9(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts a child process")
+		t.Skip("starts child processes")
 	}
+	for _, after := range []int{1000, 2000, 3000, 4000} {
+		t.Run(fmt.Sprintf("after=%d", after), func(t *testing.T) { killRound(t, after) })
+	}
+}
+
+// killRound runs one child and SIGKILLs it once it has acknowledged
+// killAfter appends.
+func killRound(t *testing.T, killAfter int) {
 	dir := t.TempDir()
 	pr, pw, err := os.Pipe()
 	if err != nil {
