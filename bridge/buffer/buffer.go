@@ -106,8 +106,10 @@
 // bucket per queue, keyed by the 8-byte big-endian sequence number (bbolt's
 // per-bucket sequence counter assigns them, so they survive a restart);
 // bucket "sizes" each queue's record and byte counts. The file grows to
-// about MaxBytes plus bbolt's page slack and does not shrink: bbolt reuses
-// the pages freed by acks. A corrupt or truncated file makes Open fail with
+// about MaxBytes plus bbolt's page slack and growth step (below 16 MiB
+// bbolt grows it to a power of two, above in 16 MiB steps), then stops: it
+// does not shrink, and bbolt reuses the pages acks and drops free
+// (TestFileBounded). A corrupt or truncated file makes Open fail with
 // an error wrapping ErrCorrupt and naming the file, never a panic;
 // corruption met later (a bad page read by Next or the writer) makes every
 // call fail with such an error from then on.
@@ -248,6 +250,9 @@ type Buffer struct {
 
 	// reqs carries requests to the writer goroutine.
 	reqs chan *request
+	// commits counts the writer's transactions (for the benchmarks' and
+	// tests' appends per commit).
+	commits atomic.Uint64
 
 	// Guarded by mu: what readers see, as of the last commit.
 	mu     sync.Mutex
@@ -369,7 +374,8 @@ func (b *Buffer) AckThrough(ctx context.Context, queue string, seq uint64) (int,
 
 // Remove deletes queue and its records (a rule removed from the
 // configuration whose buffered messages will never be sent) and returns how
-// many records it held. Its sequence numbers start again at 1.
+// many records it held. Its sequence numbers start again at 1, so a sender
+// still reading it must start again from after = 0.
 func (b *Buffer) Remove(ctx context.Context, queue string) (int, error) {
 	if err := checkQueue(queue); err != nil {
 		return 0, err
@@ -414,7 +420,8 @@ func (b *Buffer) do(ctx context.Context, r *request) error {
 	}
 }
 
-// Next returns up to n records of queue (n < 1 counts as 1) with a
+// Next returns up to n records of queue (n < 1 counts as 1; at most 65536,
+// and no more once they hold maxNextBytes, 16 MiB, but always one) with a
 // sequence number above after, oldest first; none when there are none yet.
 // It reads committed records only, on the caller's goroutine, without
 // waiting for the writer; the records are copies.
@@ -439,9 +446,12 @@ func (b *Buffer) Next(queue string, after uint64, n int) ([]Record, error) {
 	return b.read(queue, after, n, hint)
 }
 
-// maxNext bounds one Next, so that a careless n does not copy the whole
-// buffer into memory at once.
-const maxNext = 1 << 16
+// maxNext and maxNextBytes bound one Next, so that a careless n does not
+// copy the whole buffer into memory at once.
+const (
+	maxNext      = 1 << 16
+	maxNextBytes = 16 << 20
+)
 
 // Appended returns a channel that is closed once queue holds a record with a
 // sequence number above after, or the buffer is closed: already closed if

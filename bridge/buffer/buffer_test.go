@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -83,6 +85,27 @@ func span(from, to uint64) []uint64 {
 		s = append(s, i)
 	}
 	return s
+}
+
+// bulkAppend loads n records into queue in commits of maxBatch: the
+// requests are queued without waiting, so the writer takes them together.
+func bulkAppend(tb testing.TB, b *Buffer, queue string, n int, rec []byte) {
+	for n > 0 {
+		reqs := make([]*request, min(n, maxBatch))
+		for i := range reqs {
+			reqs[i] = newRequest(context.Background(), opAppend, queue)
+			reqs[i].data = append(reqs[i].data[:0], rec...)
+			b.reqs <- reqs[i]
+		}
+		for _, r := range reqs {
+			<-r.done
+			if r.err != nil {
+				tb.Fatal(r.err)
+			}
+			putRequest(r)
+		}
+		n -= len(reqs)
+	}
 }
 
 func TestOrderPerQueue(t *testing.T) {
@@ -192,7 +215,8 @@ func TestAckOutOfOrder(t *testing.T) {
 func TestFullRejectNew(t *testing.T) {
 	rec := bytes.Repeat([]byte("x"), 100)
 	size := int64(len(rec) + RecordOverhead)
-	b := open(t, t.TempDir(), Options{MaxBytes: 10 * size, Policy: RejectNew})
+	var log coretest.SyncBuffer
+	b := open(t, t.TempDir(), Options{MaxBytes: 10 * size, Policy: RejectNew, Logger: slog.New(slog.NewTextHandler(&log, nil))})
 	for range 10 {
 		if _, err := b.Append(ctx(t), "q", rec); err != nil {
 			t.Fatal(err)
@@ -215,6 +239,40 @@ func TestFullRejectNew(t *testing.T) {
 	}
 	if seq, err := b.Append(ctx(t), "other", rec); err != nil || seq != 1 {
 		t.Fatalf("append after an ack: %d, %v", seq, err)
+	}
+	// Logged once when it filled (not per refusal), once when it had room.
+	if n := strings.Count(log.String(), "bridge buffer full: rejecting new records"); n != 1 {
+		t.Fatalf("%d full logs:\n%s", n, log.String())
+	}
+	if n := strings.Count(log.String(), "has room again"); n != 0 {
+		t.Fatalf("room again while still full:\n%s", log.String())
+	}
+	_, _ = b.AckThrough(ctx(t), "q", 5)
+	appendN(t, b, "other", 0, 1)
+	if n := strings.Count(log.String(), "has room again"); n != 1 {
+		t.Fatalf("%d room-again logs:\n%s", n, log.String())
+	}
+}
+
+// TestNextBoundedInBytes: a large n over large records stops at about
+// maxNextBytes, and a record larger than that still comes, alone.
+func TestNextBoundedInBytes(t *testing.T) {
+	b := open(t, t.TempDir(), Options{})
+	big := make([]byte, 1<<20)
+	for range 20 {
+		if _, err := b.Append(ctx(t), "q", big); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recs, err := b.Next("q", 0, 100)
+	if err != nil || len(recs) != maxNextBytes/len(big) {
+		t.Fatalf("Next of 1 MiB records: %d records, %v", len(recs), err)
+	}
+	if _, err := b.Append(ctx(t), "huge", make([]byte, maxNextBytes+1)); err != nil {
+		t.Fatal(err)
+	}
+	if recs, err := b.Next("huge", 0, 100); err != nil || len(recs) != 1 || len(recs[0].Data) != maxNextBytes+1 {
+		t.Fatalf("Next of a record over the limit: %d records, %v", len(recs), err)
 	}
 }
 
@@ -404,6 +462,21 @@ func TestInconsistentSizesRecounted(t *testing.T) {
 	if !strings.Contains(log.String(), "recounted") {
 		t.Fatalf("no warning: %q", log.String())
 	}
+	// Bytes counted in an empty queue would hold room no record holds (and
+	// leave DropOldest nothing to drop).
+	_, _ = b.AckThrough(ctx(t), "q", 5)
+	_ = b.Close()
+	db, err = bolt.Open(dir+"/"+FileName, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketSizes).Put([]byte("q"), encodeSizes(0, 5000)) })
+	_ = db.Close()
+	b = open(t, dir, Options{MaxBytes: 1000, Policy: DropOldest})
+	if st := b.Stats(); st.Bytes != 0 {
+		t.Fatalf("recounted %+v", st)
+	}
+	appendN(t, b, "q", 0, 1)
 }
 
 // TestConcurrentAppenders: writers sharing queues (and commits) get
@@ -610,5 +683,89 @@ func TestBadArguments(t *testing.T) {
 	}
 	if _, err := ParsePolicy("dropNewest"); err == nil || !strings.Contains(err.Error(), "dropNewest") {
 		t.Fatalf("ParsePolicy of a bad value: %v", err)
+	}
+}
+
+// TestAckEmptiesLargeQueue: acking every record of a queue that spans many
+// pages, in one transaction. bbolt's Cursor.Last never returns on a bucket
+// whose leaves were all emptied in the transaction (writer.go, bounds);
+// the writer then spun for ever and every call behind it hung.
+func TestAckEmptiesLargeQueue(t *testing.T) {
+	b := open(t, t.TempDir(), Options{})
+	rec := bytes.Repeat([]byte("l"), 200)
+	for _, ack := range []func(c context.Context) (int, error){
+		func(c context.Context) (int, error) { return b.AckThrough(c, "q", 1<<62) },
+		func(c context.Context) (int, error) {
+			st := b.QueueStats("q")
+			var seqs []uint64
+			for s := st.Last; s >= st.First; s-- { // out of order: last first
+				seqs = append(seqs, s)
+			}
+			return b.Ack(c, "q", seqs...)
+		},
+	} {
+		bulkAppend(t, b, "q", 2000, rec)
+		c, cancel := context.WithTimeout(ctx(t), 20*time.Second)
+		n, err := ack(c)
+		cancel()
+		if n != 2000 || err != nil {
+			t.Fatalf("acking 2000 records: %d, %v", n, err)
+		}
+		if st := b.QueueStats("q"); st.Records != 0 || st.First != 0 || st.Last != 0 {
+			t.Fatalf("stats %+v", st)
+		}
+	}
+	// Emptied leaves at both ends, live ones between: First and Last step
+	// over them.
+	bulkAppend(t, b, "q", 3000, rec)
+	st := b.QueueStats("q")
+	var seqs []uint64
+	for s := st.Last; s > st.Last-1000; s-- {
+		seqs = append(seqs, s)
+	}
+	for s := st.First; s < st.First+1000; s++ {
+		seqs = append(seqs, s)
+	}
+	if n, err := b.Ack(ctx(t), "q", seqs...); n != 2000 || err != nil {
+		t.Fatalf("acking both ends: %d, %v", n, err)
+	}
+	if got := b.QueueStats("q"); got.Records != 1000 || got.First != st.First+1000 || got.Last != st.Last-1000 {
+		t.Fatalf("stats %+v after acking both ends of %+v", got, st)
+	}
+	wantSeqs(t, all(t, b, "q"), span(st.First+1000, st.Last-1000)...)
+}
+
+// TestFileBounded: under churn (a full buffer dropping its oldest records
+// for new ones, and a sender acking behind), the file stops growing: bbolt
+// reuses the pages acks and drops free. (Its size is bbolt's: below 16 MiB
+// the file is grown to its mmap size, a power of two, so 8 MiB here; above,
+// the high-water mark plus 16 MiB.)
+func TestFileBounded(t *testing.T) {
+	const max = 4 << 20
+	dir := t.TempDir()
+	b := open(t, dir, Options{MaxBytes: max, Policy: DropOldest})
+	rec := make([]byte, 1000)
+	size := func() int64 {
+		fi, err := os.Stat(filepath.Join(dir, FileName))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Size()
+	}
+	var mid int64
+	for round := range 60 { // 60 MiB through a 4 MiB buffer
+		bulkAppend(t, b, "q", 1024, rec)
+		if round%4 == 3 {
+			_, _ = b.AckThrough(ctx(t), "q", b.QueueStats("q").First+500)
+		}
+		if round == 19 {
+			mid = size()
+		}
+	}
+	st := b.Stats()
+	t.Logf("file %d bytes after 20 MiB, %d after 60 MiB, for maxBytes %d; holds %d bytes in %d records, %d dropped",
+		mid, size(), max, st.Bytes, st.Records, st.Dropped)
+	if st.Bytes > max || size() != mid || size() > 2*max {
+		t.Fatalf("file grew from %d to %d bytes (holding %d) for maxBytes %d", mid, size(), st.Bytes, max)
 	}
 }

@@ -69,7 +69,16 @@ func Open(dir string, o Options) (*Buffer, error) {
 }
 
 // openBolt opens the file, turning bbolt's refusals of a damaged file (and
-// any panic or fault while it reads one) into an error naming it.
+// any panic or fault while it reads one) into an error naming it. When
+// bbolt panics inside its Open (a damaged freelist page), it has not closed
+// the file: its descriptor and lock stay held until the process exits, which
+// only matters to a caller that retries on the same file in-process.
+//
+// The freelist stays synced (bbolt's default, unlike retain/embedded): it
+// costs a page write in each commit's first fsync, where NoFreelistSync
+// would make every Open walk every page of the file to rebuild it — a
+// gigabyte read at start-up on an edge box's SD card, after a crash, just
+// when the buffer is fullest.
 func openBolt(path string, timeout time.Duration) (db *bolt.DB, err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
@@ -163,7 +172,8 @@ func (b *Buffer) scan(tx *bolt.Tx) error {
 			st.records = int64(binary.BigEndian.Uint64(stored))
 			st.bytes = int64(binary.BigEndian.Uint64(stored[8:]))
 		}
-		if len(stored) != 16 || (st.records == 0) != (st.last == 0) || st.records < 0 || st.bytes < st.records*RecordOverhead {
+		if len(stored) != 16 || (st.records == 0) != (st.last == 0) || (st.records == 0) != (st.bytes == 0) ||
+			st.records < 0 || st.bytes < st.records*RecordOverhead {
 			var err error
 			if st.records, st.bytes, err = recount(qb); err != nil {
 				return fmt.Errorf("%w: %s: queue %q: %w", ErrCorrupt, b.path, k, err)
@@ -246,7 +256,7 @@ func (b *Buffer) read(queue string, after uint64, n int, hint QueueStats) (recs 
 	count := min(int64(n), hint.Records)
 	avg := hint.Bytes/hint.Records - RecordOverhead
 	recs = make([]Record, 0, count)
-	data := make([]byte, 0, count*max(avg, 0))
+	data := make([]byte, 0, min(count*max(avg, 0), maxNextBytes))
 	err = b.db.View(func(tx *bolt.Tx) error {
 		qb := tx.Bucket(bucketQueues).Bucket([]byte(queue))
 		if qb == nil {
@@ -255,7 +265,7 @@ func (b *Buffer) read(queue string, after uint64, n int, hint QueueStats) (recs 
 		var from [8]byte
 		binary.BigEndian.PutUint64(from[:], after+1)
 		c := qb.Cursor()
-		for k, v := c.Seek(from[:]); k != nil && len(recs) < n; k, v = c.Next() {
+		for k, v := c.Seek(from[:]); k != nil && len(recs) < n && len(data) < maxNextBytes; k, v = c.Next() {
 			if len(k) != 8 {
 				return fmt.Errorf("%w: %s: queue %q: key %x is not a record", ErrCorrupt, b.path, queue, k)
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"sync"
@@ -78,6 +79,10 @@ type writer struct {
 	// touched collects, during one transaction, the queues it changed and
 	// what the readers must learn about them once it commits.
 	touched map[string]*touched
+
+	// full: the last Append dropped or was refused to make room. Logged
+	// when it changes, once per episode rather than once per record.
+	full, fullNext bool
 }
 
 // qstate is one queue in the writer's state. first and last are refreshed
@@ -110,12 +115,21 @@ func (b *Buffer) run() {
 	// this turns the fault into a panic that commit recovers as ErrCorrupt.
 	debug.SetPanicOnFault(true)
 	batch := make([]*request, 0, maxBatch)
+	prev := 0
 	for {
 		select {
 		case r := <-b.reqs:
 			batch = append(batch[:0], r)
 		case <-b.stop:
 			return
+		}
+		if prev > 1 {
+			// The writers the last commit answered are runnable now; let
+			// them queue their next request before this batch is cut, or
+			// they split into two cohorts that alternate, each with half
+			// the commits' worth (measured: 8 of 16 writers per commit
+			// without, 13 with). A lone writer (prev 1) never yields.
+			runtime.Gosched()
 		}
 		size := len(batch[0].data)
 	fill:
@@ -129,6 +143,7 @@ func (b *Buffer) run() {
 			}
 		}
 		b.commit(batch)
+		prev = len(batch)
 		clear(batch) // no reference to answered requests
 	}
 }
@@ -156,10 +171,12 @@ func (b *Buffer) commit(batch []*request) {
 	}
 	err := b.apply(live)
 	if err == nil {
+		b.commits.Add(1)
 		b.publish(live)
 		for _, r := range live {
 			r.answer()
 		}
+		b.logFull()
 		return
 	}
 	if rerr := b.reload(); rerr != nil {
@@ -176,6 +193,25 @@ func (b *Buffer) commit(batch []*request) {
 	for _, r := range live {
 		b.commit([]*request{r})
 	}
+}
+
+// logFull logs the buffer becoming full and having room again. Writer
+// goroutine, after a commit.
+func (b *Buffer) logFull() {
+	w := &b.w
+	if w.fullNext == w.full {
+		return
+	}
+	w.full = w.fullNext
+	if w.full {
+		what := "rejecting new records"
+		if b.opts.Policy == DropOldest {
+			what = "dropping the oldest records of the largest queue"
+		}
+		b.logger.Warn("bridge buffer full: "+what, "file", b.path, "maxBytes", b.opts.MaxBytes, "records", w.records, "bytes", w.bytes)
+		return
+	}
+	b.logger.Info("bridge buffer has room again", "file", b.path, "maxBytes", b.opts.MaxBytes, "bytes", w.bytes)
 }
 
 // apply runs live's requests in one read-write transaction and commits it.
@@ -260,13 +296,14 @@ func (b *Buffer) appendOne(queues *bolt.Bucket, r *request) error {
 		r.rejected = true
 		return nil
 	}
+	w.fullNext = w.bytes+size > max
 	for w.bytes+size > max {
-		if b.opts.Policy == RejectNew {
+		victim := w.largest()
+		if b.opts.Policy == RejectNew || victim == "" { // "": counts disagree with the file
 			r.err = fmt.Errorf("%w: %d of maxBytes %d held", ErrFull, w.bytes, max)
 			r.rejected = true
 			return nil
 		}
-		victim := w.largest()
 		qb := queues.Bucket([]byte(victim))
 		need := w.bytes + size - max
 		n, freed, err := w.removeHead(qb.Cursor(), victim, w.queues[victim], func(_ uint64, freed int64) bool { return freed < need })
@@ -328,6 +365,9 @@ func (w *writer) remove(c *bolt.Cursor, queue string, st *qstate, vlen int64) er
 // freed.
 func (w *writer) removeHead(c *bolt.Cursor, queue string, st *qstate, more func(seq uint64, freed int64) bool) (int, int64, error) {
 	n, freed := 0, int64(0)
+	if st.records == 0 {
+		return 0, 0, nil
+	}
 	var next [8]byte
 	for k, v := c.First(); k != nil; k, v = c.Seek(next[:]) {
 		seq := binary.BigEndian.Uint64(k)
@@ -379,7 +419,10 @@ func (w *writer) save(tx *bolt.Tx) error {
 			}
 			continue
 		}
-		st.first, st.last = bounds(queues.Bucket(key))
+		st.first, st.last = 0, 0
+		if st.records > 0 { // see bounds
+			st.first, st.last = bounds(queues.Bucket(key))
+		}
 		if err := sizes.Put(key, encodeSizes(st.records, st.bytes)); err != nil {
 			return err
 		}
@@ -388,6 +431,15 @@ func (w *writer) save(tx *bolt.Tx) error {
 }
 
 // bounds is the first and last sequence numbers a queue's bucket holds.
+//
+// Only for a bucket that holds a record, or one read from the file as
+// committed: bbolt's Cursor.Last (v1.4.3) never returns on a bucket whose
+// leaves were all emptied by deletes in the transaction in progress (the
+// tree is rebalanced only at commit). Last steps back over empty leaves
+// with prev; at the first leaf prev calls first, which moves forward to the
+// last empty leaf again, and so on. First has no such loop. The fix
+// upstream would be for Cursor.Last to stop when prev finds no element
+// (cursor.go, Last); until then save does not ask an emptied queue.
 func bounds(qb *bolt.Bucket) (first, last uint64) {
 	c := qb.Cursor()
 	if k, _ := c.First(); len(k) == 8 {
