@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -233,29 +232,11 @@ func (j *jsOut) send() {
 	}
 }
 
-// ack removes acknowledged records from the buffer.
-//
-// Workaround: bbolt v1.4.3's Cursor.Last never returns on a bucket whose
-// every key was deleted in the same transaction when they spanned several
-// pages (the empty pages are only rebalanced at commit; etcd-io/bbolt#341
-// is the neighbouring fix for Last and empty pages), and bridge/buffer
-// calls it after each Ack to refresh the queue's bounds: acking the whole
-// of a queue of a few hundred records at once hangs its writer. So an ack
-// that would empty the queue removes all but the newest record first, and
-// that one alone in a second commit. The fix belongs in bridge/buffer
-// (bounds after deletes); this goes when it has it.
+// ack removes acknowledged records from the buffer (bridge/buffer handles
+// an ack that empties a queue: see bounds in its writer.go).
 func (j *jsOut) ack(seqs []uint64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if len(seqs) > 1 && j.buf.QueueStats(j.queue).Records <= int64(len(seqs)) {
-		last := slices.Max(seqs)
-		rest := slices.DeleteFunc(slices.Clone(seqs), func(s uint64) bool { return s == last })
-		if _, err := j.buf.Ack(ctx, j.queue, rest...); err != nil {
-			j.r.b.fail("buffer ack", err)
-			return
-		}
-		seqs = []uint64{last}
-	}
 	if _, err := j.buf.Ack(ctx, j.queue, seqs...); err != nil {
 		j.r.b.fail("buffer ack", err)
 	}
