@@ -64,7 +64,7 @@ type config struct {
 	flows                            map[string]bool
 	profile                          string // flow whose bridge phase is profiled
 	profileOut                       string
-	profileSecs                      time.Duration
+	profileFor                      time.Duration
 }
 
 // result is one (round, flow, target) phase.
@@ -171,7 +171,7 @@ func main() {
 	flag.DurationVar(&c.idle, "idle", 3*time.Second, "a phase ends when subscribers get nothing for this long (QoS 0 losses)")
 	flag.StringVar(&c.profile, "profile", "", "flow (q0out, q0in, js, drain) whose first bridge phase is CPU-profiled in the gateway")
 	flag.StringVar(&c.profileOut, "profile-out", "bridgeload-gateway.pprof", "where -profile writes the gateway's profile")
-	flag.DurationVar(&c.profileSecs, "profile-seconds", 5*time.Second, "length of the -profile capture")
+	flag.DurationVar(&c.profileFor, "profile-seconds", 5*time.Second, "length of the -profile capture")
 	flag.Parse()
 	c.size = max(c.size, 8)
 	c.window = max(c.window, 1)
