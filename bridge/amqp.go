@@ -510,10 +510,7 @@ func (r *amqpRule) sendQoS1(sess *goamqp.Session) error {
 		}
 		remove, retry, err := r.sendWindow(snd, recs)
 		if len(remove) > 0 {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			_, aerr := b.buf.Ack(ctx, r.bq, remove...)
-			cancel()
-			if aerr != nil {
+			if aerr := r.ack(remove); aerr != nil {
 				return fmt.Errorf("buffer ack: %w", aerr)
 			}
 		}
@@ -526,6 +523,25 @@ func (r *amqpRule) sendQoS1(sess *goamqp.Session) error {
 		}
 		after = recs[len(recs)-1].Seq
 	}
+}
+
+// ack removes records from the buffer. The workaround of jsOut.ack
+// (bridge/jetstream.go) applies: bbolt hangs an Ack that empties a queue
+// spanning several pages, so the newest record goes in a commit of its own.
+func (r *amqpRule) ack(seqs []uint64) error {
+	b := r.b
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if len(seqs) > 1 && b.buf.QueueStats(r.bq).Records <= int64(len(seqs)) {
+		last := slices.Max(seqs)
+		rest := slices.DeleteFunc(slices.Clone(seqs), func(s uint64) bool { return s == last })
+		if _, err := b.buf.Ack(ctx, r.bq, rest...); err != nil {
+			return err
+		}
+		seqs = []uint64{last}
+	}
+	_, err := b.buf.Ack(ctx, r.bq, seqs...)
+	return err
 }
 
 // sendWindow sends recs and waits for their outcomes. It returns the
