@@ -164,7 +164,9 @@ func (c *conn) serve() {
 		ChannelMax:          ptr(uint16(c.s.opts.MaxSessions - 1)),
 		IdleTimeOut:         uint32(c.idle / time.Millisecond),
 		OfferedCapabilities: []encoding.Symbol{capAnonymousRelay, capShSubs},
-		Properties:          encoding.Fields{{Key: "product", Value: "tolsey"}},
+		// node: a bridge from another gateway learns which node it reached
+		// (bridge.AMQPNodeProperty), for loop prevention.
+		Properties: encoding.Fields{{Key: "product", Value: "tolsey"}, {Key: "tolsey:node", Value: c.s.opts.Node}},
 	}
 	if err == nil {
 		c.containerID = open.ContainerID

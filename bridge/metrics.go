@@ -14,17 +14,12 @@ type natsMetrics struct {
 }
 
 func newNATSMetrics(reg prometheus.Registerer, b *NATS) *natsMetrics {
+	v := newNATSVecs()
 	m := &natsMetrics{
-		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "tolsey_bridge_messages_total",
-			Help: "Messages carried by a bridge, by bridge, rule and direction (out: to the remote, acknowledged by JetStream for JetStream rules; in: published into our topics).",
-		}, []string{"bridge", "rule", "direction"}),
-		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "tolsey_bridge_dropped_total",
-			Help: "Messages a bridge did not carry, by reason: unmappable (no subject or topic for it), loop (our own message come back), remote_error (NATS or JetStream refused it), queue_full (core NATS writer behind), buffer_full (rejectNew refused the publish), buffer_error (the buffer failed), bad_header (a header of ours did not decode), slow_consumer (NATS dropped inbound messages we did not read in time).",
-		}, []string{"bridge", "reason"}),
-		in:  map[*ruleLink]prometheus.Counter{},
-		out: map[*ruleLink]prometheus.Counter{},
+		messages: v.messages,
+		dropped:  v.dropped,
+		in:       map[*ruleLink]prometheus.Counter{},
+		out:      map[*ruleLink]prometheus.Counter{},
 	}
 	for _, r := range b.rules {
 		if r.rule.Direction.Inbound() {
@@ -40,7 +35,15 @@ func newNATSMetrics(reg prometheus.Registerer, b *NATS) *natsMetrics {
 	if reg == nil {
 		return m
 	}
-	reg.MustRegister(m.messages, m.dropped)
+	// Shared with the AMQP bridges: whichever registers first makes them.
+	m.messages = registerShared(reg, m.messages).(*prometheus.CounterVec)
+	m.dropped = registerShared(reg, m.dropped).(*prometheus.CounterVec)
+	for r := range m.in {
+		m.in[r] = m.messages.WithLabelValues(bridgeName, r.name, "in")
+	}
+	for r := range m.out {
+		m.out[r] = m.messages.WithLabelValues(bridgeName, r.name, "out")
+	}
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "tolsey_bridge_connected", Help: "1 while the bridge is connected to its remote, else 0.",
 		ConstLabels: prometheus.Labels{"bridge": bridgeName},
@@ -84,4 +87,23 @@ func (m *natsMetrics) message(r *ruleLink, direction string) {
 
 func (m *natsMetrics) drop(reason string) {
 	m.dropped.WithLabelValues(bridgeName, reason).Inc()
+}
+
+// bridgeVecs are the counters every bridge shares, by bridge label.
+type bridgeVecs struct {
+	messages *prometheus.CounterVec
+	dropped  *prometheus.CounterVec
+}
+
+func newNATSVecs() bridgeVecs {
+	return bridgeVecs{
+		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tolsey_bridge_messages_total",
+			Help: "Messages carried by a bridge, by bridge, rule and direction (out: to the remote, acknowledged by JetStream for JetStream rules; in: published into our topics).",
+		}, []string{"bridge", "rule", "direction"}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tolsey_bridge_dropped_total",
+			Help: "Messages a bridge did not carry, by reason: unmappable (no subject or topic for it), loop (our own message come back), remote_error (NATS or JetStream refused it), rejected/released/modified (the remote AMQP broker's outcome; released and modified are sent again), remote_down (QoS 0 while the remote is down), queue_full (core NATS writer behind), buffer_full (rejectNew refused the publish), buffer_error (the buffer failed), bad_header (a header of ours did not decode), slow_consumer (NATS dropped inbound messages we did not read in time).",
+		}, []string{"bridge", "reason"}),
+	}
 }

@@ -13,6 +13,9 @@ import (
 // front-ends, so that it stops after them: the last publishes they took
 // are in its buffer before it closes.
 func (g *Gateway) startBridge(ctx context.Context) error {
+	if err := g.startAMQPBridges(ctx); err != nil {
+		return err
+	}
 	n := g.cfg.Bridge.NATS
 	if len(n.URLs) == 0 {
 		return nil
@@ -50,11 +53,45 @@ func (g *Gateway) startBridge(ctx context.Context) error {
 // /readyz's body: the gateway still serves its local clients (and buffers
 // outbound JetStream messages), so a bridge down does not make it unready.
 func (g *Gateway) BridgesDown() []string {
-	if g.nats == nil {
-		return nil
+	var out []string
+	if g.nats != nil {
+		if err := g.nats.Down(); err != nil {
+			out = append(out, "bridge nats down: "+err.Error())
+		}
 	}
-	if err := g.nats.Down(); err != nil {
-		return []string{"bridge nats down: " + err.Error()}
+	for _, a := range g.amqpBridges {
+		if err := a.Down(); err != nil {
+			out = append(out, "bridge amqp "+a.Name()+" down: "+err.Error())
+		}
+	}
+	return out
+}
+
+// startAMQPBridges starts bridge.amqp's bridges, each with its own buffer
+// file under data.dir/bridge/amqp/<name>.
+func (g *Gateway) startAMQPBridges(ctx context.Context) error {
+	for _, ab := range g.cfg.Bridge.AMQP {
+		b, err := bridge.NewAMQP(bridge.AMQPOptions{
+			Bridge:     ab,
+			Router:     g.router,
+			Node:       g.cfg.NodeID,
+			Logger:     g.log,
+			Registerer: g.metrics.Registry,
+			Buffer: bridge.BufferOptions{
+				Dir:        bridge.AMQPBufferDir(filepath.Join(g.cfg.DataDir, "bridge"), ab.Name),
+				MaxBytes:   g.cfg.Bridge.Buffer.MaxBytes,
+				DropOldest: g.cfg.Bridge.Buffer.DropOldest,
+				DrainRate:  g.cfg.Bridge.Buffer.DrainRate,
+			},
+		})
+		if err != nil {
+			return err
+		}
+		if err := b.Start(ctx); err != nil {
+			return err
+		}
+		g.amqpBridges = append(g.amqpBridges, b)
+		g.onStop(b.Stop)
 	}
 	return nil
 }
@@ -64,6 +101,9 @@ func (g *Gateway) Bridges() []bridge.Status {
 	out := []bridge.Status{}
 	if g.nats != nil {
 		out = append(out, g.nats.Status())
+	}
+	for _, a := range g.amqpBridges {
+		out = append(out, a.Status())
 	}
 	return out
 }

@@ -52,6 +52,23 @@ func buildBridgeConfig(c *Config, get func(string) string, num func(string) int6
 		}
 		return &ConfigError{Key: "bridge.nats.rules", Msg: err.Error()}
 	}
+	if b.AMQP, err = bridge.ParseAMQPBridges(get("bridge.amqp")); err != nil {
+		var ae *bridge.AMQPConfigError
+		if errors.As(err, &ae) {
+			return &ConfigError{Key: "bridge.amqp" + ae.Path, Msg: ae.Msg}
+		}
+		return &ConfigError{Key: "bridge.amqp", Msg: err.Error()}
+	}
+	for i, a := range b.AMQP {
+		for _, f := range []struct{ key, path string }{{"ca", a.TLSCA}, {"cert", a.TLSCert}, {"key", a.TLSKey}} {
+			if f.path == "" {
+				continue
+			}
+			if _, err := os.ReadFile(f.path); err != nil {
+				return &ConfigError{Key: fmt.Sprintf("bridge.amqp[%d].tls.%s", i, f.key), Msg: fmt.Sprintf("cannot read %s: %v", f.path, errors.Unwrap(err))}
+			}
+		}
+	}
 	for _, f := range []struct{ key, path string }{
 		{"bridge.nats.nkey", n.NKey}, {"bridge.nats.creds", n.Creds},
 		{"bridge.nats.tls.ca", n.TLS.CA}, {"bridge.nats.tls.cert", n.TLS.Cert}, {"bridge.nats.tls.key", n.TLS.Key},

@@ -27,15 +27,16 @@ import (
 
 // Gateway is one running gateway.
 type Gateway struct {
-	cfg     *Config
-	log     *slog.Logger
-	metrics *metrics.Metrics
-	store   retain.Store
-	router  *core.Router
-	mqtt    *mqtt.Server
-	amqp    *amqp.Server // nil when amqp.listen is empty
-	nats    *bridge.NATS // nil when bridge.nats.url is empty
-	admin   *adminServer
+	cfg         *Config
+	log         *slog.Logger
+	metrics     *metrics.Metrics
+	store       retain.Store
+	router      *core.Router
+	mqtt        *mqtt.Server
+	amqp        *amqp.Server   // nil when amqp.listen is empty
+	nats        *bridge.NATS   // nil when bridge.nats.url is empty
+	amqpBridges []*bridge.AMQP // bridge.amqp
+	admin       *adminServer
 
 	ready   atomic.Bool
 	stopped atomic.Bool

@@ -1,0 +1,858 @@
+package bridge
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	goamqp "github.com/Azure/go-amqp"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tolsey/tolsey/bridge/buffer"
+	"github.com/tolsey/tolsey/core"
+	"github.com/tolsey/tolsey/retain"
+)
+
+// AMQPNodeProperty is the connection property (in the open frame) in which
+// a Tolsey gateway's AMQP server names its node.id. A bridge connected to
+// one learns the remote's node id from it, for loop prevention: a message
+// whose path holds the remote is not sent back to it.
+const AMQPNodeProperty = "tolsey:node"
+
+// amqpWindow is how many buffered QoS 1 messages a sender has in flight
+// (sent, outcome not yet known) before it waits for their outcomes.
+const amqpWindow = 64
+
+// AMQPOptions configure one remote AMQP 1.0 bridge.
+type AMQPOptions struct {
+	Bridge     AMQPBridge
+	Router     *core.Router
+	Node       string // node.id: the hop path
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer // nil registers nothing
+	// Buffer holds outbound QoS 1 messages until the remote accepted
+	// them; Dir is this bridge's own.
+	Buffer BufferOptions
+	// ReconnectMax caps the reconnect backoff; 10 s when zero.
+	ReconnectMax time.Duration
+	// QueueLen bounds the QoS 0 messages waiting for a rule's sender;
+	// 4096 when zero.
+	QueueLen int
+}
+
+// AMQP links the topic space to a remote AMQP 1.0 broker, with go-amqp as
+// the client. Like the NATS bridge it speaks to the core only.
+//
+// Goroutines: Deliver runs on publishers' goroutines and never waits on
+// the network (QoS 0 goes through a bounded queue, QoS 1 to the on-disk
+// buffer); one connection goroutine (run) dials, keeps and redials the
+// connection; one goroutine per rule owns that rule's link.
+type AMQP struct {
+	opts   AMQPOptions
+	log    *slog.Logger
+	m      *amqpMetrics
+	client string // Origin.Client of what the bridge brings in
+	rules  []*amqpRule
+	buf    *buffer.Buffer // nil without QoS 1 outbound rules
+
+	done chan struct{}
+	wg   sync.WaitGroup
+
+	connected atomic.Bool
+	mu        sync.Mutex // guards the fields below; written by run, read by rules and Status
+	sess      *goamqp.Session
+	gen       uint64        // connection generation: a rule whose link failed on an old one waits for the next
+	up        chan struct{} // closed when a connection is up; replaced when it goes down
+	remote    string        // remote node id, when the remote is a Tolsey gateway
+	state     string
+	lastErr   string
+	lastErrAt time.Time
+}
+
+// amqpRule is one rule at run time.
+type amqpRule struct {
+	b     *AMQP
+	idx   int
+	rule  AMQPRule
+	name  string
+	sub   *core.Subscription
+	queue chan *core.Message // QoS 0 out
+	bq    string             // QoS 1 out: the rule's queue in the buffer
+
+	out, in, dropped atomic.Uint64
+}
+
+// NewAMQP checks opts and builds the bridge; Start connects it.
+func NewAMQP(opts AMQPOptions) (*AMQP, error) {
+	if opts.Router == nil {
+		return nil, errors.New("bridge amqp: no router")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.ReconnectMax == 0 {
+		opts.ReconnectMax = 10 * time.Second
+	}
+	if opts.QueueLen == 0 {
+		opts.QueueLen = 4096
+	}
+	name := opts.Bridge.Name
+	b := &AMQP{
+		opts:   opts,
+		log:    opts.Logger.With("part", "bridge.amqp", "bridge", name),
+		client: "bridge:amqp:" + name,
+		done:   make(chan struct{}),
+		up:     make(chan struct{}),
+		state:  "connecting",
+	}
+	needBuf := false
+	for i, r := range opts.Bridge.Rules {
+		ar := &amqpRule{b: b, idx: i, rule: r, name: r.Name(i)}
+		if r.Direction == Out {
+			if r.QoS == 0 {
+				ar.queue = make(chan *core.Message, opts.QueueLen)
+			} else {
+				// Named by what the rule connects, so reordering rules
+				// keeps each one's messages.
+				ar.bq = "amqp:" + name + ":" + r.Local + ">" + r.Remote
+				needBuf = true
+			}
+		}
+		b.rules = append(b.rules, ar)
+	}
+	if needBuf {
+		buf, _, err := openBuffer(opts.Buffer)
+		if err != nil {
+			return nil, fmt.Errorf("bridge amqp %s: %w", name, err)
+		}
+		b.buf = buf
+	}
+	b.m = newAMQPMetrics(opts.Registerer, b)
+	return b, nil
+}
+
+// Start starts the connection goroutine and the rules. An unreachable
+// remote does not fail it: the connection is retried for ever.
+func (b *AMQP) Start(context.Context) error {
+	for _, r := range b.rules {
+		if r.rule.Direction == Out {
+			sub, err := b.opts.Router.Subscribe(r.rule.Local, r, core.SubOptions{
+				QoS: r.rule.QoS,
+				// What came in over this bridge never goes back out over
+				// it: the first loop guard (docs/bridge.md).
+				NoLocal: true, Client: b.client,
+			})
+			if err != nil {
+				_ = b.Stop(context.Background())
+				return fmt.Errorf("bridge amqp %s: rule %s: %w", b.opts.Bridge.Name, r.name, err)
+			}
+			r.sub = sub
+		}
+		b.wg.Add(1)
+		go r.run()
+	}
+	b.wg.Add(1)
+	go b.run()
+	b.log.Info("AMQP bridge started", "url", redactURL(b.opts.Bridge.URL), "rules", len(b.rules))
+	return nil
+}
+
+// Stop unsubscribes the rules, closes the links and the connection and
+// the buffer.
+func (b *AMQP) Stop(context.Context) error {
+	for _, r := range b.rules {
+		if r.sub != nil {
+			b.opts.Router.Unsubscribe(r.sub)
+		}
+	}
+	select {
+	case <-b.done:
+		return nil
+	default:
+	}
+	close(b.done)
+	b.wg.Wait()
+	if b.buf != nil {
+		return b.buf.Close()
+	}
+	return nil
+}
+
+func (b *AMQP) connOptions() (*goamqp.ConnOptions, error) {
+	br := b.opts.Bridge
+	o := &goamqp.ConnOptions{
+		// Ours, so a remote Tolsey gateway's logs and NoLocal name the
+		// bridge that published.
+		ContainerID: "tolsey-bridge:" + b.opts.Node + ":" + br.Name,
+		Properties:  map[string]any{AMQPNodeProperty: b.opts.Node},
+	}
+	if br.SASL == "plain" {
+		o.SASLType = goamqp.SASLTypePlain(br.User, br.Password)
+	} else {
+		o.SASLType = goamqp.SASLTypeAnonymous()
+	}
+	if br.TLSCA != "" || br.TLSCert != "" {
+		tc := &tls.Config{MinVersion: tls.VersionTLS12}
+		if br.TLSCA != "" {
+			pem, err := os.ReadFile(br.TLSCA)
+			if err != nil {
+				return nil, err
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("%s: no PEM certificate", br.TLSCA)
+			}
+			tc.RootCAs = pool
+		}
+		if br.TLSCert != "" {
+			c, err := tls.LoadX509KeyPair(br.TLSCert, br.TLSKey)
+			if err != nil {
+				return nil, err
+			}
+			tc.Certificates = []tls.Certificate{c}
+		}
+		o.TLSConfig = tc
+	}
+	return o, nil
+}
+
+// backoff is exponential from 50 ms to ReconnectMax with up to 50 %
+// jitter, so that gateways cut off together do not come back in step.
+func (b *AMQP) backoff(attempt int) time.Duration {
+	d := 50 * time.Millisecond << min(attempt, 16)
+	if d > b.opts.ReconnectMax || d <= 0 {
+		d = b.opts.ReconnectMax
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+// wait waits d, or until Stop; false on Stop.
+func (b *AMQP) wait(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-b.done:
+		return false
+	}
+}
+
+// run is the connection goroutine: dial, open one session, let the rules
+// attach, wait for the connection to end, back off, again.
+func (b *AMQP) run() {
+	defer b.wg.Done()
+	attempt := 0
+	for {
+		opts, err := b.connOptions()
+		var conn *goamqp.Conn
+		var sess *goamqp.Session
+		if err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			conn, err = goamqp.Dial(ctx, b.opts.Bridge.URL, opts)
+			if err == nil {
+				sess, err = conn.NewSession(ctx, nil)
+				if err != nil {
+					_ = conn.Close()
+				}
+			}
+			cancel()
+		}
+		if err != nil {
+			b.fail("connect failed", err)
+			if !b.wait(b.backoff(attempt)) {
+				return
+			}
+			attempt++
+			continue
+		}
+		attempt = 0
+		remote, _ := conn.Properties()[AMQPNodeProperty].(string)
+		b.mu.Lock()
+		b.sess, b.remote, b.state = sess, remote, "connected"
+		b.gen++
+		close(b.up)
+		b.mu.Unlock()
+		b.connected.Store(true)
+		b.log.Info("AMQP bridge connected", "url", redactURL(b.opts.Bridge.URL), "remoteNode", remote)
+		select {
+		case <-conn.Done():
+			err = conn.Err()
+			if err == nil {
+				err = errors.New("connection closed")
+			}
+		case <-b.done:
+		}
+		b.connected.Store(false)
+		b.mu.Lock()
+		b.sess, b.state = nil, "reconnecting"
+		b.up = make(chan struct{})
+		b.mu.Unlock()
+		select {
+		case <-b.done:
+			b.mu.Lock()
+			b.state = "closed"
+			b.mu.Unlock()
+			_ = conn.Close()
+			return
+		default:
+		}
+		_ = conn.Close()
+		b.fail("disconnected", err)
+		if !b.wait(b.backoff(0)) {
+			return
+		}
+	}
+}
+
+// session waits for a connection newer than gen and returns its session
+// and generation; ok is false on Stop.
+func (b *AMQP) session(gen uint64) (*goamqp.Session, uint64, bool) {
+	for {
+		b.mu.Lock()
+		s, g, up := b.sess, b.gen, b.up
+		b.mu.Unlock()
+		if s != nil && g > gen {
+			return s, g, true
+		}
+		if s != nil {
+			// The link failed on a live connection (the remote closed it,
+			// the address is missing): retry on it after a pause.
+			return s, g, true
+		}
+		select {
+		case <-up:
+		case <-b.done:
+			return nil, 0, false
+		}
+	}
+}
+
+func (b *AMQP) remoteNode() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.remote
+}
+
+func (b *AMQP) fail(what string, err error) {
+	b.mu.Lock()
+	repeat := b.lastErr == err.Error()
+	b.lastErr, b.lastErrAt = err.Error(), time.Now()
+	b.mu.Unlock()
+	// A down remote fails every reconnect the same way: log the change.
+	if !repeat {
+		b.log.Warn("AMQP bridge "+what, "error", err)
+	} else {
+		b.log.Debug("AMQP bridge "+what, "error", err)
+	}
+}
+
+// run is a rule's goroutine: attach its link on the current connection,
+// work it until it fails, again (with backoff) until Stop.
+func (r *amqpRule) run() {
+	b := r.b
+	defer b.wg.Done()
+	var gen uint64
+	attempt := 0
+	for {
+		sess, g, ok := b.session(gen)
+		if !ok {
+			return
+		}
+		gen = g
+		var err error
+		switch {
+		case r.rule.Direction == In:
+			err = r.receive(sess)
+		case r.queue != nil:
+			err = r.sendQoS0(sess)
+		default:
+			err = r.sendQoS1(sess)
+		}
+		select {
+		case <-b.done:
+			return
+		default:
+		}
+		if err != nil {
+			b.fail("rule "+r.name, err)
+			attempt++
+		}
+		if !b.wait(b.backoff(attempt)) {
+			return
+		}
+	}
+}
+
+// Deliver implements core.Subscriber for an outbound rule, on the
+// publisher's goroutine. QoS 0: queued for the rule's sender, dropped and
+// counted when the queue is full or the remote is down (at most once).
+// QoS 1: written to the on-disk buffer before it returns, so the
+// publisher's acknowledgement follows the durable write.
+func (r *amqpRule) Deliver(m *core.Message, _ core.Delivery) error {
+	b := r.b
+	path := pathOf(m)
+	if len(path) >= MaxHops || slices.Contains(path, b.opts.Node) || (b.remoteNode() != "" && slices.Contains(path, b.remoteNode())) {
+		// Been here, or been there: the second loop guard.
+		r.dropped.Add(1)
+		b.m.drop("loop")
+		return nil
+	}
+	if r.queue != nil {
+		if !b.connected.Load() {
+			r.dropped.Add(1)
+			b.m.drop("remote_down")
+			return nil
+		}
+		select {
+		case r.queue <- m:
+		default:
+			r.dropped.Add(1)
+			b.m.drop("queue_full")
+		}
+		return nil
+	}
+	am := toAMQP(m, append(path, b.opts.Node), time.Now())
+	rec, err := am.MarshalBinary()
+	if err != nil {
+		r.dropped.Add(1)
+		b.m.drop("unmappable")
+		b.log.Warn("message not bridged: cannot encode", "topic", m.Topic, "rule", r.name, "error", err)
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := b.buf.Append(ctx, r.bq, rec); err != nil {
+		r.dropped.Add(1)
+		if errors.Is(err, buffer.ErrFull) {
+			b.m.drop("buffer_full")
+		} else {
+			b.m.drop("buffer_error")
+		}
+		return fmt.Errorf("bridge amqp %s rule %s: %w", b.opts.Bridge.Name, r.name, err)
+	}
+	return nil
+}
+
+// sendQoS0 sends queued messages presettled until the link fails.
+func (r *amqpRule) sendQoS0(sess *goamqp.Session) error {
+	b := r.b
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	snd, err := sess.NewSender(ctx, r.rule.Remote, &goamqp.SenderOptions{SettlementMode: goamqp.SenderSettleModeSettled.Ptr()})
+	cancel()
+	if err != nil {
+		return fmt.Errorf("attach sender to %s: %w", r.rule.Remote, err)
+	}
+	defer closeLink(snd.Close)
+	for {
+		select {
+		case m := <-r.queue:
+			am := toAMQP(m, append(pathOf(m), b.opts.Node), time.Now())
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			err := snd.Send(ctx, am, nil)
+			cancel()
+			if err != nil {
+				r.dropped.Add(1)
+				b.m.drop("remote_error")
+				return fmt.Errorf("send to %s: %w", r.rule.Remote, err)
+			}
+			r.out.Add(1)
+			b.m.message(r, "out")
+		case <-b.done:
+			return nil
+		}
+	}
+}
+
+func closeLink(close func(context.Context) error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = close(ctx)
+}
+
+// sendQoS1 sends the rule's buffered records in order, unsettled, a window
+// at a time, and removes each once the remote settled it: accepted, or
+// rejected (counted, logged, dropped: retrying it for ever would stop the
+// rule). Released and modified records, and those whose outcome was lost
+// with the link, are sent again from the first of them.
+func (r *amqpRule) sendQoS1(sess *goamqp.Session) error {
+	b := r.b
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	snd, err := sess.NewSender(ctx, r.rule.Remote, &goamqp.SenderOptions{SettlementMode: goamqp.SenderSettleModeUnsettled.Ptr()})
+	cancel()
+	if err != nil {
+		return fmt.Errorf("attach sender to %s: %w", r.rule.Remote, err)
+	}
+	defer closeLink(snd.Close)
+	var after uint64 // last sequence done with
+	for {
+		recs, err := b.buf.Next(r.bq, after, amqpWindow)
+		if err != nil {
+			return fmt.Errorf("buffer: %w", err)
+		}
+		if len(recs) == 0 {
+			select {
+			case <-b.buf.Appended(r.bq, after):
+				continue
+			case <-b.done:
+				return nil
+			}
+		}
+		remove, retry, err := r.sendWindow(snd, recs)
+		if len(remove) > 0 {
+			if aerr := r.ack(remove); aerr != nil {
+				return fmt.Errorf("buffer ack: %w", aerr)
+			}
+		}
+		if err != nil {
+			return err
+		}
+		if retry != 0 {
+			// Released or modified: the remote will take it later.
+			return fmt.Errorf("%s released or modified message %d: sent again", r.rule.Remote, retry)
+		}
+		after = recs[len(recs)-1].Seq
+	}
+}
+
+// ack removes records from the buffer. The workaround of jsOut.ack
+// (bridge/jetstream.go) applies: bbolt hangs an Ack that empties a queue
+// spanning several pages, so the newest record goes in a commit of its own.
+func (r *amqpRule) ack(seqs []uint64) error {
+	b := r.b
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if len(seqs) > 1 && b.buf.QueueStats(r.bq).Records <= int64(len(seqs)) {
+		last := slices.Max(seqs)
+		rest := slices.DeleteFunc(slices.Clone(seqs), func(s uint64) bool { return s == last })
+		if _, err := b.buf.Ack(ctx, r.bq, rest...); err != nil {
+			return err
+		}
+		seqs = []uint64{last}
+	}
+	_, err := b.buf.Ack(ctx, r.bq, seqs...)
+	return err
+}
+
+// sendWindow sends recs and waits for their outcomes. It returns the
+// sequences to remove, the first to send again (0: none), and the link's
+// error.
+func (r *amqpRule) sendWindow(snd *goamqp.Sender, recs []buffer.Record) (remove []uint64, retry uint64, err error) {
+	b := r.b
+	type pending struct {
+		seq uint64
+		rc  goamqp.SendReceipt
+	}
+	ps := make([]pending, 0, len(recs))
+	for _, rec := range recs {
+		var am goamqp.Message
+		if uerr := am.UnmarshalBinary(rec.Data); uerr != nil {
+			b.log.Error("bridge buffer record unreadable: dropped", "rule", r.name, "seq", rec.Seq, "error", uerr)
+			r.dropped.Add(1)
+			b.m.drop("buffer_error")
+			remove = append(remove, rec.Seq)
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		rc, serr := snd.SendWithReceipt(ctx, &am, nil)
+		cancel()
+		if serr != nil {
+			err = fmt.Errorf("send to %s: %w", r.rule.Remote, serr)
+			break
+		}
+		ps = append(ps, pending{rec.Seq, rc})
+	}
+	for _, p := range ps {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		st, werr := p.rc.Wait(ctx)
+		cancel()
+		if werr != nil {
+			if err == nil {
+				err = fmt.Errorf("outcome from %s: %w", r.rule.Remote, werr)
+			}
+			return remove, retry, err
+		}
+		if retry != 0 {
+			continue // sent again with the first released one, in order
+		}
+		switch s := st.(type) {
+		case *goamqp.StateAccepted:
+			r.out.Add(1)
+			b.m.message(r, "out")
+			remove = append(remove, p.seq)
+		case *goamqp.StateRejected:
+			r.dropped.Add(1)
+			b.m.drop("rejected")
+			b.log.Warn("remote rejected a bridged message: dropped", "rule", r.name, "address", r.rule.Remote, "error", s.Error)
+			remove = append(remove, p.seq)
+		case *goamqp.StateReleased:
+			b.m.drop("released")
+			retry = p.seq
+		case *goamqp.StateModified:
+			b.m.drop("modified")
+			retry = p.seq
+		default:
+			// Presettled by the remote or an unknown outcome: taken.
+			r.out.Add(1)
+			b.m.message(r, "out")
+			remove = append(remove, p.seq)
+		}
+	}
+	return remove, retry, err
+}
+
+// receive reads the rule's remote address with credit and publishes each
+// message into the router, settling it after Publish returned.
+func (r *amqpRule) receive(sess *goamqp.Session) error {
+	b := r.b
+	mode := goamqp.SenderSettleModeUnsettled
+	if r.rule.QoS == 0 {
+		mode = goamqp.SenderSettleModeSettled
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	rcv, err := sess.NewReceiver(ctx, r.rule.Remote, &goamqp.ReceiverOptions{Credit: 256, RequestedSenderSettleMode: mode.Ptr()})
+	cancel()
+	if err != nil {
+		return fmt.Errorf("attach receiver to %s: %w", r.rule.Remote, err)
+	}
+	defer closeLink(rcv.Close)
+	// Receive returns when a message comes, the link fails or Stop.
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-b.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	for {
+		am, err := rcv.Receive(ctx, nil)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("receive from %s: %w", r.rule.Remote, err)
+		}
+		outcome, why := r.publishIn(am)
+		if mode == goamqp.SenderSettleModeSettled {
+			continue
+		}
+		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+		switch outcome {
+		case "accept":
+			err = rcv.AcceptMessage(sctx, am)
+		case "reject":
+			err = rcv.RejectMessage(sctx, am, &goamqp.Error{Condition: goamqp.ErrCondDecodeError, Description: why})
+		default:
+			err = rcv.ReleaseMessage(sctx, am)
+		}
+		scancel()
+		if err != nil {
+			return fmt.Errorf("settle on %s: %w", r.rule.Remote, err)
+		}
+	}
+}
+
+// publishIn maps am and publishes it: "accept" when done with (published,
+// or dropped as a loop), "reject" when it cannot be mapped, "release" when
+// the retained store failed (the remote gives it again).
+func (r *amqpRule) publishIn(am *goamqp.Message) (string, string) {
+	b := r.b
+	now := time.Now()
+	m := &core.Message{}
+	topic, path, err := fromAMQP(am, m, now)
+	if err != nil {
+		r.dropped.Add(1)
+		b.m.drop("unmappable")
+		b.log.Debug("AMQP message not brought in", "rule", r.name, "error", err)
+		return "reject", err.Error()
+	}
+	if len(path) >= MaxHops || slices.Contains(path, b.opts.Node) {
+		// Our own message come back: the third loop guard.
+		r.dropped.Add(1)
+		b.m.drop("loop")
+		return "accept", ""
+	}
+	topic, err = r.topicIn(topic, am)
+	if err != nil {
+		r.dropped.Add(1)
+		b.m.drop("unmappable")
+		b.log.Debug("AMQP message not brought in: no topic", "rule", r.name, "error", err)
+		return "reject", err.Error()
+	}
+	// The remote is a hop of the path when it is a gateway that did not
+	// write itself in (its own server delivered the message).
+	if rn := b.remoteNode(); rn != "" && (len(path) == 0 || path[len(path)-1] != rn) {
+		path = append(path, rn)
+	}
+	if len(path) > 0 {
+		m.UserProperties = append(m.UserProperties, core.UserProperty{Key: AMQPPathProperty, Value: joinPath(path)})
+	}
+	m.Topic = topic
+	m.QoS = r.rule.QoS // as the NATS bridge: the rule says at which QoS our subscribers get it
+	m.Created = now
+	m.Origin = core.Origin{Protocol: core.ProtocolAMQP, Node: b.opts.Node, Client: b.client}
+	res := b.opts.Router.Publish(context.Background(), m) // the store write is bounded by retain.WriteTimeout
+	r.in.Add(1)
+	b.m.message(r, "in")
+	if res.RetainErr != nil && retain.Refused(res.RetainErr, nil, b.log, "topic", topic, "bridge", b.opts.Bridge.Name) == retain.StoreFailed {
+		return "release", ""
+	}
+	return "accept", ""
+}
+
+// topicIn is the topic of an inbound message: the one it names (subject or
+// Tolsey-Topic) when the rule's local filter matches it, or that topic
+// under the filter's literal prefix; else its `to` address under the
+// rule's remote prefix, moved to the local prefix; else the local filter
+// itself when it is one topic.
+func (r *amqpRule) topicIn(named string, am *goamqp.Message) (string, error) {
+	local := r.rule.Local
+	lp := literalPrefix(local)
+	if named != "" {
+		if core.ValidateTopic(named) == nil && core.Match(local, named) {
+			return named, nil
+		}
+		if lp != "" {
+			if t := lp + "/" + named; core.ValidateTopic(t) == nil && core.Match(local, t) {
+				return t, nil
+			}
+		}
+		return "", fmt.Errorf("topic %q is outside the rule's local filter %q", named, local)
+	}
+	if am.Properties != nil && am.Properties.To != nil {
+		to := *am.Properties.To
+		rp := literalPrefix(r.rule.Remote)
+		if rest, ok := cutLevels(to, rp); ok {
+			t := joinLevels(lp, rest)
+			if core.ValidateTopic(t) == nil && core.Match(local, t) {
+				return t, nil
+			}
+		}
+	}
+	if core.ValidateTopic(local) == nil {
+		return local, nil
+	}
+	return "", fmt.Errorf("no subject, %s or to address under %q", AMQPTopicProperty, r.rule.Remote)
+}
+
+// literalPrefix is a filter's levels before its first wildcard.
+func literalPrefix(f string) string {
+	var out []string
+	for _, l := range splitLevels(f) {
+		if l == "+" || l == "#" {
+			break
+		}
+		out = append(out, l)
+	}
+	return joinAll(out)
+}
+
+func cutLevels(topic, prefix string) (string, bool) {
+	if prefix == "" {
+		return topic, true
+	}
+	if topic == prefix {
+		return "", true
+	}
+	if len(topic) > len(prefix) && topic[:len(prefix)] == prefix && topic[len(prefix)] == '/' {
+		return topic[len(prefix)+1:], true
+	}
+	return "", false
+}
+
+func joinLevels(a, b string) string {
+	switch {
+	case a == "":
+		return b
+	case b == "":
+		return a
+	}
+	return a + "/" + b
+}
+
+func splitLevels(s string) []string {
+	var out []string
+	start := 0
+	for i := 0; i <= len(s); i++ {
+		if i == len(s) || s[i] == '/' {
+			out = append(out, s[start:i])
+			start = i + 1
+		}
+	}
+	return out
+}
+
+func joinAll(ls []string) string {
+	s := ""
+	for i, l := range ls {
+		if i > 0 {
+			s += "/"
+		}
+		s += l
+	}
+	return s
+}
+
+// Status is the bridge's state for /api/v1/bridges and /readyz.
+func (b *AMQP) Status() Status {
+	b.mu.Lock()
+	s := Status{Name: b.opts.Bridge.Name, URLs: []string{redactURL(b.opts.Bridge.URL)}, State: b.state,
+		Connected: b.connected.Load(), LastError: b.lastErr}
+	if !b.lastErrAt.IsZero() {
+		t := b.lastErrAt.UTC()
+		s.LastErrorAt = &t
+	}
+	b.mu.Unlock()
+	for _, r := range b.rules {
+		rs := RuleStatus{Name: r.name, Direction: r.rule.Direction, Local: r.rule.Local, Remote: r.rule.Remote,
+			QoS: r.rule.QoS, Out: r.out.Load(), In: r.in.Load(), Dropped: r.dropped.Load()}
+		if r.bq != "" {
+			st := r.bufferStats()
+			rs.Buffer = &st
+		}
+		s.Rules = append(s.Rules, rs)
+	}
+	return s
+}
+
+func (r *amqpRule) bufferStats() BufferStats {
+	if r.bq == "" || r.b.buf == nil {
+		return BufferStats{}
+	}
+	q := r.b.buf.QueueStats(r.bq)
+	return BufferStats{Messages: q.Records, Bytes: q.Bytes, MaxBytes: r.b.buf.Stats().MaxBytes, Rejected: q.Rejected, Dropped: q.Dropped}
+}
+
+// Name is the bridge's name (bridge.amqp[i].name).
+func (b *AMQP) Name() string { return b.opts.Bridge.Name }
+
+// Down returns why the bridge cannot reach its remote, or nil while it can.
+func (b *AMQP) Down() error {
+	if b.connected.Load() {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.lastErr == "" {
+		return errors.New("connecting")
+	}
+	return errors.New(b.lastErr)
+}
+
+// BufferDir is where bridge.amqp[name]'s buffer lives under the bridge
+// directory: each AMQP bridge has a file of its own.
+func AMQPBufferDir(bridgeDir, name string) string {
+	return filepath.Join(bridgeDir, "amqp", name)
+}
