@@ -525,22 +525,11 @@ func (r *amqpRule) sendQoS1(sess *goamqp.Session) error {
 	}
 }
 
-// ack removes records from the buffer. The workaround of jsOut.ack
-// (bridge/jetstream.go) applies: bbolt hangs an Ack that empties a queue
-// spanning several pages, so the newest record goes in a commit of its own.
+// ack removes records from the buffer.
 func (r *amqpRule) ack(seqs []uint64) error {
-	b := r.b
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if len(seqs) > 1 && b.buf.QueueStats(r.bq).Records <= int64(len(seqs)) {
-		last := slices.Max(seqs)
-		rest := slices.DeleteFunc(slices.Clone(seqs), func(s uint64) bool { return s == last })
-		if _, err := b.buf.Ack(ctx, r.bq, rest...); err != nil {
-			return err
-		}
-		seqs = []uint64{last}
-	}
-	_, err := b.buf.Ack(ctx, r.bq, seqs...)
+	_, err := r.b.buf.Ack(ctx, r.bq, seqs...)
 	return err
 }
 

@@ -64,7 +64,7 @@ type config struct {
 	flows                            map[string]bool
 	profile                          string // flow whose bridge phase is profiled
 	profileOut                       string
-	profileFor                      time.Duration
+	profileFor                       time.Duration
 }
 
 // result is one (round, flow, target) phase.
