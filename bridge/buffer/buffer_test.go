@@ -244,11 +244,11 @@ func TestFullRejectNew(t *testing.T) {
 	if n := strings.Count(log.String(), "bridge buffer full: rejecting new records"); n != 1 {
 		t.Fatalf("%d full logs:\n%s", n, log.String())
 	}
-	if n := strings.Count(log.String(), "has room again"); n != 0 {
-		t.Fatalf("room again while still full:\n%s", log.String())
-	}
+	// The writer logs after it answered: the append that found room again
+	// is the one that logs it, once, however many follow.
 	_, _ = b.AckThrough(ctx(t), "q", 5)
 	appendN(t, b, "other", 0, 1)
+	b.Close() // the writer is done: every line is written
 	if n := strings.Count(log.String(), "has room again"); n != 1 {
 		t.Fatalf("%d room-again logs:\n%s", n, log.String())
 	}
