@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -226,14 +225,9 @@ func (b *AMQP) connOptions() (*goamqp.ConnOptions, error) {
 	return o, nil
 }
 
-// backoff is exponential from 50 ms to ReconnectMax with up to 50 %
-// jitter, so that gateways cut off together do not come back in step.
+// backoff is backoff with ReconnectMax.
 func (b *AMQP) backoff(attempt int) time.Duration {
-	d := 50 * time.Millisecond << min(attempt, 16)
-	if d > b.opts.ReconnectMax || d <= 0 {
-		d = b.opts.ReconnectMax
-	}
-	return d/2 + rand.N(d/2+1)
+	return backoff(attempt, b.opts.ReconnectMax)
 }
 
 // wait waits d, or until Stop; false on Stop.

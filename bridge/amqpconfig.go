@@ -7,8 +7,6 @@ import (
 	"net/url"
 	"sort"
 	"strings"
-
-	"github.com/tolsey/tolsey/core"
 )
 
 // AMQPBridge is one remote AMQP 1.0 broker (bridge.amqp[i]): where it is,
@@ -234,14 +232,8 @@ func parseAMQPRule(o map[string]json.RawMessage) (AMQPRule, error) {
 	default:
 		return bad("direction", "%q is not out or in", r.Direction)
 	}
-	if r.Local == "" {
-		return bad("local", "is required (an MQTT filter such as telemetry/#)")
-	}
-	if err := core.ValidateFilter(r.Local); err != nil {
-		return bad("local", "%q is not an MQTT filter: %v", r.Local, err)
-	}
-	if core.IsShared(r.Local) {
-		return bad("local", "%q: a shared subscription cannot be bridged", r.Local)
+	if err := checkLocal(r.Local, "telemetry/#"); err != nil {
+		return AMQPRule{}, err
 	}
 	if r.Remote == "" {
 		return bad("remote", "is required (an address of the remote broker)")

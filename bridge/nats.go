@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net/url"
 	"sync"
 	"sync/atomic"
@@ -268,15 +267,9 @@ func (b *NATS) natsOptions() ([]nats.Option, error) {
 	return opts, nil
 }
 
-// reconnectDelay is exponential backoff from 50 ms to ReconnectMax, with
-// up to 50% jitter so that many gateways cut off together do not come back
-// in step.
+// reconnectDelay is backoff with ReconnectMax, for nats.go.
 func (b *NATS) reconnectDelay(attempts int) time.Duration {
-	d := 50 * time.Millisecond << min(attempts, 16)
-	if d > b.opts.ReconnectMax || d <= 0 {
-		d = b.opts.ReconnectMax
-	}
-	return d/2 + rand.N(d/2+1)
+	return backoff(attempts, b.opts.ReconnectMax)
 }
 
 func (b *NATS) up(nc *nats.Conn, what string) {

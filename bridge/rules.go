@@ -197,14 +197,8 @@ func (r *Rule) check() error {
 	default:
 		return bad("direction", "%q is not out, in or both", r.Direction)
 	}
-	if r.Local == "" {
-		return bad("local", "is required (an MQTT filter such as sensors/#)")
-	}
-	if err := core.ValidateFilter(r.Local); err != nil {
-		return bad("local", "%q is not an MQTT filter: %v", r.Local, err)
-	}
-	if core.IsShared(r.Local) {
-		return bad("local", "%q: a shared subscription cannot be bridged", r.Local)
+	if err := checkLocal(r.Local, "sensors/#"); err != nil {
+		return err
 	}
 	if r.Remote == "" {
 		return bad("remote", "is required (a NATS subject such as iot.sensors.>)")
@@ -279,4 +273,21 @@ func wildcardsSubject(subject string) string {
 		}
 	}
 	return b.String()
+}
+
+// checkLocal checks a rule's local filter (NATS and AMQP rules alike);
+// example goes in the message for a missing one.
+func checkLocal(local, example string) error {
+	bad := func(format string, a ...any) error {
+		return &RuleError{Field: "local", Msg: fmt.Sprintf(format, a...)}
+	}
+	switch {
+	case local == "":
+		return bad("is required (an MQTT filter such as %s)", example)
+	case core.ValidateFilter(local) != nil:
+		return bad("%q is not an MQTT filter: %v", local, core.ValidateFilter(local))
+	case core.IsShared(local):
+		return bad("%q: a shared subscription cannot be bridged", local)
+	}
+	return nil
 }
