@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -231,16 +232,7 @@ func (b *AMQP) backoff(attempt int) time.Duration {
 }
 
 // wait waits d, or until Stop; false on Stop.
-func (b *AMQP) wait(d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-b.done:
-		return false
-	}
-}
+func (b *AMQP) wait(d time.Duration) bool { return sleep(d, b.done) }
 
 // run is the connection goroutine: dial, open one session, let the rules
 // attach, wait for the connection to end, back off, again.
@@ -733,13 +725,13 @@ func (r *amqpRule) topicIn(named string, am *goamqp.Message) (string, error) {
 // literalPrefix is a filter's levels before its first wildcard.
 func literalPrefix(f string) string {
 	var out []string
-	for _, l := range splitLevels(f) {
+	for _, l := range strings.Split(f, "/") {
 		if l == "+" || l == "#" {
 			break
 		}
 		out = append(out, l)
 	}
-	return joinAll(out)
+	return strings.Join(out, "/")
 }
 
 func cutLevels(topic, prefix string) (string, bool) {
@@ -763,29 +755,6 @@ func joinLevels(a, b string) string {
 		return a
 	}
 	return a + "/" + b
-}
-
-func splitLevels(s string) []string {
-	var out []string
-	start := 0
-	for i := 0; i <= len(s); i++ {
-		if i == len(s) || s[i] == '/' {
-			out = append(out, s[start:i])
-			start = i + 1
-		}
-	}
-	return out
-}
-
-func joinAll(ls []string) string {
-	s := ""
-	for i, l := range ls {
-		if i > 0 {
-			s += "/"
-		}
-		s += l
-	}
-	return s
 }
 
 // Status is the bridge's state for /api/v1/bridges and /readyz.

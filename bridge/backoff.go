@@ -15,3 +15,19 @@ func backoff(attempt int, most time.Duration) time.Duration {
 	}
 	return d/2 + rand.N(d/2+1)
 }
+
+// sleep waits d, or until done is closed; false when done was. The links'
+// goroutines wait this way so that Stop does not wait out a backoff.
+func sleep(d time.Duration, done <-chan struct{}) bool {
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-done:
+		return false
+	}
+}

@@ -243,19 +243,7 @@ func (j *jsOut) ack(seqs []uint64) {
 }
 
 // wait waits d, or until stop; false on stop.
-func (j *jsOut) wait(d time.Duration) bool {
-	if d <= 0 {
-		return true
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-j.done:
-		return false
-	}
-}
+func (j *jsOut) wait(d time.Duration) bool { return sleep(d, j.done) }
 
 // publish sends recs as async publishes and waits for every answer. It
 // returns the sequences to remove (acknowledged, or refused for good) and

@@ -31,12 +31,7 @@ func (g *Gateway) startBridge(ctx context.Context) error {
 		Node:             g.cfg.NodeID,
 		Logger:           g.log,
 		Registerer:       g.metrics.Registry,
-		Buffer: bridge.BufferOptions{
-			Dir:        filepath.Join(g.cfg.DataDir, "bridge"),
-			MaxBytes:   g.cfg.Bridge.Buffer.MaxBytes,
-			DropOldest: g.cfg.Bridge.Buffer.DropOldest,
-			DrainRate:  g.cfg.Bridge.Buffer.DrainRate,
-		},
+		Buffer:           g.bufferOptions(filepath.Join(g.cfg.DataDir, "bridge")),
 	})
 	if err != nil {
 		return err
@@ -77,12 +72,7 @@ func (g *Gateway) startAMQPBridges(ctx context.Context) error {
 			Node:       g.cfg.NodeID,
 			Logger:     g.log,
 			Registerer: g.metrics.Registry,
-			Buffer: bridge.BufferOptions{
-				Dir:        bridge.AMQPBufferDir(filepath.Join(g.cfg.DataDir, "bridge"), ab.Name),
-				MaxBytes:   g.cfg.Bridge.Buffer.MaxBytes,
-				DropOldest: g.cfg.Bridge.Buffer.DropOldest,
-				DrainRate:  g.cfg.Bridge.Buffer.DrainRate,
-			},
+			Buffer:     g.bufferOptions(bridge.AMQPBufferDir(filepath.Join(g.cfg.DataDir, "bridge"), ab.Name)),
 		})
 		if err != nil {
 			return err
@@ -110,4 +100,14 @@ func (g *Gateway) Bridges() []bridge.Status {
 
 func (a *adminServer) listBridges(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, a.g.Bridges())
+}
+
+// bufferOptions is bridge.buffer.* for a buffer in dir.
+func (g *Gateway) bufferOptions(dir string) bridge.BufferOptions {
+	return bridge.BufferOptions{
+		Dir:        dir,
+		MaxBytes:   g.cfg.Bridge.Buffer.MaxBytes,
+		DropOldest: g.cfg.Bridge.Buffer.DropOldest,
+		DrainRate:  g.cfg.Bridge.Buffer.DrainRate,
+	}
 }
