@@ -67,19 +67,7 @@ func TestCleanDisconnectUnderFloodFiresNoWill(t *testing.T) {
 		s := startTestServer(t, store)
 		obs := dialTest(t, s.Addr(), "obs", nil)
 		obs.subscribe(t, "will/#")
-		stop := make(chan struct{})
-		go func() {
-			payload := make([]byte, 512)
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				s.opts.Router.Publish(context.Background(), &core.Message{Topic: "flood/x", Payload: payload,
-					Origin: core.Origin{Protocol: core.ProtocolAMQP}})
-			}
-		}()
+		stop := floodRouter(s, "flood/x", 512)
 		const rounds = 100
 		for i := 0; i < rounds; i++ {
 			c := rawConnect(t, s.Addr(), "sub", "will/sub")
@@ -94,7 +82,7 @@ func TestCleanDisconnectUnderFloodFiresNoWill(t *testing.T) {
 			_ = c.Close()
 			waitUntil(t, "sub gone", func() bool { _, ok := s.mochi.Clients.Get("sub"); return !ok })
 		}
-		close(stop)
+		stop()
 		// A fence: the wills were published before each client left.
 		s.opts.Router.Publish(context.Background(), &core.Message{Topic: "will/fence", QoS: 1,
 			Origin: core.Origin{Protocol: core.ProtocolAMQP}})
@@ -109,4 +97,26 @@ func TestCleanDisconnectUnderFloodFiresNoWill(t *testing.T) {
 			t.Errorf("linger0=%v: %d wills published after %d clean DISCONNECTs", linger0, wills, rounds)
 		}
 	}
+}
+
+// floodRouter publishes payloads of size bytes to topic through s's router,
+// as another front-end would, as fast as it can until the returned stop is
+// called; stop returns once the publisher has.
+func floodRouter(s *Server, topic string, size int) (stop func()) {
+	done := make(chan struct{})
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		payload := make([]byte, size)
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			s.opts.Router.Publish(context.Background(), &core.Message{Topic: topic, Payload: payload,
+				Origin: core.Origin{Protocol: core.ProtocolAMQP}})
+		}
+	}()
+	return func() { close(done); <-ended }
 }

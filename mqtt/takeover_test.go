@@ -2,13 +2,11 @@ package mqtt
 
 import (
 	"bufio"
-	"context"
 	"encoding/binary"
 	"io"
 	"testing"
 	"time"
 
-	"github.com/tolsey/tolsey/core"
 	"github.com/tolsey/tolsey/retain"
 	"github.com/tolsey/tolsey/retain/memory"
 )
@@ -22,20 +20,9 @@ func TestTakeoverTellsOldConnection(t *testing.T) {
 	for _, flood := range []bool{false, true} {
 		store := memory.New(retain.Limits{})
 		s := startTestServer(t, store)
-		stop := make(chan struct{})
+		stop := func() {}
 		if flood {
-			go func() {
-				payload := make([]byte, 300)
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					s.opts.Router.Publish(context.Background(), &core.Message{Topic: "flood/x", Payload: payload,
-						Origin: core.Origin{Protocol: core.ProtocolAMQP}})
-				}
-			}()
+			stop = floodRouter(s, "flood/x", 300)
 		}
 		const rounds = 50
 		got := 0
@@ -80,7 +67,7 @@ func TestTakeoverTellsOldConnection(t *testing.T) {
 			nw.Close()
 			old.Close()
 		}
-		close(stop)
+		stop()
 		waitUntil(t, "busy gone", func() bool { _, ok := s.mochi.Clients.Get("busy"); return !ok })
 		if subs := s.mochi.Topics.Subscribers("flood/x"); len(subs.Subscriptions) > 0 {
 			t.Errorf("stale subscriptions for flood/x after every client left: %v", subs.Subscriptions)
