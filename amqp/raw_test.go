@@ -2,6 +2,7 @@ package amqp
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"net"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/tolsey/tolsey/amqp/internal/buffer"
 	"github.com/tolsey/tolsey/amqp/internal/encoding"
 	"github.com/tolsey/tolsey/amqp/internal/frames"
+	"github.com/tolsey/tolsey/core"
 )
 
 // rawConn is a hand-driven AMQP client over a real socket, for what no
@@ -520,6 +522,56 @@ func TestSASLPlainChallenge(t *testing.T) {
 		}
 		if tc.code != frames.SASLCodeOK {
 			c.expectEOF()
+		}
+	}
+}
+
+// TestWideIncomingWindow: a session incoming-window of 2^31 or more (Proton
+// announces 2^31-1, other clients 2^32-1) is a wide-open window, not a
+// negative one that stops every delivery. The flow's next-incoming-id may
+// also run ahead of what the gateway sent (the Proton capture replay does).
+func TestWideIncomingWindow(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		window uint32
+		nextIn uint32
+	}{
+		{"2^32-1", 0xFFFFFFFF, 0},
+		{"2^31 after next-incoming-id ahead", 0x7FFFFFFF, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := startServer(t)
+			c := rawDial(t, e.addr)
+			c.open(nil)
+			c.send(0, &frames.Begin{IncomingWindow: tc.window, OutgoingWindow: 1000}, nil)
+			expectFrame[*frames.Begin](c)
+			c.send(0, attachReceiver("r", 0, "wide/t"), nil)
+			expectFrame[*frames.Attach](c)
+			c.send(0, &frames.Flow{NextIncomingID: ptr(tc.nextIn), IncomingWindow: tc.window, OutgoingWindow: 1000, Handle: ptr(uint32(0)),
+				DeliveryCount: ptr(uint32(0)), LinkCredit: ptr(uint32(10))}, nil)
+			// The attach answer comes after the subscription is in place.
+			if res := e.router.Publish(context.Background(), &core.Message{Topic: "wide/t", Payload: []byte("x"), Created: time.Now()}); res.Matched != 1 {
+				t.Fatalf("publish %+v", res)
+			}
+			if tr := expectFrame[*frames.Transfer](c); tr.Handle != 0 {
+				t.Fatalf("transfer %+v", tr)
+			}
+		})
+	}
+}
+
+func TestRemoteWindow(t *testing.T) {
+	for _, tc := range []struct{ nextIn, window, nextOut, want uint32 }{
+		{0, 10, 0, 10},
+		{0, 10, 4, 6},
+		{0, 10, 10, 0},
+		{0, 10, 12, 0},
+		{0, 0xFFFFFFFF, 0, 0xFFFFFFFF},
+		{1, 0x7FFFFFFF, 0, 0x7FFFFFFF},
+		{0xFFFFFFFE, 5, 1, 2}, // wrapped: 3 in flight
+	} {
+		if got := remoteWindow(tc.nextIn, tc.window, tc.nextOut); got != tc.want {
+			t.Errorf("remoteWindow(%d, %d, %d) = %d, want %d", tc.nextIn, tc.window, tc.nextOut, got, tc.want)
 		}
 	}
 }

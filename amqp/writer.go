@@ -302,10 +302,7 @@ func (w *writer) peerFlow(s *session, f *frames.Flow, out *outLink) {
 	if f.NextIncomingID != nil {
 		nextIn = *f.NextIncomingID
 	}
-	s.w.remoteIncomingWindow = nextIn + f.IncomingWindow - s.w.nextOutgoingID
-	if int32(s.w.remoteIncomingWindow) < 0 {
-		s.w.remoteIncomingWindow = 0
-	}
+	s.w.remoteIncomingWindow = remoteWindow(nextIn, f.IncomingWindow, s.w.nextOutgoingID)
 	switch {
 	case out != nil && out.attached && !out.detached:
 		if f.LinkCredit != nil {
@@ -332,6 +329,23 @@ func (w *writer) peerFlow(s *session, f *frames.Flow, out *outLink) {
 	for _, l := range s.w.links {
 		w.pump(l)
 	}
+}
+
+// remoteWindow is the peer's remaining incoming window [2.5.6]:
+// next-incoming-id(peer) + incoming-window(peer) - next-outgoing-id(ours),
+// in serial-number arithmetic on the transfers still on their way to it.
+// A window of 2^31 or more is usual (Proton, Qpid JMS announce up to
+// 2^32-1): it must not read as negative. A peer whose next-incoming-id is
+// ahead of what we sent has nothing of ours in flight.
+func remoteWindow(nextIn, window, nextOut uint32) uint32 {
+	inFlight := nextOut - nextIn
+	switch {
+	case int32(inFlight) < 0:
+		return window
+	case inFlight >= window:
+		return 0
+	}
+	return window - inFlight
 }
 
 // peerDisposition applies the peer's disposition of deliveries we sent.
