@@ -27,6 +27,60 @@ type Subscriber interface {
 type Delivery struct {
 	Sub *Subscription // the subscription that matched (the highest QoS one)
 	QoS byte          // min(published QoS, subscribed QoS)
+	// Acks is non-nil when the publisher waits for an acknowledgement
+	// (PublishAsync; Publish of a QoS 1/2 message). A subscriber whose part
+	// of the promise takes longer than Deliver may (a queue's or a bridge
+	// buffer's durable write, a group commit) calls Acks.Hold in Deliver,
+	// returns nil, and calls Acks.Done once later with its answer: the
+	// publisher is acknowledged when every holder is done. With Acks nil
+	// the publisher waits for nothing: do the work or refuse in Deliver.
+	Acks *Acks
+}
+
+// Acks gathers the late answers to one publish (Delivery.Acks). Safe for
+// concurrent use.
+type Acks struct {
+	pending atomic.Int32 // holds not done, plus one while the router delivers
+	mu      sync.Mutex
+	res     PublishResult
+	errs    []error
+	done    func(PublishResult)
+	r       *Router // its delivered count forgets a held delivery refused
+}
+
+// Hold says the subscriber answers later, with Done. Call it in Deliver,
+// before returning nil; a Deliver that returns an error must not hold.
+func (a *Acks) Hold() { a.pending.Add(1) }
+
+// Done gives a held answer: nil, or the subscriber's refusal (reported to
+// the publisher as if Deliver had returned it). Call it exactly once per
+// Hold, from any goroutine; the last one acknowledges the publisher, on
+// its goroutine, so it must not hold locks the publisher's answer takes.
+func (a *Acks) Done(err error) {
+	if err != nil {
+		a.mu.Lock()
+		a.res.Failed++
+		a.errs = append(a.errs, err)
+		a.mu.Unlock()
+		a.r.delivered.Add(^uint64(0))
+	}
+	a.release()
+}
+
+func (a *Acks) release() {
+	switch n := a.pending.Add(-1); {
+	case n > 0:
+		return
+	case n < 0:
+		panic("core: Acks.Done called more often than Hold")
+	}
+	a.mu.Lock()
+	res := a.res
+	if len(a.errs) > 0 {
+		res.Err = errors.Join(a.errs...)
+	}
+	a.mu.Unlock()
+	a.done(res)
 }
 
 // SubOptions are the per-subscription settings.
@@ -304,8 +358,41 @@ var matchPool = sync.Pool{New: func() any { s := make([]*Subscription, 0, 16); r
 
 // Publish stores m if retained, then hands it to every matching subscriber
 // exactly once. The caller must not modify m afterwards. A retained store
-// failure does not stop live delivery: the result reports both.
+// failure does not stop live delivery: the result reports both. For a QoS
+// 1/2 message, Publish returns once every subscriber that held the
+// acknowledgement (Delivery.Acks) has answered: a caller that can answer
+// its publisher later uses PublishAsync instead, and is not blocked.
 func (r *Router) Publish(ctx context.Context, m *Message) PublishResult {
+	if m.QoS == 0 {
+		return r.publish(ctx, m, nil)
+	}
+	ch := make(chan PublishResult, 1)
+	r.PublishAsync(ctx, m, func(res PublishResult) { ch <- res })
+	return <-ch
+}
+
+// PublishAsync is Publish for a publisher that waits for an
+// acknowledgement, whatever m's QoS: done gets the whole result once every
+// subscriber that held it (Delivery.Acks) has answered. done is called
+// exactly once: before PublishAsync returns when nobody held, otherwise on
+// the goroutine of the last subscriber to answer. A front-end that answers
+// its publishers in order (MQTT PUBACKs [MQTT-4.6.0-2]) orders them itself.
+func (r *Router) PublishAsync(ctx context.Context, m *Message, done func(PublishResult)) {
+	a := &Acks{done: done, r: r}
+	a.pending.Store(1)
+	res := r.publish(ctx, m, a)
+	a.mu.Lock()
+	// Refusals from Deliver join the held ones.
+	a.res.Matched, a.res.Retained, a.res.RetainErr = res.Matched, res.Retained, res.RetainErr
+	a.res.Failed += res.Failed
+	if res.Err != nil {
+		a.errs = append(a.errs, res.Err)
+	}
+	a.mu.Unlock()
+	a.release()
+}
+
+func (r *Router) publish(ctx context.Context, m *Message, acks *Acks) PublishResult {
 	var res PublishResult
 	if m.Created.IsZero() {
 		m.Created = r.opts.Now()
@@ -332,7 +419,7 @@ func (r *Router) Publish(ctx context.Context, m *Message) PublishResult {
 				qos = sub.Options.QoS
 			}
 			res.Matched++
-			if err := sub.Subscriber.Deliver(m, Delivery{Sub: sub, QoS: qos}); err != nil {
+			if err := sub.Subscriber.Deliver(m, Delivery{Sub: sub, QoS: qos, Acks: acks}); err != nil {
 				res.Failed++
 				errs = append(errs, err)
 			}
