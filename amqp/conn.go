@@ -51,6 +51,15 @@ type conn struct {
 
 	forced atomic.Bool // Shutdown asked this connection to close
 
+	// Publishes whose outcome a subscriber holds (core.Delivery.Acks):
+	// heldSlots bounds them (the reader waits for a slot, which stops it
+	// reading: backpressure), and their outcomes, given on the holder's
+	// goroutine, wait in answered for the writer. The holder never blocks
+	// on this connection's socket.
+	heldSlots  chan struct{}
+	answeredMu sync.Mutex
+	answered   []heldOutcome
+
 	// The socket's write deadline, set by the writer before each write
 	// (Options.WriteTimeout) and by whoever closes the connection, which
 	// bounds the writes that remain: wdMu orders the two so that a write
@@ -85,6 +94,8 @@ func newConn(s *Server, nc net.Conn) *conn {
 		wake:     make(chan struct{}, 1),
 		stop:     make(chan struct{}),
 		wdone:    make(chan struct{}),
+
+		heldSlots: make(chan struct{}, maxHeldOutcomes),
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/tolsey/tolsey/amqp/internal/frames"
@@ -253,8 +254,82 @@ func (l *inLink) deliver(payload []byte) {
 	}
 	m.Origin = core.Origin{Protocol: core.ProtocolAMQP, Node: opts.Node, Client: c.containerID}
 	opts.Metrics.In("amqp")
-	res := opts.Router.Publish(context.Background(), m) // the store write is bounded by retain.WriteTimeout
-	l.outcome(l.result(m, res))
+	if l.second {
+		// Our outcome goes in s.second, the reader's: answer before
+		// reading on. (Qpid JMS, Proton, rhea and go-amqp settle first.)
+		res := opts.Router.Publish(context.Background(), m) // the store write is bounded by retain.WriteTimeout
+		l.outcome(l.result(m, res))
+		return
+	}
+	// A subscriber may hold the outcome while it writes durably (a bridge
+	// buffer, a queue): the reader goes on meanwhile, up to
+	// maxHeldOutcomes per connection.
+	select {
+	case c.heldSlots <- struct{}{}:
+	case <-c.wdone:
+		return // the connection is going: nobody to answer
+	}
+	h := &heldPublish{l: l, id: l.curID, settled: l.curSettled, m: m}
+	opts.Router.PublishAsync(context.Background(), m, h.done)
+	if h.state.CompareAndSwap(heldWaiting, heldLater) {
+		return // the holder answers: h.done
+	}
+	// Answered before PublishAsync returned, on this goroutine.
+	<-c.heldSlots
+	if !h.settled {
+		l.outcome(l.result(m, h.res))
+	} else {
+		l.result(m, h.res) // counted and logged all the same
+	}
+}
+
+// maxHeldOutcomes bounds the publishes of one connection whose outcome a
+// subscriber holds: as many as two links' worth of credit.
+const maxHeldOutcomes = 2 * creditBatch
+
+// heldPublish is one publish on its way through PublishAsync.
+type heldPublish struct {
+	l       *inLink
+	id      uint32
+	settled bool // the sender settled it: no outcome is sent
+	m       *core.Message
+	res     core.PublishResult // set by done before state leaves heldWaiting
+	state   atomic.Uint32
+}
+
+const (
+	heldWaiting uint32 = iota // PublishAsync has not returned, nor done run
+	heldInline                // done ran inside PublishAsync: the reader answers
+	heldLater                 // PublishAsync returned first: done answers
+)
+
+func (h *heldPublish) done(res core.PublishResult) {
+	h.res = res
+	if h.state.CompareAndSwap(heldWaiting, heldInline) {
+		return
+	}
+	// On the holder's goroutine: hand the outcome to the writer without
+	// blocking on this connection.
+	c := h.l.sess.c
+	state := h.l.result(h.m, res)
+	<-c.heldSlots
+	if h.settled {
+		return
+	}
+	c.answeredMu.Lock()
+	c.answered = append(c.answered, heldOutcome{s: h.l.sess, id: h.id, state: state})
+	c.answeredMu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// heldOutcome is the outcome of a held publish, for the writer to send.
+type heldOutcome struct {
+	s     *session
+	id    uint32
+	state frames.DeliveryState
 }
 
 // result turns what the router did into the outcome the publisher sees;

@@ -37,6 +37,7 @@ type writer struct {
 	trFmt uint32 // message-format 0
 	tag   [4]byte
 	spare []*outLink
+	disp  frames.Disposition // the outcome of a held publish being written
 }
 
 // transferOverhead bounds the frame header plus a transfer performative
@@ -121,6 +122,7 @@ func (w *writer) run() {
 		}
 		w.now = time.Now()
 		w.drainQueue()
+		w.writeAnswered()
 		w.pumpReady()
 		w.flush()
 		if w.err != nil {
@@ -189,6 +191,23 @@ func (w *writer) write(ch uint16, body frames.Performative, payload []byte) {
 func (w *writer) flush() {
 	if w.err == nil && w.bw.Buffered() > 0 {
 		w.err = w.bw.Flush()
+	}
+}
+
+// writeAnswered sends the outcomes of held publishes (heldPublish),
+// except for sessions that ended meanwhile: their deliveries are gone.
+func (w *writer) writeAnswered() {
+	c := w.c
+	c.answeredMu.Lock()
+	list := c.answered
+	c.answered = nil
+	c.answeredMu.Unlock()
+	for _, a := range list {
+		if a.s.w.ended {
+			continue
+		}
+		w.disp = frames.Disposition{Role: frames.RoleReceiver, First: a.id, Settled: true, State: a.state}
+		w.write(a.s.ch, &w.disp, nil)
 	}
 }
 
