@@ -62,7 +62,7 @@ func BenchmarkMatchFanout(b *testing.B) {
 				b.Fatal(err)
 			}
 			if k%10 == 0 {
-				if err := x.Add(k, "!fleet/truck*"); err != nil {
+				if err := x.Add(k, "!fleet/truck*/+"); err != nil {
 					b.Fatal(err)
 				}
 			}
