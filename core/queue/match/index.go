@@ -2,6 +2,7 @@ package match
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 )
@@ -329,55 +330,55 @@ func without(s []uint32, slot uint32) []uint32 {
 
 // child returns n's child for l, creating it.
 func (n *node) child(l Level) *node {
-	var slot **node
 	switch l.Kind {
-	case Plus:
-		slot = &n.plus
-	case Star:
-		slot = &n.star
-	case Hash:
-		slot = &n.hash
-	case Tail:
-		slot = &n.tail
 	case Literal:
-		if c := n.lit[l.Text]; c != nil {
-			return c
-		}
-		if n.lit == nil {
-			n.lit = make(map[string]*node)
-		}
-		c := &node{parent: n, kind: Literal, text: l.Text}
-		n.lit[l.Text] = c
+		c, _ := n.keyed(&n.lit, l)
 		return c
 	case Prefix:
-		if c := n.pre[l.Text]; c != nil {
-			return c
+		c, created := n.keyed(&n.pre, l)
+		if created {
+			n.countPrefix(len(l.Text), 1)
 		}
-		if n.pre == nil {
-			n.pre = make(map[string]*node)
-		}
-		c := &node{parent: n, kind: Prefix, text: l.Text}
-		n.pre[l.Text] = c
-		n.countPrefix(len(l.Text), 1)
 		return c
 	}
+	slot := n.single(l.Kind)
 	if *slot == nil {
 		*slot = &node{parent: n, kind: l.Kind}
 	}
 	return *slot
 }
 
+// keyed returns the child for l in m (n.lit or n.pre), creating it.
+func (n *node) keyed(m *map[string]*node, l Level) (c *node, created bool) {
+	if c := (*m)[l.Text]; c != nil {
+		return c, false
+	}
+	if *m == nil {
+		*m = make(map[string]*node)
+	}
+	c = &node{parent: n, kind: l.Kind, text: l.Text}
+	(*m)[l.Text] = c
+	return c, true
+}
+
+// single is the field holding n's one child of kind k: `+`, `*`, `#` or `>`.
+func (n *node) single(k Kind) **node {
+	switch k {
+	case Plus:
+		return &n.plus
+	case Star:
+		return &n.star
+	case Hash:
+		return &n.hash
+	case Tail:
+		return &n.tail
+	}
+	panic("match: no single child of kind " + strconv.Itoa(int(k)))
+}
+
 // detach removes the empty child c from n.
 func (n *node) detach(c *node) {
 	switch c.kind {
-	case Plus:
-		n.plus = nil
-	case Star:
-		n.star = nil
-	case Hash:
-		n.hash = nil
-	case Tail:
-		n.tail = nil
 	case Literal:
 		delete(n.lit, c.text)
 		if len(n.lit) == 0 {
@@ -389,6 +390,8 @@ func (n *node) detach(c *node) {
 			n.pre = nil
 		}
 		n.countPrefix(len(c.text), -1)
+	default:
+		*n.single(c.kind) = nil
 	}
 }
 
