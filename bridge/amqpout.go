@@ -1,0 +1,220 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	goamqp "github.com/Azure/go-amqp"
+
+	"github.com/tolsey/tolsey/bridge/buffer"
+	"github.com/tolsey/tolsey/core"
+)
+
+// Deliver implements core.Subscriber for an outbound rule, on the
+// publisher's goroutine. QoS 0: queued for the rule's sender, dropped and
+// counted when the queue is full or the remote is down (at most once).
+// QoS 1: written to the on-disk buffer before it returns, so the
+// publisher's acknowledgement follows the durable write.
+func (r *amqpRule) Deliver(m *core.Message, _ core.Delivery) error {
+	b := r.b
+	path := pathOf(m)
+	if len(path) >= MaxHops || slices.Contains(path, b.opts.Node) || (b.remoteNode() != "" && slices.Contains(path, b.remoteNode())) {
+		// Been here, or been there: the second loop guard.
+		r.dropped.Add(1)
+		b.m.drop("loop")
+		return nil
+	}
+	if r.queue != nil {
+		if !b.connected.Load() {
+			r.dropped.Add(1)
+			b.m.drop("remote_down")
+			return nil
+		}
+		select {
+		case r.queue <- m:
+		default:
+			r.dropped.Add(1)
+			b.m.drop("queue_full")
+		}
+		return nil
+	}
+	am := toAMQP(m, append(path, b.opts.Node), time.Now())
+	rec, err := am.MarshalBinary()
+	if err != nil {
+		r.dropped.Add(1)
+		b.m.drop("unmappable")
+		b.log.Warn("message not bridged: cannot encode", "topic", m.Topic, "rule", r.name, "error", err)
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := b.buf.Append(ctx, r.bq, rec); err != nil {
+		r.dropped.Add(1)
+		if errors.Is(err, buffer.ErrFull) {
+			b.m.drop("buffer_full")
+		} else {
+			b.m.drop("buffer_error")
+		}
+		return fmt.Errorf("bridge amqp %s rule %s: %w", b.opts.Bridge.Name, r.name, err)
+	}
+	return nil
+}
+
+// sendQoS0 sends queued messages presettled until the link fails.
+func (r *amqpRule) sendQoS0(sess *goamqp.Session) error {
+	b := r.b
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	snd, err := sess.NewSender(ctx, r.rule.Remote, &goamqp.SenderOptions{SettlementMode: goamqp.SenderSettleModeSettled.Ptr()})
+	cancel()
+	if err != nil {
+		return fmt.Errorf("attach sender to %s: %w", r.rule.Remote, err)
+	}
+	defer closeLink(snd.Close)
+	for {
+		select {
+		case m := <-r.queue:
+			am := toAMQP(m, append(pathOf(m), b.opts.Node), time.Now())
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			err := snd.Send(ctx, am, nil)
+			cancel()
+			if err != nil {
+				r.dropped.Add(1)
+				b.m.drop("remote_error")
+				return fmt.Errorf("send to %s: %w", r.rule.Remote, err)
+			}
+			r.out.Add(1)
+			b.m.message(r, "out")
+		case <-b.done:
+			return nil
+		}
+	}
+}
+
+func closeLink(close func(context.Context) error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = close(ctx)
+}
+
+// sendQoS1 sends the rule's buffered records in order, unsettled, a window
+// at a time, and removes each once the remote settled it: accepted, or
+// rejected (counted, logged, dropped: retrying it for ever would stop the
+// rule). Released and modified records, and those whose outcome was lost
+// with the link, are sent again from the first of them.
+func (r *amqpRule) sendQoS1(sess *goamqp.Session) error {
+	b := r.b
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	snd, err := sess.NewSender(ctx, r.rule.Remote, &goamqp.SenderOptions{SettlementMode: goamqp.SenderSettleModeUnsettled.Ptr()})
+	cancel()
+	if err != nil {
+		return fmt.Errorf("attach sender to %s: %w", r.rule.Remote, err)
+	}
+	defer closeLink(snd.Close)
+	var after uint64 // last sequence done with
+	for {
+		recs, err := b.buf.Next(r.bq, after, amqpWindow)
+		if err != nil {
+			return fmt.Errorf("buffer: %w", err)
+		}
+		if len(recs) == 0 {
+			select {
+			case <-b.buf.Appended(r.bq, after):
+				continue
+			case <-b.done:
+				return nil
+			}
+		}
+		remove, retry, err := r.sendWindow(snd, recs)
+		if len(remove) > 0 {
+			if aerr := r.ack(remove); aerr != nil {
+				return fmt.Errorf("buffer ack: %w", aerr)
+			}
+		}
+		if err != nil {
+			return err
+		}
+		if retry != 0 {
+			// Released or modified: the remote will take it later.
+			return fmt.Errorf("%s released or modified message %d: sent again", r.rule.Remote, retry)
+		}
+		after = recs[len(recs)-1].Seq
+	}
+}
+
+// ack removes records from the buffer.
+func (r *amqpRule) ack(seqs []uint64) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := r.b.buf.Ack(ctx, r.bq, seqs...)
+	return err
+}
+
+// sendWindow sends recs and waits for their outcomes. It returns the
+// sequences to remove, the first to send again (0: none), and the link's
+// error.
+func (r *amqpRule) sendWindow(snd *goamqp.Sender, recs []buffer.Record) (remove []uint64, retry uint64, err error) {
+	b := r.b
+	type pending struct {
+		seq uint64
+		rc  goamqp.SendReceipt
+	}
+	ps := make([]pending, 0, len(recs))
+	for _, rec := range recs {
+		var am goamqp.Message
+		if uerr := am.UnmarshalBinary(rec.Data); uerr != nil {
+			b.log.Error("bridge buffer record unreadable: dropped", "rule", r.name, "seq", rec.Seq, "error", uerr)
+			r.dropped.Add(1)
+			b.m.drop("buffer_error")
+			remove = append(remove, rec.Seq)
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		rc, serr := snd.SendWithReceipt(ctx, &am, nil)
+		cancel()
+		if serr != nil {
+			err = fmt.Errorf("send to %s: %w", r.rule.Remote, serr)
+			break
+		}
+		ps = append(ps, pending{rec.Seq, rc})
+	}
+	for _, p := range ps {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		st, werr := p.rc.Wait(ctx)
+		cancel()
+		if werr != nil {
+			if err == nil {
+				err = fmt.Errorf("outcome from %s: %w", r.rule.Remote, werr)
+			}
+			return remove, retry, err
+		}
+		if retry != 0 {
+			continue // sent again with the first released one, in order
+		}
+		switch s := st.(type) {
+		case *goamqp.StateAccepted:
+			r.out.Add(1)
+			b.m.message(r, "out")
+			remove = append(remove, p.seq)
+		case *goamqp.StateRejected:
+			r.dropped.Add(1)
+			b.m.drop("rejected")
+			b.log.Warn("remote rejected a bridged message: dropped", "rule", r.name, "address", r.rule.Remote, "error", s.Error)
+			remove = append(remove, p.seq)
+		case *goamqp.StateReleased:
+			b.m.drop("released")
+			retry = p.seq
+		case *goamqp.StateModified:
+			b.m.drop("modified")
+			retry = p.seq
+		default:
+			// Presettled by the remote or an unknown outcome: taken.
+			r.out.Add(1)
+			b.m.message(r, "out")
+			remove = append(remove, p.seq)
+		}
+	}
+	return remove, retry, err
+}
