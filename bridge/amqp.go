@@ -40,9 +40,15 @@ type AMQPOptions struct {
 	Node       string // node.id: the hop path
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer // nil registers nothing
-	// Buffer holds outbound QoS 1 messages until the remote accepted
-	// them; Dir is this bridge's own.
+	// Buffer configures the on-disk buffer that holds outbound QoS 1
+	// messages until the remote accepted them: DrainRate paces the
+	// senders; Dir, MaxBytes and the policy are used only without Shared.
 	Buffer BufferOptions
+	// Shared is the buffer every AMQP bridge of the gateway appends to,
+	// so that bridge.buffer.maxBytes is one budget for all of them; the
+	// bridge does not close it. Nil: the bridge opens its own in
+	// Buffer.Dir and closes it on Stop.
+	Shared *AMQPBuffer
 	// ReconnectMax caps the reconnect backoff; 10 s when zero.
 	ReconnectMax time.Duration
 	// QueueLen bounds the QoS 0 messages waiting for a rule's sender;
@@ -64,6 +70,8 @@ type AMQP struct {
 	client string // Origin.Client of what the bridge brings in
 	rules  []*amqpRule
 	buf    *buffer.Buffer // nil without QoS 1 outbound rules
+	epoch  string         // buf's epoch: the message-id's rule part is epoch/queue
+	ownBuf bool           // buf is ours to close (no Shared buffer)
 
 	done chan struct{}
 	wg   sync.WaitGroup
@@ -90,6 +98,11 @@ type amqpRule struct {
 	bq    string             // QoS 1 out: the rule's queue in the buffer
 
 	out, in, dropped atomic.Uint64
+
+	// Owned by the rule's goroutine (sendQoS1): how many times in a row
+	// the remote released or modified record retrySeq.
+	retrySeq uint64
+	retries  int
 }
 
 // NewAMQP checks opts and builds the bridge; Start connects it.
@@ -130,12 +143,15 @@ func NewAMQP(opts AMQPOptions) (*AMQP, error) {
 		}
 		b.rules = append(b.rules, ar)
 	}
-	if needBuf {
-		buf, _, err := openBuffer(opts.Buffer)
+	switch {
+	case needBuf && opts.Shared != nil:
+		b.buf, b.epoch = opts.Shared.buf, opts.Shared.epoch
+	case needBuf:
+		ab, err := OpenAMQPBuffer(opts.Buffer)
 		if err != nil {
 			return nil, fmt.Errorf("bridge amqp %s: %w", name, err)
 		}
-		b.buf = buf
+		b.buf, b.epoch, b.ownBuf = ab.buf, ab.epoch, true
 	}
 	b.m = newAMQPMetrics(opts.Registerer, b)
 	return b, nil
@@ -182,10 +198,43 @@ func (b *AMQP) Stop(context.Context) error {
 	}
 	close(b.done)
 	b.wg.Wait()
-	if b.buf != nil {
+	if b.ownBuf {
 		return b.buf.Close()
 	}
 	return nil
+}
+
+// AMQPBuffer is the on-disk store-and-forward buffer the AMQP bridges of a
+// gateway share: one bbolt file, a queue per QoS 1 outbound rule (named
+// amqp:<bridge>:<local>><remote>), so that bridge.buffer.maxBytes bounds
+// them all together, as it bounds the NATS bridge's JetStream rules in
+// theirs.
+type AMQPBuffer struct {
+	buf   *buffer.Buffer
+	epoch string
+}
+
+// OpenAMQPBuffer opens (creating) the shared buffer in o.Dir.
+func OpenAMQPBuffer(o BufferOptions) (*AMQPBuffer, error) {
+	buf, epoch, err := openBuffer(o)
+	if err != nil {
+		return nil, err
+	}
+	return &AMQPBuffer{buf: buf, epoch: epoch}, nil
+}
+
+// Close closes the buffer, after every bridge using it stopped.
+func (a *AMQPBuffer) Close() error { return a.buf.Close() }
+
+// NeedsBuffer reports whether a bridge has a QoS 1 outbound rule, which
+// needs the buffer.
+func (br *AMQPBridge) NeedsBuffer() bool {
+	for _, r := range br.Rules {
+		if r.Direction == Out && r.QoS > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func (b *AMQP) connOptions() (*goamqp.ConnOptions, error) {
@@ -356,6 +405,7 @@ func (r *amqpRule) run() {
 			return
 		}
 		gen = g
+		before := r.progress()
 		var err error
 		switch {
 		case r.rule.Direction == In:
@@ -370,6 +420,11 @@ func (r *amqpRule) run() {
 			return
 		default:
 		}
+		if r.progress() != before {
+			// The link carried messages: a failure now is a new one, not
+			// the n-th in a row, and gets the short backoff again.
+			attempt = 0
+		}
 		if err != nil {
 			b.fail("rule "+r.name, err)
 			attempt++
@@ -379,6 +434,9 @@ func (r *amqpRule) run() {
 		}
 	}
 }
+
+// progress is what the rule has carried or dropped so far.
+func (r *amqpRule) progress() uint64 { return r.out.Load() + r.in.Load() + r.dropped.Load() }
 
 // receive reads the rule's remote address with credit and publishes each
 // message into the router, settling it after Publish returned.
@@ -597,8 +655,8 @@ func (b *AMQP) Down() error {
 	return errors.New(b.lastErr)
 }
 
-// BufferDir is where bridge.amqp[name]'s buffer lives under the bridge
-// directory: each AMQP bridge has a file of its own.
-func AMQPBufferDir(bridgeDir, name string) string {
-	return filepath.Join(bridgeDir, "amqp", name)
+// AMQPBufferDir is where the AMQP bridges' shared buffer lives under the
+// bridge directory (data.dir/bridge/amqp).
+func AMQPBufferDir(bridgeDir string) string {
+	return filepath.Join(bridgeDir, "amqp")
 }

@@ -103,7 +103,10 @@ func closeLink(close func(context.Context) error) {
 // at a time, and removes each once the remote settled it: accepted, or
 // rejected (counted, logged, dropped: retrying it for ever would stop the
 // rule). Released and modified records, and those whose outcome was lost
-// with the link, are sent again from the first of them.
+// with the link, are sent again from the first of them; a record released
+// or modified amqpMaxRetries times in a row, or modified with
+// undeliverable-here, is dropped and counted. bridge.buffer.drainRate
+// paces the windows.
 func (r *amqpRule) sendQoS1(sess *goamqp.Session) error {
 	b := r.b
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -113,9 +116,15 @@ func (r *amqpRule) sendQoS1(sess *goamqp.Session) error {
 		return fmt.Errorf("attach sender to %s: %w", r.rule.Remote, err)
 	}
 	defer closeLink(snd.Close)
+	window := amqpWindow
+	if rate := b.opts.Buffer.DrainRate; rate > 0 {
+		// Windows of a tenth of a second's worth, so that the pace is
+		// even rather than a burst of 64 and a long pause.
+		window = min(amqpWindow, max(1, rate/10))
+	}
 	var after uint64 // last sequence done with
 	for {
-		recs, err := b.buf.Next(r.bq, after, amqpWindow)
+		recs, err := b.buf.Next(r.bq, after, window)
 		if err != nil {
 			return fmt.Errorf("buffer: %w", err)
 		}
@@ -127,6 +136,7 @@ func (r *amqpRule) sendQoS1(sess *goamqp.Session) error {
 				return nil
 			}
 		}
+		start := time.Now()
 		remove, retry, err := r.sendWindow(snd, recs)
 		if len(remove) > 0 {
 			if aerr := r.ack(remove); aerr != nil {
@@ -136,11 +146,18 @@ func (r *amqpRule) sendQoS1(sess *goamqp.Session) error {
 		if err != nil {
 			return err
 		}
-		if retry != 0 {
-			// Released or modified: the remote will take it later.
-			return fmt.Errorf("%s released or modified message %d: sent again", r.rule.Remote, retry)
+		if retry != nil {
+			// Released or modified: the remote may take it later. The
+			// rule's loop backs off and attaches again.
+			return retry
 		}
 		after = recs[len(recs)-1].Seq
+		if rate := b.opts.Buffer.DrainRate; rate > 0 {
+			due := time.Duration(len(recs)) * time.Second / time.Duration(rate)
+			if !b.wait(due - time.Since(start)) {
+				return nil
+			}
+		}
 	}
 }
 
@@ -152,10 +169,18 @@ func (r *amqpRule) ack(seqs []uint64) error {
 	return err
 }
 
+// amqpMaxRetries is how many times in a row a record the remote released
+// or modified is sent before it is dropped (counted, logged): the remote
+// may be out of room for a while (released), but a record it never takes
+// must not stop the rule for ever. With the rule's backoff between
+// attempts (50 ms doubling up to ReconnectMax, 10 s, halved by jitter at
+// worst) that is 20 to 40 s of trying.
+const amqpMaxRetries = 10
+
 // sendWindow sends recs and waits for their outcomes. It returns the
-// sequences to remove, the first to send again (0: none), and the link's
-// error.
-func (r *amqpRule) sendWindow(snd *goamqp.Sender, recs []buffer.Record) (remove []uint64, retry uint64, err error) {
+// sequences to remove, why the first record to send again must be sent
+// again (nil: none), and the link's error.
+func (r *amqpRule) sendWindow(snd *goamqp.Sender, recs []buffer.Record) (remove []uint64, retry, err error) {
 	b := r.b
 	type pending struct {
 		seq uint64
@@ -171,6 +196,13 @@ func (r *amqpRule) sendWindow(snd *goamqp.Sender, recs []buffer.Record) (remove 
 			remove = append(remove, rec.Seq)
 			continue
 		}
+		if am.Properties == nil {
+			am.Properties = &goamqp.MessageProperties{}
+		}
+		// The same id every time this record is sent (after a lost link,
+		// a release, a kill -9), and never another record's: a remote or
+		// a consumer can de-duplicate on it.
+		am.Properties.MessageID = MessageID(b.opts.Node, b.epoch+"/"+r.bq, rec.Seq)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		rc, serr := snd.SendWithReceipt(ctx, &am, nil)
 		cancel()
@@ -190,7 +222,7 @@ func (r *amqpRule) sendWindow(snd *goamqp.Sender, recs []buffer.Record) (remove 
 			}
 			return remove, retry, err
 		}
-		if retry != 0 {
+		if retry != nil {
 			continue // sent again with the first released one, in order
 		}
 		switch s := st.(type) {
@@ -198,23 +230,49 @@ func (r *amqpRule) sendWindow(snd *goamqp.Sender, recs []buffer.Record) (remove 
 			r.out.Add(1)
 			b.m.message(r, "out")
 			remove = append(remove, p.seq)
+			r.retries = 0
 		case *goamqp.StateRejected:
 			r.dropped.Add(1)
 			b.m.drop("rejected")
 			b.log.Warn("remote rejected a bridged message: dropped", "rule", r.name, "address", r.rule.Remote, "error", s.Error)
 			remove = append(remove, p.seq)
+			r.retries = 0
 		case *goamqp.StateReleased:
-			b.m.drop("released")
-			retry = p.seq
+			retry = r.notTaken(p.seq, "released", false, &remove)
 		case *goamqp.StateModified:
-			b.m.drop("modified")
-			retry = p.seq
+			retry = r.notTaken(p.seq, "modified", s.UndeliverableHere, &remove)
 		default:
 			// Presettled by the remote or an unknown outcome: taken.
 			r.out.Add(1)
 			b.m.message(r, "out")
 			remove = append(remove, p.seq)
+			r.retries = 0
 		}
 	}
 	return remove, retry, err
+}
+
+// notTaken handles a record the remote released or modified: it is sent
+// again (the error says why), unless it was amqpMaxRetries times already
+// or the remote said not to send it here again (undeliverable-here), when
+// it is dropped (added to remove) and nil is returned.
+func (r *amqpRule) notTaken(seq uint64, outcome string, undeliverable bool, remove *[]uint64) error {
+	b := r.b
+	b.m.drop(outcome)
+	if r.retrySeq != seq {
+		r.retrySeq, r.retries = seq, 0
+	}
+	r.retries++
+	if !undeliverable && r.retries < amqpMaxRetries {
+		return fmt.Errorf("%s %s message %d (attempt %d of %d): sent again", r.rule.Remote, outcome, seq, r.retries, amqpMaxRetries)
+	}
+	r.dropped.Add(1)
+	why := fmt.Sprintf("%s %d times", outcome, r.retries)
+	if undeliverable {
+		why = outcome + " with undeliverable-here"
+	}
+	b.log.Warn("remote did not take a bridged message: dropped", "rule", r.name, "address", r.rule.Remote, "why", why)
+	*remove = append(*remove, seq)
+	r.retries = 0
+	return nil
 }
