@@ -122,7 +122,8 @@ func (r *amqpRule) sendQoS1(sess *goamqp.Session) error {
 		// even rather than a burst of 64 and a long pause.
 		window = min(amqpWindow, max(1, rate/10))
 	}
-	var after uint64 // last sequence done with
+	var after uint64     // last sequence done with
+	var paceAt time.Time // drainRate: when the records sent so far are due
 	for {
 		recs, err := b.buf.Next(r.bq, after, window)
 		if err != nil {
@@ -153,8 +154,15 @@ func (r *amqpRule) sendQoS1(sess *goamqp.Session) error {
 		}
 		after = recs[len(recs)-1].Seq
 		if rate := b.opts.Buffer.DrainRate; rate > 0 {
-			due := time.Duration(len(recs)) * time.Second / time.Duration(rate)
-			if !b.wait(due - time.Since(start)) {
+			// A schedule, not a pause per window, so that the time the
+			// windows take does not slow the pace below the rate; after
+			// a pause of more than a second it starts again from now
+			// rather than catch up in a burst.
+			if time.Since(paceAt) > time.Second {
+				paceAt = start
+			}
+			paceAt = paceAt.Add(time.Duration(len(recs)) * time.Second / time.Duration(rate))
+			if !b.wait(time.Until(paceAt)) {
 				return nil
 			}
 		}

@@ -133,3 +133,47 @@ func TestBridgeAMQPBufferOneBudget(t *testing.T) {
 		t.Errorf("buffers: a %+v, b %+v", *st[0].Rules[0].Buffer, *st[1].Rules[0].Buffer)
 	}
 }
+
+// bridge.buffer.drainRate paces an AMQP rule's drain after an outage:
+// with 50 msgs/s, at most about 55 of 150 buffered messages arrive in the
+// first second (bounded at 100 here: a slow machine only lowers the
+// count), and the whole drain takes at least 1 s (it would take 3 s; a
+// slow machine only lengthens it). Without it the 150 arrive at once.
+func TestBridgeAMQPDrainRate(t *testing.T) {
+	front := freePort(t)
+	g := amqpDownBridge(t, front, "--bridge.buffer.drainRate=50")
+	pub := connect5(t, g.MQTTAddr(), "pub")
+	const n = 150
+	for i := range n {
+		if r := pub.publish(t, &paho.Publish{Topic: "alarms/x", QoS: 1, Payload: fmt.Appendf(nil, "%d", i)}); r.ReasonCode != 0 {
+			t.Fatalf("PUBACK %d: %#x", i, r.ReasonCode)
+		}
+	}
+	remote := startGateway(t, "--node.id=R")
+	rcv := amqpReceiver(t, amqpSession(t, remote), "uplink")
+	ln, err := net.Listen("tcp", front)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy(t, ln, remote.AMQPAddr())
+	var first time.Time
+	inFirstSecond := 0
+	for i := range n {
+		m := amqpNext(t, rcv)
+		now := time.Now()
+		if i == 0 {
+			first = now
+		}
+		if now.Sub(first) < time.Second {
+			inFirstSecond++
+		}
+		if body := amqpBody(m); body != fmt.Sprint(i) {
+			t.Fatalf("message %d: %q", i, body)
+		}
+	}
+	took := time.Since(first)
+	t.Logf("drainRate 50: %d of %d in the first second, all in %v", inFirstSecond, n, took.Round(time.Millisecond))
+	if inFirstSecond > 100 || took < time.Second {
+		t.Errorf("drainRate 50 not applied: %d messages in the first second, %d in %v", inFirstSecond, n, took)
+	}
+}
