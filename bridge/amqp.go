@@ -304,7 +304,7 @@ func (b *AMQP) run() {
 			cancel()
 		}
 		if err != nil {
-			b.fail("connect failed", err)
+			b.fail("connect failed", b.explain(err))
 			if !b.wait(b.backoff(attempt)) {
 				return
 			}
@@ -371,6 +371,25 @@ func (b *AMQP) session(gen uint64) (*goamqp.Session, uint64, bool) {
 			return nil, 0, false
 		}
 	}
+}
+
+// explain says what a SASL failure means. go-amqp (v1.7.0, conn.go
+// negotiateSASL) reports the remote's SASL outcome as an untyped error
+// with the outcome's code only ("SASL PLAIN auth failed with code 0x1:"),
+// so it is recognised by its text; a typed error upstream would let this
+// use errors.As. Code 1 is sasl-code auth (AMQP 1.0 §5.3.3.6):
+// credentials refused.
+func (b *AMQP) explain(err error) error {
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "auth failed with code 0x1"):
+		return fmt.Errorf("authentication failed: the remote refused user %q's credentials (SASL PLAIN): %w", b.opts.Bridge.User, err)
+	case strings.Contains(msg, "auth failed with code"):
+		return fmt.Errorf("authentication failed: the remote's SASL outcome was not ok: %w", err)
+	case strings.Contains(msg, "no supported auth mechanism"):
+		return fmt.Errorf("authentication failed: the remote offers no SASL mechanism the bridge is set for (sasl: %s): %w", b.opts.Bridge.SASL, err)
+	}
+	return err
 }
 
 func (b *AMQP) remoteNode() string {

@@ -16,14 +16,14 @@ import (
 )
 
 // amqpBridgesFlag is --bridge.amqp with several bridges, each
-// {name, addr, rules}; anonymous unless the map says otherwise.
+// {name, addr, rules}; anonymous unless the map names a user or a sasl.
 func amqpBridgesFlag(bridges ...map[string]any) string {
 	for _, b := range bridges {
 		if addr, ok := b["addr"]; ok {
 			b["url"] = "amqp://" + addr.(string)
 			delete(b, "addr")
 		}
-		if _, ok := b["sasl"]; !ok {
+		if _, ok := b["sasl"]; !ok && b["user"] == nil {
 			b["sasl"] = "anonymous"
 		}
 	}
