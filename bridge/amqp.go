@@ -373,13 +373,23 @@ func (b *AMQP) session(gen uint64) (*goamqp.Session, uint64, bool) {
 	}
 }
 
-// explain says what a SASL failure means. go-amqp (v1.7.0, conn.go
-// negotiateSASL) reports the remote's SASL outcome as an untyped error
-// with the outcome's code only ("SASL PLAIN auth failed with code 0x1:"),
-// so it is recognised by its text; a typed error upstream would let this
-// use errors.As. Code 1 is sasl-code auth (AMQP 1.0 §5.3.3.6):
-// credentials refused.
+// explain says what a TLS or SASL failure means, for the log and
+// lastError. go-amqp (v1.7.0, conn.go negotiateSASL) reports the remote's
+// SASL outcome as an untyped error with the outcome's code only ("SASL
+// PLAIN auth failed with code 0x1:"), so it is recognised by its text; a
+// typed error upstream would let this use errors.As. Code 1 is sasl-code
+// auth (AMQP 1.0 §5.3.3.6): credentials refused.
 func (b *AMQP) explain(err error) error {
+	var unknownCA x509.UnknownAuthorityError
+	var badHost x509.HostnameError
+	switch {
+	case errors.As(err, &unknownCA) && b.opts.Bridge.TLSCA != "":
+		return fmt.Errorf("TLS: the remote's certificate is not signed by the CA in tls.ca %s: %w", b.opts.Bridge.TLSCA, err)
+	case errors.As(err, &unknownCA):
+		return fmt.Errorf("TLS: the remote's certificate is not signed by a CA the system trusts (set tls.ca): %w", err)
+	case errors.As(err, &badHost):
+		return fmt.Errorf("TLS: the remote's certificate is not for the URL's host: %w", err)
+	}
 	msg := err.Error()
 	switch {
 	case strings.Contains(msg, "auth failed with code 0x1"):
