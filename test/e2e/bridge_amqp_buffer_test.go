@@ -44,6 +44,21 @@ func amqpDownBridge(t *testing.T, front string, set ...string) *gateway.Gateway 
 	return g
 }
 
+// remoteUp starts the remote gateway (set applied), attaches a consumer to
+// its uplink, and then makes it reachable at front, the address the
+// bridge dials: a remote gateway keeps no messages for absent consumers.
+func remoteUp(t *testing.T, front string, set ...string) *goamqp.Receiver {
+	t.Helper()
+	remote := startGateway(t, append([]string{"--node.id=R"}, set...)...)
+	rcv := amqpReceiver(t, amqpSession(t, remote), "uplink")
+	ln, err := net.Listen("tcp", front)
+	if err != nil {
+		t.Fatalf("listen on the reserved port: %v", err)
+	}
+	proxy(t, ln, remote.AMQPAddr())
+	return rcv
+}
+
 // rejectNew: a full buffer refuses the device's publish (MQTT 5 PUBACK
 // 0x97) and an AMQP publisher's transfer (rejected
 // amqp:resource-limit-exceeded), counted buffer_full on the bridge.
@@ -98,13 +113,7 @@ func TestBridgeAMQPBufferDropOldest(t *testing.T) {
 		t.Fatalf("buffer after %d publishes into 8 KiB: %+v (want dropped + held = %d, none rejected)", n, *buf, n)
 	}
 
-	remote := startGateway(t, "--node.id=R")
-	rcv := amqpReceiver(t, amqpSession(t, remote), "uplink")
-	ln, err := net.Listen("tcp", front)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy(t, ln, remote.AMQPAddr())
+	rcv := remoteUp(t, front)
 	for i := range kept {
 		body := amqpBody(amqpNext(t, rcv))
 		if want := fmt.Sprintf("%04d ", n-kept+i); !strings.HasPrefix(body, want) {
@@ -149,13 +158,7 @@ func TestBridgeAMQPDrainRate(t *testing.T) {
 			t.Fatalf("PUBACK %d: %#x", i, r.ReasonCode)
 		}
 	}
-	remote := startGateway(t, "--node.id=R")
-	rcv := amqpReceiver(t, amqpSession(t, remote), "uplink")
-	ln, err := net.Listen("tcp", front)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy(t, ln, remote.AMQPAddr())
+	rcv := remoteUp(t, front)
 	var first time.Time
 	inFirstSecond := 0
 	for i := range n {
