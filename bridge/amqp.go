@@ -40,9 +40,15 @@ type AMQPOptions struct {
 	Node       string // node.id: the hop path
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer // nil registers nothing
-	// Buffer holds outbound QoS 1 messages until the remote accepted
-	// them; Dir is this bridge's own.
+	// Buffer configures the on-disk buffer that holds outbound QoS 1
+	// messages until the remote accepted them: DrainRate paces the
+	// senders; Dir, MaxBytes and the policy are used only without Shared.
 	Buffer BufferOptions
+	// Shared is the buffer every AMQP bridge of the gateway appends to,
+	// so that bridge.buffer.maxBytes is one budget for all of them; the
+	// bridge does not close it. Nil: the bridge opens its own in
+	// Buffer.Dir and closes it on Stop.
+	Shared *AMQPBuffer
 	// ReconnectMax caps the reconnect backoff; 10 s when zero.
 	ReconnectMax time.Duration
 	// QueueLen bounds the QoS 0 messages waiting for a rule's sender;
@@ -64,6 +70,8 @@ type AMQP struct {
 	client string // Origin.Client of what the bridge brings in
 	rules  []*amqpRule
 	buf    *buffer.Buffer // nil without QoS 1 outbound rules
+	epoch  string         // buf's epoch: the message-id's rule part is epoch/queue
+	ownBuf bool           // buf is ours to close (no Shared buffer)
 
 	done chan struct{}
 	wg   sync.WaitGroup
@@ -90,6 +98,11 @@ type amqpRule struct {
 	bq    string             // QoS 1 out: the rule's queue in the buffer
 
 	out, in, dropped atomic.Uint64
+
+	// Owned by the rule's goroutine (sendQoS1): how many times in a row
+	// the remote released or modified record retrySeq.
+	retrySeq uint64
+	retries  int
 }
 
 // NewAMQP checks opts and builds the bridge; Start connects it.
@@ -130,12 +143,15 @@ func NewAMQP(opts AMQPOptions) (*AMQP, error) {
 		}
 		b.rules = append(b.rules, ar)
 	}
-	if needBuf {
-		buf, _, err := openBuffer(opts.Buffer)
+	switch {
+	case needBuf && opts.Shared != nil:
+		b.buf, b.epoch = opts.Shared.buf, opts.Shared.epoch
+	case needBuf:
+		ab, err := OpenAMQPBuffer(opts.Buffer)
 		if err != nil {
 			return nil, fmt.Errorf("bridge amqp %s: %w", name, err)
 		}
-		b.buf = buf
+		b.buf, b.epoch, b.ownBuf = ab.buf, ab.epoch, true
 	}
 	b.m = newAMQPMetrics(opts.Registerer, b)
 	return b, nil
@@ -182,10 +198,43 @@ func (b *AMQP) Stop(context.Context) error {
 	}
 	close(b.done)
 	b.wg.Wait()
-	if b.buf != nil {
+	if b.ownBuf {
 		return b.buf.Close()
 	}
 	return nil
+}
+
+// AMQPBuffer is the on-disk store-and-forward buffer the AMQP bridges of a
+// gateway share: one bbolt file, a queue per QoS 1 outbound rule (named
+// amqp:<bridge>:<local>><remote>), so that bridge.buffer.maxBytes bounds
+// them all together, as it bounds the NATS bridge's JetStream rules in
+// theirs.
+type AMQPBuffer struct {
+	buf   *buffer.Buffer
+	epoch string
+}
+
+// OpenAMQPBuffer opens (creating) the shared buffer in o.Dir.
+func OpenAMQPBuffer(o BufferOptions) (*AMQPBuffer, error) {
+	buf, epoch, err := openBuffer(o)
+	if err != nil {
+		return nil, err
+	}
+	return &AMQPBuffer{buf: buf, epoch: epoch}, nil
+}
+
+// Close closes the buffer, after every bridge using it stopped.
+func (a *AMQPBuffer) Close() error { return a.buf.Close() }
+
+// NeedsBuffer reports whether a bridge has a QoS 1 outbound rule, which
+// needs the buffer.
+func (br *AMQPBridge) NeedsBuffer() bool {
+	for _, r := range br.Rules {
+		if r.Direction == Out && r.QoS > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func (b *AMQP) connOptions() (*goamqp.ConnOptions, error) {
@@ -255,7 +304,7 @@ func (b *AMQP) run() {
 			cancel()
 		}
 		if err != nil {
-			b.fail("connect failed", err)
+			b.fail("connect failed", b.explain(err))
 			if !b.wait(b.backoff(attempt)) {
 				return
 			}
@@ -324,6 +373,35 @@ func (b *AMQP) session(gen uint64) (*goamqp.Session, uint64, bool) {
 	}
 }
 
+// explain says what a TLS or SASL failure means, for the log and
+// lastError. go-amqp (v1.7.0, conn.go negotiateSASL) reports the remote's
+// SASL outcome as an untyped error with the outcome's code only ("SASL
+// PLAIN auth failed with code 0x1:"), so it is recognised by its text; a
+// typed error upstream would let this use errors.As. Code 1 is sasl-code
+// auth (AMQP 1.0 §5.3.3.6): credentials refused.
+func (b *AMQP) explain(err error) error {
+	var unknownCA x509.UnknownAuthorityError
+	var badHost x509.HostnameError
+	switch {
+	case errors.As(err, &unknownCA) && b.opts.Bridge.TLSCA != "":
+		return fmt.Errorf("TLS: the remote's certificate is not signed by the CA in tls.ca %s: %w", b.opts.Bridge.TLSCA, err)
+	case errors.As(err, &unknownCA):
+		return fmt.Errorf("TLS: the remote's certificate is not signed by a CA the system trusts (set tls.ca): %w", err)
+	case errors.As(err, &badHost):
+		return fmt.Errorf("TLS: the remote's certificate is not for the URL's host: %w", err)
+	}
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "auth failed with code 0x1"):
+		return fmt.Errorf("authentication failed: the remote refused user %q's credentials (SASL PLAIN): %w", b.opts.Bridge.User, err)
+	case strings.Contains(msg, "auth failed with code"):
+		return fmt.Errorf("authentication failed: the remote's SASL outcome was not ok: %w", err)
+	case strings.Contains(msg, "no supported auth mechanism"):
+		return fmt.Errorf("authentication failed: the remote offers no SASL mechanism the bridge is set for (sasl: %s): %w", b.opts.Bridge.SASL, err)
+	}
+	return err
+}
+
 func (b *AMQP) remoteNode() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -356,6 +434,7 @@ func (r *amqpRule) run() {
 			return
 		}
 		gen = g
+		before := r.progress()
 		var err error
 		switch {
 		case r.rule.Direction == In:
@@ -370,6 +449,11 @@ func (r *amqpRule) run() {
 			return
 		default:
 		}
+		if r.progress() != before {
+			// The link carried messages: a failure now is a new one, not
+			// the n-th in a row, and gets the short backoff again.
+			attempt = 0
+		}
 		if err != nil {
 			b.fail("rule "+r.name, err)
 			attempt++
@@ -380,211 +464,8 @@ func (r *amqpRule) run() {
 	}
 }
 
-// Deliver implements core.Subscriber for an outbound rule, on the
-// publisher's goroutine. QoS 0: queued for the rule's sender, dropped and
-// counted when the queue is full or the remote is down (at most once).
-// QoS 1: written to the on-disk buffer before it returns, so the
-// publisher's acknowledgement follows the durable write.
-func (r *amqpRule) Deliver(m *core.Message, _ core.Delivery) error {
-	b := r.b
-	path := pathOf(m)
-	if len(path) >= MaxHops || slices.Contains(path, b.opts.Node) || (b.remoteNode() != "" && slices.Contains(path, b.remoteNode())) {
-		// Been here, or been there: the second loop guard.
-		r.dropped.Add(1)
-		b.m.drop("loop")
-		return nil
-	}
-	if r.queue != nil {
-		if !b.connected.Load() {
-			r.dropped.Add(1)
-			b.m.drop("remote_down")
-			return nil
-		}
-		select {
-		case r.queue <- m:
-		default:
-			r.dropped.Add(1)
-			b.m.drop("queue_full")
-		}
-		return nil
-	}
-	am := toAMQP(m, append(path, b.opts.Node), time.Now())
-	rec, err := am.MarshalBinary()
-	if err != nil {
-		r.dropped.Add(1)
-		b.m.drop("unmappable")
-		b.log.Warn("message not bridged: cannot encode", "topic", m.Topic, "rule", r.name, "error", err)
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := b.buf.Append(ctx, r.bq, rec); err != nil {
-		r.dropped.Add(1)
-		if errors.Is(err, buffer.ErrFull) {
-			b.m.drop("buffer_full")
-		} else {
-			b.m.drop("buffer_error")
-		}
-		return fmt.Errorf("bridge amqp %s rule %s: %w", b.opts.Bridge.Name, r.name, err)
-	}
-	return nil
-}
-
-// sendQoS0 sends queued messages presettled until the link fails.
-func (r *amqpRule) sendQoS0(sess *goamqp.Session) error {
-	b := r.b
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	snd, err := sess.NewSender(ctx, r.rule.Remote, &goamqp.SenderOptions{SettlementMode: goamqp.SenderSettleModeSettled.Ptr()})
-	cancel()
-	if err != nil {
-		return fmt.Errorf("attach sender to %s: %w", r.rule.Remote, err)
-	}
-	defer closeLink(snd.Close)
-	for {
-		select {
-		case m := <-r.queue:
-			am := toAMQP(m, append(pathOf(m), b.opts.Node), time.Now())
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			err := snd.Send(ctx, am, nil)
-			cancel()
-			if err != nil {
-				r.dropped.Add(1)
-				b.m.drop("remote_error")
-				return fmt.Errorf("send to %s: %w", r.rule.Remote, err)
-			}
-			r.out.Add(1)
-			b.m.message(r, "out")
-		case <-b.done:
-			return nil
-		}
-	}
-}
-
-func closeLink(close func(context.Context) error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	_ = close(ctx)
-}
-
-// sendQoS1 sends the rule's buffered records in order, unsettled, a window
-// at a time, and removes each once the remote settled it: accepted, or
-// rejected (counted, logged, dropped: retrying it for ever would stop the
-// rule). Released and modified records, and those whose outcome was lost
-// with the link, are sent again from the first of them.
-func (r *amqpRule) sendQoS1(sess *goamqp.Session) error {
-	b := r.b
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	snd, err := sess.NewSender(ctx, r.rule.Remote, &goamqp.SenderOptions{SettlementMode: goamqp.SenderSettleModeUnsettled.Ptr()})
-	cancel()
-	if err != nil {
-		return fmt.Errorf("attach sender to %s: %w", r.rule.Remote, err)
-	}
-	defer closeLink(snd.Close)
-	var after uint64 // last sequence done with
-	for {
-		recs, err := b.buf.Next(r.bq, after, amqpWindow)
-		if err != nil {
-			return fmt.Errorf("buffer: %w", err)
-		}
-		if len(recs) == 0 {
-			select {
-			case <-b.buf.Appended(r.bq, after):
-				continue
-			case <-b.done:
-				return nil
-			}
-		}
-		remove, retry, err := r.sendWindow(snd, recs)
-		if len(remove) > 0 {
-			if aerr := r.ack(remove); aerr != nil {
-				return fmt.Errorf("buffer ack: %w", aerr)
-			}
-		}
-		if err != nil {
-			return err
-		}
-		if retry != 0 {
-			// Released or modified: the remote will take it later.
-			return fmt.Errorf("%s released or modified message %d: sent again", r.rule.Remote, retry)
-		}
-		after = recs[len(recs)-1].Seq
-	}
-}
-
-// ack removes records from the buffer.
-func (r *amqpRule) ack(seqs []uint64) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	_, err := r.b.buf.Ack(ctx, r.bq, seqs...)
-	return err
-}
-
-// sendWindow sends recs and waits for their outcomes. It returns the
-// sequences to remove, the first to send again (0: none), and the link's
-// error.
-func (r *amqpRule) sendWindow(snd *goamqp.Sender, recs []buffer.Record) (remove []uint64, retry uint64, err error) {
-	b := r.b
-	type pending struct {
-		seq uint64
-		rc  goamqp.SendReceipt
-	}
-	ps := make([]pending, 0, len(recs))
-	for _, rec := range recs {
-		var am goamqp.Message
-		if uerr := am.UnmarshalBinary(rec.Data); uerr != nil {
-			b.log.Error("bridge buffer record unreadable: dropped", "rule", r.name, "seq", rec.Seq, "error", uerr)
-			r.dropped.Add(1)
-			b.m.drop("buffer_error")
-			remove = append(remove, rec.Seq)
-			continue
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		rc, serr := snd.SendWithReceipt(ctx, &am, nil)
-		cancel()
-		if serr != nil {
-			err = fmt.Errorf("send to %s: %w", r.rule.Remote, serr)
-			break
-		}
-		ps = append(ps, pending{rec.Seq, rc})
-	}
-	for _, p := range ps {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		st, werr := p.rc.Wait(ctx)
-		cancel()
-		if werr != nil {
-			if err == nil {
-				err = fmt.Errorf("outcome from %s: %w", r.rule.Remote, werr)
-			}
-			return remove, retry, err
-		}
-		if retry != 0 {
-			continue // sent again with the first released one, in order
-		}
-		switch s := st.(type) {
-		case *goamqp.StateAccepted:
-			r.out.Add(1)
-			b.m.message(r, "out")
-			remove = append(remove, p.seq)
-		case *goamqp.StateRejected:
-			r.dropped.Add(1)
-			b.m.drop("rejected")
-			b.log.Warn("remote rejected a bridged message: dropped", "rule", r.name, "address", r.rule.Remote, "error", s.Error)
-			remove = append(remove, p.seq)
-		case *goamqp.StateReleased:
-			b.m.drop("released")
-			retry = p.seq
-		case *goamqp.StateModified:
-			b.m.drop("modified")
-			retry = p.seq
-		default:
-			// Presettled by the remote or an unknown outcome: taken.
-			r.out.Add(1)
-			b.m.message(r, "out")
-			remove = append(remove, p.seq)
-		}
-	}
-	return remove, retry, err
-}
+// progress is what the rule has carried or dropped so far.
+func (r *amqpRule) progress() uint64 { return r.out.Load() + r.in.Load() + r.dropped.Load() }
 
 // receive reads the rule's remote address with credit and publishes each
 // message into the router, settling it after Publish returned.
@@ -803,8 +684,8 @@ func (b *AMQP) Down() error {
 	return errors.New(b.lastErr)
 }
 
-// BufferDir is where bridge.amqp[name]'s buffer lives under the bridge
-// directory: each AMQP bridge has a file of its own.
-func AMQPBufferDir(bridgeDir, name string) string {
-	return filepath.Join(bridgeDir, "amqp", name)
+// AMQPBufferDir is where the AMQP bridges' shared buffer lives under the
+// bridge directory (data.dir/bridge/amqp).
+func AMQPBufferDir(bridgeDir string) string {
+	return filepath.Join(bridgeDir, "amqp")
 }

@@ -62,9 +62,22 @@ func (g *Gateway) BridgesDown() []string {
 	return out
 }
 
-// startAMQPBridges starts bridge.amqp's bridges, each with its own buffer
-// file under data.dir/bridge/amqp/<name>.
+// startAMQPBridges starts bridge.amqp's bridges. Those with QoS 1 out
+// rules share one buffer file, data.dir/bridge/amqp, so that
+// bridge.buffer.maxBytes is one budget for them all; it is closed after
+// they stopped.
 func (g *Gateway) startAMQPBridges(ctx context.Context) error {
+	bo := g.bufferOptions(bridge.AMQPBufferDir(filepath.Join(g.cfg.DataDir, "bridge")))
+	var shared *bridge.AMQPBuffer
+	for _, ab := range g.cfg.Bridge.AMQP {
+		if ab.NeedsBuffer() && shared == nil {
+			var err error
+			if shared, err = bridge.OpenAMQPBuffer(bo); err != nil {
+				return err
+			}
+			g.onStop(func(context.Context) error { return shared.Close() })
+		}
+	}
 	for _, ab := range g.cfg.Bridge.AMQP {
 		b, err := bridge.NewAMQP(bridge.AMQPOptions{
 			Bridge:     ab,
@@ -72,7 +85,8 @@ func (g *Gateway) startAMQPBridges(ctx context.Context) error {
 			Node:       g.cfg.NodeID,
 			Logger:     g.log,
 			Registerer: g.metrics.Registry,
-			Buffer:     g.bufferOptions(bridge.AMQPBufferDir(filepath.Join(g.cfg.DataDir, "bridge"), ab.Name)),
+			Buffer:     bo,
+			Shared:     shared,
 		})
 		if err != nil {
 			return err

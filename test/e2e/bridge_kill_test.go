@@ -287,39 +287,13 @@ func TestBridgeKill9StoreAndForward(t *testing.T) {
 	s.Shutdown()
 	s.WaitForShutdown()
 
-	dataDir := t.TempDir()
-	args := []string{"--data.dir=" + dataDir, "--node.id=edge",
+	args := []string{"--data.dir=" + t.TempDir(), "--node.id=edge",
 		fmt.Sprintf("--bridge.nats.url=nats://127.0.0.1:%d", port),
 		rulesFlag(ruleJSON{"direction": "out", "local": "alarms/#", "remote": "site1.alarms.>", "qos": 1, "jetstream": true})}
-	gw := runGatewayProc(t, bin, args...)
-	addrs := &gwAddr{addr: gw.mqtt, changed: make(chan struct{})}
-
 	const pubs, per = 4, 2500
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	var total atomic.Int64
-	kps := make([]*killPublisher, pubs)
-	errs := make(chan error, pubs)
-	for i := range kps {
-		kps[i] = &killPublisher{id: i}
-		go func(kp *killPublisher) { errs <- kp.run(ctx, addrs, per, &total) }(kps[i])
-	}
-	coretest.Eventually(t, "5,000 PUBACKs", 3*time.Minute, func() bool { return total.Load() >= pubs*per/2 })
-	gw.kill()
-	atKill := total.Load()
-	gw2 := runGatewayProc(t, bin, args...)
-	addrs.set(gw2.mqtt)
-	for range kps {
-		if err := <-errs; err != nil {
-			t.Fatalf("%v\n--- gateway log:\n%s", err, gw2.output())
-		}
-	}
-	if got := total.Load(); got != pubs*per {
-		t.Fatalf("%d PUBACKs, want %d", got, pubs*per)
-	}
-	if n := gw2.bufferedOf(); n < int64(pubs*per)-atKill {
-		t.Fatalf("the restarted gateway's buffer holds %d, want at least the %d acknowledged since the kill", n, int64(pubs*per)-atKill)
-	}
+	kps, gw2, atKill := killDrill(ctx, t, bin, args, pubs, per)
 
 	s2 := startNATS(t, port, natsDir)
 	nc2 := natsClient(t, s2)
@@ -338,15 +312,7 @@ func TestBridgeKill9StoreAndForward(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	seen := make([]map[int]int, pubs)
-	for i := range seen {
-		seen[i] = map[int]int{}
-	}
-	last := make([]int, pubs)
-	for i := range last {
-		last[i] = -1
-	}
-	dups, outOfOrder := 0, 0
+	dc := newDrillCount(pubs)
 	for i := uint64(0); i < info.State.Msgs; i++ {
 		m, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
 		if err != nil {
@@ -356,46 +322,111 @@ func TestBridgeKill9StoreAndForward(t *testing.T) {
 		if !ok || p >= pubs || m.Subject() != fmt.Sprintf("site1.alarms.p%d", p) {
 			t.Fatalf("stream message %d: %s %q", i, m.Subject(), m.Data())
 		}
-		seen[p][seq]++
-		if seen[p][seq] > 1 {
-			dups++
-			continue // order is judged on first copies
-		}
-		if seq <= last[p] {
-			outOfOrder++
-			if outOfOrder <= 5 {
-				t.Errorf("publisher %d: %d after %d in the stream", p, seq, last[p])
-			}
-		}
-		last[p] = seq
-	}
-	missing := 0
-	resentDups := 0
-	for p, kp := range kps {
-		for seq, ok := range kp.acked {
-			if ok && seen[p][seq] == 0 {
-				missing++
-				if missing <= 5 {
-					t.Errorf("publisher %d seq %d got a PUBACK and is not in the stream", p, seq)
-				}
-			}
-		}
-		for _, seq := range kp.resent {
-			if seen[p][seq] > 1 {
-				resentDups += seen[p][seq] - 1
-			}
-		}
-	}
-	t.Logf("kill -9 after %d PUBACKs; stream holds %d messages; %d duplicates (%d of them messages their publisher sent again after the kill); missing %d; out of order %d; resent %v",
-		atKill, info.State.Msgs, dups, resentDups, missing, outOfOrder, resentOf(kps))
-	if missing > 0 || outOfOrder > 0 {
-		t.Fatalf("missing %d acknowledged messages, %d out of order", missing, outOfOrder)
+		dc.add(t, p, seq)
 	}
 	// The bridge's own resends carry the same Nats-Msg-Id and JetStream
 	// drops them; only a publisher's own resend of a message whose PUBACK
 	// the kill swallowed can be stored twice (at least once).
-	if dups != resentDups {
-		t.Errorf("%d duplicates the publishers did not cause", dups-resentDups)
+	dc.check(t, kps, atKill, "the stream")
+}
+
+// killDrill is the publishing half of a kill -9 drill: the gateway binary
+// bin runs with args; pubs MQTT 5 publishers send per QoS 1 messages each;
+// after half of them got a PUBACK the gateway is killed with SIGKILL and
+// started again with the same args, and the publishers go on. It returns
+// once every message got its PUBACK, with the publishers, the running
+// gateway and the PUBACK count at the kill, having checked that the
+// restarted gateway's buffer holds at least what was acknowledged since.
+func killDrill(ctx context.Context, t *testing.T, bin string, args []string, pubs, per int) ([]*killPublisher, *gwProc, int64) {
+	t.Helper()
+	gw := runGatewayProc(t, bin, args...)
+	addrs := &gwAddr{addr: gw.mqtt, changed: make(chan struct{})}
+	var total atomic.Int64
+	kps := make([]*killPublisher, pubs)
+	errs := make(chan error, pubs)
+	for i := range kps {
+		kps[i] = &killPublisher{id: i}
+		go func(kp *killPublisher) { errs <- kp.run(ctx, addrs, per, &total) }(kps[i])
+	}
+	coretest.Eventually(t, fmt.Sprintf("%d PUBACKs", pubs*per/2), 3*time.Minute, func() bool { return total.Load() >= int64(pubs*per/2) })
+	gw.kill()
+	atKill := total.Load()
+	gw2 := runGatewayProc(t, bin, args...)
+	addrs.set(gw2.mqtt)
+	for range kps {
+		if err := <-errs; err != nil {
+			t.Fatalf("%v\n--- gateway log:\n%s", err, gw2.output())
+		}
+	}
+	if got := total.Load(); got != int64(pubs*per) {
+		t.Fatalf("%d PUBACKs, want %d", got, pubs*per)
+	}
+	if n := gw2.bufferedOf(); n < int64(pubs*per)-atKill {
+		t.Fatalf("the restarted gateway's buffer holds %d, want at least the %d acknowledged since the kill", n, int64(pubs*per)-atKill)
+	}
+	return kps, gw2, atKill
+}
+
+// drillCount judges what a kill -9 drill's remote received, in the order
+// it received it: copies per publisher and sequence number, duplicates,
+// first copies out of order.
+type drillCount struct {
+	seen             []map[int]int
+	last             []int
+	got              int
+	dups, outOfOrder int
+}
+
+func newDrillCount(pubs int) *drillCount {
+	d := &drillCount{seen: make([]map[int]int, pubs), last: make([]int, pubs)}
+	for i := range d.seen {
+		d.seen[i], d.last[i] = map[int]int{}, -1
+	}
+	return d
+}
+
+func (d *drillCount) add(t *testing.T, p, seq int) {
+	d.got++
+	d.seen[p][seq]++
+	if d.seen[p][seq] > 1 {
+		d.dups++
+		return // order is judged on first copies
+	}
+	if seq <= d.last[p] {
+		d.outOfOrder++
+		if d.outOfOrder <= 5 {
+			t.Errorf("publisher %d: %d after %d", p, seq, d.last[p])
+		}
+	}
+	d.last[p] = seq
+}
+
+// check fails the test when a PUBACKed message is missing, came out of
+// order, or came twice other than because its publisher sent it again;
+// it logs the figures.
+func (d *drillCount) check(t *testing.T, kps []*killPublisher, atKill int64, where string) {
+	t.Helper()
+	missing, resentDups := 0, 0
+	for p, kp := range kps {
+		for seq, ok := range kp.acked {
+			if ok && d.seen[p][seq] == 0 {
+				missing++
+				if missing <= 5 {
+					t.Errorf("publisher %d seq %d got a PUBACK and is not in %s", p, seq, where)
+				}
+			}
+		}
+		for _, seq := range kp.resent {
+			resentDups += max(d.seen[p][seq]-1, 0)
+		}
+	}
+	t.Logf("kill -9 after %d PUBACKs; %s got %d messages; %d duplicates (%d of them messages their publisher sent again after the kill); missing %d; out of order %d; resent %v",
+		atKill, where, d.got, d.dups, resentDups, missing, d.outOfOrder, resentOf(kps))
+	if missing > 0 || d.outOfOrder > 0 {
+		t.Fatalf("missing %d acknowledged messages, %d out of order", missing, d.outOfOrder)
+	}
+	if d.dups != resentDups {
+		t.Errorf("%d duplicates the publishers did not cause", d.dups-resentDups)
 	}
 }
 

@@ -22,6 +22,12 @@ import (
 // applied; it stops when the test ends.
 func startGateway(t *testing.T, set ...string) *gateway.Gateway {
 	t.Helper()
+	return startGatewayLog(t, os.Stderr, set...)
+}
+
+// startGatewayLog is startGateway with the gateway's log written to w.
+func startGatewayLog(t *testing.T, w io.Writer, set ...string) *gateway.Gateway {
+	t.Helper()
 	args := []string{"--mqtt.listen=127.0.0.1:0", "--mqtt.ws.listen=127.0.0.1:0", "--admin.listen=127.0.0.1:0",
 		"--amqp.listen=127.0.0.1:0", "--retain.backend=memory", "--data.dir=" + t.TempDir(), "--node.id=" + t.Name()}
 	args = append(args, set...)
@@ -33,7 +39,7 @@ func startGateway(t *testing.T, set ...string) *gateway.Gateway {
 	if os.Getenv("TOLSEY_TEST_DEBUG") != "" {
 		lvl = slog.LevelDebug
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	log := slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: lvl}))
 	g := gateway.New(cfg, log)
 	if err := g.Start(context.Background()); err != nil {
 		t.Fatalf("start gateway: %v", err)
