@@ -351,8 +351,8 @@ func (cl *Client) writeLoop() {
 		pk := q.pop()
 		if pk == nil || cl.Closed() {
 			for pk != nil { // closed: what is left is dropped, as before
-				atomic.AddInt32(&cl.State.outboundQty, -1)
 				cl.ackWritten(pk)
+				atomic.AddInt32(&cl.State.outboundQty, -1)
 				pk = q.pop()
 			}
 			q.writing = false
@@ -384,8 +384,8 @@ func (cl *Client) writeQueued(pk *packets.Packet) {
 			cl.Net.wmu.Unlock()
 		}
 	}
-	atomic.AddInt32(&cl.State.outboundQty, -1)
 	cl.ackWritten(pk) // gateway patch 12
+	atomic.AddInt32(&cl.State.outboundQty, -1)
 }
 
 // ParseConnect parses the connect parameters and properties for a client.
