@@ -351,7 +351,7 @@ func (cl *Client) writeLoop() {
 		pk := q.pop()
 		if pk == nil || cl.Closed() {
 			for pk != nil { // closed: what is left is dropped, as before
-				cl.ackWritten(pk)
+				cl.ackWritten(pk) // gateway patch 12
 				atomic.AddInt32(&cl.State.outboundQty, -1)
 				pk = q.pop()
 			}

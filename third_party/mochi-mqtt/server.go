@@ -1040,7 +1040,7 @@ func (s *Server) processPublish(cl *Client, pk packets.Packet) error {
 		}
 
 		ack := s.buildAck(pk.PacketID, ackType, 0, pk.Properties, packets.ErrNotAuthorized)
-		return cl.writeAck(nil, ack, false) // gateway patch: behind deferred acks
+		return cl.writeAck(nil, ack, false) // gateway patch 12: behind deferred acks
 	}
 
 	pk.Origin = cl.ID
@@ -1054,7 +1054,7 @@ func (s *Server) processPublish(cl *Client, pk packets.Packet) error {
 	if !cl.Net.Inline {
 		if pki, ok := cl.State.Inflight.Get(pk.PacketID); ok {
 			if pki.FixedHeader.Type == packets.Pubrec { // [MQTT-4.3.3-10]
-				// gateway patch: also while the first PUBREC is deferred,
+				// gateway patch 12: also while the first PUBREC is deferred,
 				// so a re-sent PUBLISH is not published twice.
 				ack := s.buildAck(pk.PacketID, packets.Pubrec, 0, pk.Properties, packets.ErrPacketIdentifierInUse)
 				return cl.writeAck(nil, ack, false)
@@ -1086,7 +1086,7 @@ func (s *Server) processPublish(cl *Client, pk packets.Packet) error {
 	} else if errors.Is(err, packets.CodeSuccessIgnore) {
 		pk.Ignore = true
 	} else if cl.Properties.ProtocolVersion == 5 && pk.FixedHeader.Qos > 0 && errors.As(err, new(packets.Code)) {
-		err = cl.writeAck(nil, s.buildAck(pk.PacketID, packets.Puback, 0, pk.Properties, err.(packets.Code)), false)
+		err = cl.writeAck(nil, s.buildAck(pk.PacketID, packets.Puback, 0, pk.Properties, err.(packets.Code)), false) // gateway patch 12
 		if err != nil {
 			return err
 		}
