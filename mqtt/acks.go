@@ -1,76 +1,134 @@
 package mqtt
 
 import (
-	"sync"
+	"context"
 	"sync/atomic"
 
 	mochi "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/tolsey/tolsey/core"
+	"github.com/tolsey/tolsey/retain"
 )
 
-// ackOverrides are the reason codes of the PUBACKs/PUBRECs mochi is about to
-// write for MQTT 5 publishes whose retained write was refused, or that a
-// subscriber refused (a full bridge buffer, 0x97): the message
-// was still delivered live, and the ack tells the publisher the truth
-// (docs/architecture.md, "The acknowledgement back to the publisher").
-// mochi lets OnPublish only refuse a publish outright (and then neither
-// delivers it nor answers a QoS 2 one with a PUBREC), so the code is
-// recorded here and put on the ack as mochi encodes it.
+// The acknowledgement of an MQTT publish the router handles
+// (docs/architecture.md, "The acknowledgement back to the publisher";
+// docs/mqtt-frontend.md, "Acknowledgements").
 //
-// Goroutines: record runs on the publisher's reader goroutine (OnPublish,
-// before mochi writes the ack); take on the goroutine that encodes the ack
-// (OnPacketEncode: the client's writer, or its reader writing directly);
-// forget on the reader as the client leaves. mu guards codes; n mirrors
-// len(codes), so that the encoder of every ack skips the lock while no
-// override waits, which is nearly always.
-type ackOverrides struct {
-	mu    sync.Mutex
-	codes map[ackKey]packets.Code
-	n     atomic.Int32
+// A QoS 1/2 publish goes to the router with PublishAsync. When every
+// subscriber answers within Deliver (the usual case), done runs before
+// PublishAsync returns and OnPublish answers as it always has: mochi
+// writes the ack on the reader. When a subscriber holds the answer (the
+// bridge's store-and-forward buffer waiting for its group commit), the
+// hook defers the ack with mochi's DeferAck (third_party/mochi-mqtt
+// PATCHES.md, patch 12): the reader reads on, and done, on the holder's
+// goroutine, gives mochi the code; mochi writes the acks in the order
+// their PUBLISHes came [MQTT-4.6.0-2] and stops reading once the server's
+// Receive Maximum of them wait. A reason code that is not success goes
+// through the same deferred ack, answered at once, so that mochi delivers
+// the message and writes the ack with the code, in its place.
+
+// Where an asyncPublish is: done and OnPublish each move it on from
+// pubWaiting with a compare-and-swap, so exactly one of them answers.
+const (
+	pubWaiting  int32 = iota // PublishAsync has not called done yet
+	pubAnswered              // done ran before OnPublish deferred the ack: OnPublish answers
+	pubDeferred              // OnPublish deferred the ack: done answers it
+)
+
+// asyncPublish is one QoS 1/2 publish in the router's hands. res is
+// written by done before it moves state to pubAnswered, ack by OnPublish
+// before it moves state to pubDeferred; each is read only by the side
+// that found the other's state, so the atomic orders them.
+type asyncPublish struct {
+	h     *hook
+	cl    *mochi.Client
+	topic string
+	id    uint16
+	qos   byte
+	state atomic.Int32
+	res   core.PublishResult
+	ack   *mochi.PendingAck
 }
 
-type ackKey struct {
-	cl *mochi.Client
-	id uint16
-}
-
-// record makes the ack of cl's packet id carry code.
-func (a *ackOverrides) record(cl *mochi.Client, id uint16, code packets.Code) {
-	a.mu.Lock()
-	if a.codes == nil {
-		a.codes = map[ackKey]packets.Code{}
+// publishRouted hands an MQTT publish to the router and answers it: on
+// the reader now, or later through a deferred ack. The error is
+// OnPublish's (packets.ErrRejectPacket once the connection is closed).
+func (h *hook) publishRouted(cl *mochi.Client, pk *packets.Packet, m *core.Message) error {
+	if pk.FixedHeader.Qos == 0 {
+		// No ack: nobody waits, and a refusal is counted where it happened.
+		res := h.s.opts.Router.Publish(context.Background(), m) // the store write is bounded by retain.WriteTimeout
+		h.ackFor(cl, pk.TopicName, 0, res)
+		return nil
 	}
-	a.codes[ackKey{cl, id}] = code
-	a.n.Store(int32(len(a.codes)))
-	a.mu.Unlock()
-}
-
-// take returns, and forgets, the code recorded for the ack of cl's packet
-// id.
-func (a *ackOverrides) take(cl *mochi.Client, id uint16) (packets.Code, bool) {
-	if a.n.Load() == 0 {
-		return packets.Code{}, false
-	}
-	k := ackKey{cl, id}
-	a.mu.Lock()
-	code, ok := a.codes[k]
-	delete(a.codes, k)
-	a.n.Store(int32(len(a.codes)))
-	a.mu.Unlock()
-	return code, ok
-}
-
-// forget drops the codes of a client that left before its acks went out.
-func (a *ackOverrides) forget(cl *mochi.Client) {
-	if a.n.Load() == 0 {
-		return
-	}
-	a.mu.Lock()
-	for k := range a.codes {
-		if k.cl == cl {
-			delete(a.codes, k)
+	p := &asyncPublish{h: h, cl: cl, topic: pk.TopicName, id: pk.PacketID, qos: pk.FixedHeader.Qos}
+	h.s.opts.Router.PublishAsync(context.Background(), m, p.done)
+	if p.state.Load() == pubWaiting {
+		p.ack = cl.DeferAck(*pk)
+		if p.state.CompareAndSwap(pubWaiting, pubDeferred) {
+			return nil // done answers
 		}
 	}
-	a.n.Store(int32(len(a.codes)))
-	a.mu.Unlock()
+	// Answered before OnPublish returns: by mochi on the reader, or with
+	// a code through the deferred ack, answered at once.
+	code, closed := h.ackFor(cl, p.topic, p.qos, p.res)
+	switch {
+	case closed:
+		return packets.ErrRejectPacket // mochi drops the deferred ack, if any
+	case code == packets.CodeSuccess && p.ack == nil:
+		return nil
+	case p.ack == nil:
+		p.ack = cl.DeferAck(*pk)
+	}
+	p.ack.Done(code)
+	return nil
+}
+
+// done is PublishAsync's callback: on the reader before PublishAsync
+// returns, or on the goroutine of the last subscriber to answer.
+func (p *asyncPublish) done(res core.PublishResult) {
+	p.res = res
+	if p.state.CompareAndSwap(pubWaiting, pubAnswered) {
+		return // OnPublish answers
+	}
+	code, _ := p.h.ackFor(p.cl, p.topic, p.qos, res) // closed: mochi writes nothing to a closed connection
+	p.ack.Done(code)
+}
+
+// ackFor is the answer to a publish of the given QoS: the reason code
+// of its PUBACK/PUBREC, or closed when the connection has been closed
+// instead (MQTT 3.1.1 has no reason codes).
+//   - A subscriber that must not lose it refused it (the bridge's
+//     store-and-forward buffer is full under rejectNew): the publisher
+//     must not take it as delivered. MQTT 5: 0x97 Quota exceeded (current
+//     MQTT subscribers still get it, as for a refused retained write).
+//     MQTT 3.1.1: the connection is closed [MQTT-3.3.5-2], as for a topic
+//     over the limits, and the publisher sends it again once it
+//     reconnects. QoS 0: no ack exists; the refusal is counted where it
+//     happened.
+//   - The retained store did not take it (retain.Refused counts it): 0x97
+//     quota exceeded, or 0x80 when the store failed; success for MQTT
+//     3.1.1, whose acks carry no code.
+func (h *hook) ackFor(cl *mochi.Client, topic string, qos byte, res core.PublishResult) (code packets.Code, closed bool) {
+	if res.Err != nil {
+		h.s.log.Debug("publish refused by a subscriber", "client", cl.ID, "topic", topic, "error", res.Err)
+		switch {
+		case qos == 0:
+			return packets.CodeSuccess, false
+		case cl.Properties.ProtocolVersion < 5:
+			cl.Stop(packets.ErrQuotaExceeded)
+			return packets.CodeSuccess, true
+		}
+		return packets.ErrQuotaExceeded, false
+	}
+	if res.RetainErr != nil {
+		code = packets.ErrUnspecifiedError
+		if retain.Refused(res.RetainErr, h.s.opts.Metrics, h.s.log, "topic", topic, "client", cl.ID) == retain.OverQuota {
+			code = packets.ErrQuotaExceeded
+		}
+		if cl.Properties.ProtocolVersion >= 5 && qos > 0 {
+			return code, false
+		}
+	}
+	return packets.CodeSuccess, false
 }

@@ -23,9 +23,9 @@ import (
 // publishes and wills itself, refuses what is over the topic limits, and
 // hands the rest to three parts, each with its own lock, goroutines and
 // ownership comment:
-//   - acks (acks.go): reason codes for the acks of retained publishes the
-//     store refused, and of publishes a subscriber refused (a full bridge
-//     buffer);
+//   - acks.go: the acknowledgement of a publish the router handles, given
+//     later when a subscriber holds it (a bridge buffer's durable write),
+//     with its reason code;
 //   - replay (retained.go): stored copies for late subscribers;
 //   - backlog (backlog.go): QoS 1/2 messages a full write queue would have
 //     lost.
@@ -33,7 +33,6 @@ type hook struct {
 	mochi.HookBase
 	s *Server
 
-	acks    ackOverrides
 	replay  *replayer
 	backlog backlog
 
@@ -112,13 +111,13 @@ func (h *hook) OnDisconnect(cl *mochi.Client, err error, _ bool) {
 	}
 	h.replay.forget(cl)
 	h.backlog.forget(cl)
-	h.acks.forget(cl)
 }
 
 // OnPublish feeds an MQTT publish into the router: the retained store first
 // (before mochi acknowledges it, so an acknowledged retained publish is
-// durable), then every non-MQTT subscriber. mochi then delivers it to MQTT
-// subscribers itself.
+// durable), then every non-MQTT subscriber; a QoS 1/2 one is acknowledged
+// once the router has its answer, possibly later (acks.go). mochi then
+// delivers it to MQTT subscribers itself, without waiting for that answer.
 func (h *hook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
 	if cl.Net.Inline {
 		return pk, nil // injected by Deliver: already routed
@@ -130,37 +129,7 @@ func (h *hook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet, e
 	if !pk.FixedHeader.Retain && !h.s.opts.Router.Wants(pk.TopicName, core.ProtocolMQTT) {
 		return pk, nil // MQTT-only traffic: mochi fans it out, nothing else to do
 	}
-	m := toMessage(&pk, cl.ID, h.s.opts.Node, time.Now())
-	res := h.s.opts.Router.Publish(context.Background(), m) // the store write is bounded by retain.WriteTimeout
-	if res.Err != nil {
-		return pk, h.subscriberRefused(cl, &pk, res.Err)
-	}
-	if res.RetainErr != nil {
-		h.retainFailed(cl, &pk, res.RetainErr)
-	}
-	return pk, nil
-}
-
-// subscriberRefused answers a publish that a subscriber which must not lose
-// it refused (the bridge's store-and-forward buffer is full under
-// rejectNew): the publisher must not take it as delivered.
-//   - MQTT 5, QoS 1/2: PUBACK/PUBREC 0x97 Quota exceeded; current MQTT
-//     subscribers still get it (as for a refused retained write).
-//   - QoS 0: no ack exists; the refusal is counted where it happened.
-//   - MQTT 3.1.1, QoS 1/2: no reason codes, so the connection is closed
-//     [MQTT-3.3.5-2], as for a topic over the limits: the publisher sends
-//     it again once it reconnects.
-func (h *hook) subscriberRefused(cl *mochi.Client, pk *packets.Packet, err error) error {
-	h.s.log.Debug("publish refused by a subscriber", "client", cl.ID, "topic", pk.TopicName, "error", err)
-	switch {
-	case pk.FixedHeader.Qos == 0:
-		return nil
-	case cl.Properties.ProtocolVersion < 5:
-		cl.Stop(packets.ErrQuotaExceeded)
-		return packets.ErrRejectPacket
-	}
-	h.acks.record(cl, pk.PacketID, packets.ErrQuotaExceeded)
-	return nil
+	return pk, h.publishRouted(cl, &pk, toMessage(&pk, cl.ID, h.s.opts.Node, time.Now()))
 }
 
 // refusePublish answers a PUBLISH whose topic is over the topic limits, and
@@ -193,23 +162,9 @@ func (h *hook) refusePublish(cl *mochi.Client, pk *packets.Packet, err error) er
 		if pk.FixedHeader.Qos == 2 {
 			ack.FixedHeader.Type = packets.Pubrec // a PUBREC >= 0x80 ends the flow [MQTT-4.3.3]
 		}
-		_ = cl.WritePacket(ack) // a closed connection ends the client anyway
+		_ = cl.WriteAck(ack) // behind the acks still due; a closed connection ends the client anyway
 	}
 	return packets.ErrRejectPacket
-}
-
-// retainFailed records the PUBACK/PUBREC reason for a retained publish the
-// store did not take (retain.Refused): 0x97 quota exceeded, or 0x80 when the
-// store failed.
-func (h *hook) retainFailed(cl *mochi.Client, pk *packets.Packet, err error) {
-	code := packets.ErrUnspecifiedError
-	if retain.Refused(err, h.s.opts.Metrics, h.s.log, "topic", pk.TopicName, "client", cl.ID) == retain.OverQuota {
-		code = packets.ErrQuotaExceeded
-	}
-	if cl.Properties.ProtocolVersion < 5 || pk.FixedHeader.Qos == 0 {
-		return // MQTT 3 acks carry no reason code; QoS 0 has no ack
-	}
-	h.acks.record(cl, pk.PacketID, code)
 }
 
 // OnRetainMessage takes the message straight back out of mochi's own
@@ -347,8 +302,7 @@ func (h *hook) routeWill(cl *mochi.Client, pk *packets.Packet) {
 	}
 }
 
-// OnPacketEncode puts the reason code on acks of publishes whose retained
-// write failed, strips properties mochi copies onto SUBACK/UNSUBACK, and
+// OnPacketEncode strips properties mochi copies onto SUBACK/UNSUBACK, and
 // drops the message expiry interval mochi adds to messages that had none.
 func (h *hook) OnPacketEncode(cl *mochi.Client, pk packets.Packet) packets.Packet {
 	switch pk.FixedHeader.Type {
@@ -360,22 +314,6 @@ func (h *hook) OnPacketEncode(cl *mochi.Client, pk packets.Packet) packets.Packe
 			if g := h.replay.gate(cl); g != nil {
 				<-g // the client's retained copies go first
 			}
-		}
-	case packets.Puback, packets.Pubrec:
-		if pk.ReasonCode >= packets.ErrUnspecifiedError.Code {
-			return pk
-		}
-		code, ok := h.acks.take(cl, pk.PacketID)
-		if !ok {
-			return pk
-		}
-		pk.ReasonCode = code.Code
-		pk.Properties.ReasonString = code.Reason
-		if pk.FixedHeader.Type == packets.Pubrec {
-			// A PUBREC >= 0x80 ends the QoS 2 flow [MQTT-4.3.3]: no PUBREL
-			// follows, so release what mochi holds for it.
-			h.s.untrack(cl, pk.PacketID)
-			h.replay.slotFreed(cl)
 		}
 	case packets.Suback, packets.Unsuback:
 		pk.Properties.User = nil // mochi echoes the SUBSCRIBE's user properties

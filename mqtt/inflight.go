@@ -10,9 +10,10 @@ import (
 // A session's inflight store, used as mochi uses it. mochi has no call that
 // sends a QoS 1/2 message to one client with a packet id and a place in its
 // inflight store, so the gateway keeps Inflight and Info.Inflight in step
-// itself when it writes such a message (a retained copy, a kept message) or
-// ends a QoS 2 flow early (third_party/mochi-mqtt/PATCHES.md, "Workarounds
-// that live outside this copy"). These run on whichever goroutine writes.
+// itself when it writes such a message (a retained copy, a kept message)
+// (third_party/mochi-mqtt/PATCHES.md, "Workarounds that live outside this
+// copy"). A QoS 2 flow a PUBREC >= 0x80 ends is released by mochi's
+// deferred ack (patch 12). These run on whichever goroutine writes.
 
 // track gives a QoS 1/2 PUBLISH the gateway writes itself a packet id and a
 // place in the session's inflight store, as mochi's publishToClient does for
@@ -30,16 +31,6 @@ func (s *Server) track(cl *mochi.Client, pk *packets.Packet) error {
 		cl.State.Inflight.DecreaseSendQuota()
 	}
 	return nil
-}
-
-// untrack ends the QoS 2 flow of a PUBLISH the client sent, after a PUBREC
-// >= 0x80: no PUBREL follows [MQTT-4.3.3], so mochi would hold its state
-// for ever.
-func (s *Server) untrack(cl *mochi.Client, id uint16) {
-	if cl.State.Inflight.Delete(id) {
-		atomic.AddInt64(&s.mochi.Info.Inflight, -1)
-	}
-	cl.State.Inflight.IncreaseReceiveQuota()
 }
 
 // inflightFull reports whether cl's session holds mqtt.maxInflight messages

@@ -68,27 +68,35 @@ func TestReplayWaitsForAcknowledgements(t *testing.T) {
 	}
 }
 
-// rawClient is an MQTT 5 client that writes and reads packets itself, with
-// mochi's codec: its acknowledgements go exactly when the test says.
+// rawClient is an MQTT client (5, or 3.1.1 with version 4) that writes and
+// reads packets itself, with mochi's codec: its acknowledgements go exactly
+// when the test says, and it sees the server's in the order they come.
 type rawClient struct {
-	conn net.Conn
-	r    *bufio.Reader
+	conn    net.Conn
+	r       *bufio.Reader
+	version byte
 }
 
 // dialRaw connects as id with the given Receive Maximum and waits for a
 // successful CONNACK.
 func dialRaw(t *testing.T, addr, id string, receiveMaximum uint16) *rawClient {
 	t.Helper()
+	return dialRawVersion(t, addr, id, 5, true, receiveMaximum)
+}
+
+// dialRawVersion is dialRaw with the protocol version (4: MQTT 3.1.1, 5)
+// and the clean start flag.
+func dialRawVersion(t *testing.T, addr, id string, version byte, clean bool, receiveMaximum uint16) *rawClient {
+	t.Helper()
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	c := &rawClient{conn: conn, r: bufio.NewReader(conn)}
+	c := &rawClient{conn: conn, r: bufio.NewReader(conn), version: version}
 	c.write(t, packets.Packet{
-		FixedHeader:     packets.FixedHeader{Type: packets.Connect},
-		ProtocolVersion: 5,
-		Connect: packets.ConnectParams{ProtocolName: []byte("MQTT"), Clean: true, Keepalive: 30,
+		FixedHeader: packets.FixedHeader{Type: packets.Connect},
+		Connect: packets.ConnectParams{ProtocolName: []byte("MQTT"), Clean: clean, Keepalive: 30,
 			ClientIdentifier: id},
 		Properties: packets.Properties{ReceiveMaximum: receiveMaximum},
 	})
@@ -100,7 +108,7 @@ func dialRaw(t *testing.T, addr, id string, receiveMaximum uint16) *rawClient {
 
 func (c *rawClient) write(t *testing.T, pk packets.Packet) {
 	t.Helper()
-	pk.ProtocolVersion = 5
+	pk.ProtocolVersion = c.version
 	var buf bytes.Buffer
 	var err error
 	switch pk.FixedHeader.Type {
@@ -110,6 +118,13 @@ func (c *rawClient) write(t *testing.T, pk packets.Packet) {
 		err = pk.SubscribeEncode(&buf)
 	case packets.Puback:
 		err = pk.PubackEncode(&buf)
+	case packets.Publish:
+		err = pk.PublishEncode(&buf)
+	case packets.Pubrel:
+		pk.FixedHeader.Qos = 1 // [MQTT-3.6.1-1]
+		err = pk.PubrelEncode(&buf)
+	case packets.Pingreq:
+		err = pk.PingreqEncode(&buf)
 	default:
 		err = fmt.Errorf("rawClient cannot write %v", pk.FixedHeader.Type)
 	}
@@ -126,8 +141,17 @@ func (c *rawClient) write(t *testing.T, pk packets.Packet) {
 // 20 s (a deadline against hanging, not a measurement).
 func (c *rawClient) read(t *testing.T) packets.Packet {
 	t.Helper()
+	pk, err := c.next()
+	if err != nil {
+		t.Fatalf("read: %v", err)
+	}
+	return pk
+}
+
+// next returns the next packet, or why none came within 20 s.
+func (c *rawClient) next() (packets.Packet, error) {
 	_ = c.conn.SetReadDeadline(time.Now().Add(20 * time.Second))
-	pk := packets.Packet{ProtocolVersion: 5}
+	pk := packets.Packet{ProtocolVersion: c.version}
 	hb, err := c.r.ReadByte()
 	if err == nil {
 		err = pk.FixedHeader.Decode(hb)
@@ -140,7 +164,7 @@ func (c *rawClient) read(t *testing.T) packets.Packet {
 		_, err = io.ReadFull(c.r, body)
 	}
 	if err != nil {
-		t.Fatalf("read: %v", err)
+		return pk, err
 	}
 	switch pk.FixedHeader.Type {
 	case packets.Connack:
@@ -149,9 +173,17 @@ func (c *rawClient) read(t *testing.T) packets.Packet {
 		err = pk.SubackDecode(body)
 	case packets.Publish:
 		err = pk.PublishDecode(body)
+	case packets.Puback:
+		err = pk.PubackDecode(body)
+	case packets.Pubrec:
+		err = pk.PubrecDecode(body)
+	case packets.Pubcomp:
+		err = pk.PubcompDecode(body)
+	case packets.Disconnect:
+		err = pk.DisconnectDecode(body)
 	}
 	if err != nil {
-		t.Fatalf("decode %v: %v", pk.FixedHeader.Type, err)
+		return pk, fmt.Errorf("decode %v: %w", pk.FixedHeader.Type, err)
 	}
-	return pk
+	return pk, nil
 }

@@ -204,6 +204,7 @@ type ClientState struct {
 	Subscriptions   *Subscriptions     // a map of the subscription filters a client maintains
 	disconnected    int64              // the time the client disconnected in unix time, for calculating expiry
 	outbound        outboundQueue      // queue for pending outbound packets (gateway patch: was a channel)
+	acks            ackQueue           // acks of inbound publishes a hook answers later, in order (gateway patch 12)
 	endOnce         sync.Once          // only end once
 	isTakenOver     atomic.Bool        // used to identify orphaned clients
 	takenOver       atomic.Bool        // another connection took the session: only its DISCONNECT is written (gateway patch)
@@ -350,6 +351,7 @@ func (cl *Client) writeLoop() {
 		pk := q.pop()
 		if pk == nil || cl.Closed() {
 			for pk != nil { // closed: what is left is dropped, as before
+				cl.ackWritten(pk) // gateway patch 12
 				atomic.AddInt32(&cl.State.outboundQty, -1)
 				pk = q.pop()
 			}
@@ -382,6 +384,7 @@ func (cl *Client) writeQueued(pk *packets.Packet) {
 			cl.Net.wmu.Unlock()
 		}
 	}
+	cl.ackWritten(pk) // gateway patch 12
 	atomic.AddInt32(&cl.State.outboundQty, -1)
 }
 
@@ -561,6 +564,12 @@ func (cl *Client) Read(packetHandler ReadFn) error {
 			return cl.stoppedFor()
 		}
 
+		if cl.ackRoomFull() { // gateway patch 12: backpressure while deferred acks hold the receive quota
+			cl.waitForAckRoom()
+			if cl.Closed() {
+				return cl.stoppedFor()
+			}
+		}
 		if !cl.State.draining.Load() { // gateway patch: the ending connection's deadline stands
 			cl.refreshDeadline(cl.State.Keepalive)
 		}
@@ -655,6 +664,7 @@ func (cl *Client) failWrites(err error) {
 		return
 	}
 	_ = cl.Net.Conn.SetReadDeadline(time.Now().Add(drainOnWriteFailure))
+	cl.State.acks.wake() // gateway patch 12: a reader held back by deferred acks reads on
 }
 
 // StopCause returns the reason the client connection was stopped, if any.

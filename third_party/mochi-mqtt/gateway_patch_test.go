@@ -5,6 +5,7 @@ package mqtt
 import (
 	"bufio"
 	"io"
+	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -292,4 +293,92 @@ func TestInflightNextImmediateWithConcurrentSet(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("Set and NextImmediate deadlocked")
 	}
+}
+
+// deferHook defers the ack of every QoS 1/2 PUBLISH whose packet id is odd
+// (patch 12), and refuses the one with id 100 after deferring it.
+type deferHook struct {
+	HookBase
+	mu      sync.Mutex
+	pending map[uint16]*PendingAck
+}
+
+func (h *deferHook) ID() string           { return "defer" }
+func (h *deferHook) Provides(b byte) bool { return b == OnPublish }
+func (h *deferHook) OnPublish(cl *Client, pk packets.Packet) (packets.Packet, error) {
+	if pk.PacketID%2 == 0 && pk.PacketID != 100 {
+		return pk, nil
+	}
+	p := cl.DeferAck(pk)
+	if pk.PacketID == 100 {
+		return pk, packets.ErrRejectPacket
+	}
+	h.mu.Lock()
+	h.pending[pk.PacketID] = p
+	h.mu.Unlock()
+	return pk, nil
+}
+
+// Deferred acks and acks mochi gives at once leave in the order of their
+// PUBLISHes, whatever the order of the answers (given on other
+// goroutines); a deferred ack its hook then refused leaves no gap; the
+// receive quota the deferred acks hold is given back; the reader must wait
+// (ackRoomFull) while deferred acks hold the whole quota, and is woken
+// when they go (waitForAckRoom).
+func TestDeferredAckOutboundOrder(t *testing.T) {
+	s := newServer()
+	h := &deferHook{pending: map[uint16]*PendingAck{}}
+	require.NoError(t, s.AddHook(h, nil))
+	r, w := net.Pipe()
+	defer r.Close()
+	cl := s.NewClient(w, "t", "pub", false)
+	cl.Properties.ProtocolVersion = 4
+	const quota = 6
+	cl.State.Inflight.ResetReceiveQuota(quota)
+	got := make(chan []uint16, 1)
+	go func() { got <- readPubackIDs(r, 6) }()
+
+	publish := func(id uint16) {
+		pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, TopicName: "a/b", PacketID: id}
+		require.NoError(t, s.processPacket(cl, pk))
+	}
+	publish(1) // deferred
+	publish(2) // answered at once, but behind 1
+	publish(100)
+	publish(3) // deferred
+	publish(4)
+	publish(5) // deferred
+	publish(6)
+	require.Len(t, h.pending, 3)
+	require.Equal(t, int32(0), cl.State.Inflight.receiveQuota)
+	require.True(t, cl.ackRoomFull(), "the quota is used up while deferred acks wait")
+
+	var wg sync.WaitGroup
+	for _, id := range []uint16{5, 3} { // answered out of order, elsewhere
+		wg.Add(1)
+		go func(p *PendingAck) { defer wg.Done(); p.Done(packets.CodeSuccess) }(h.pending[id])
+	}
+	wg.Wait()
+	require.True(t, cl.ackRoomFull(), "answers behind the first one free nothing")
+	waited := make(chan struct{})
+	go func() { cl.waitForAckRoom(); close(waited) }()
+	h.pending[1].Done(packets.CodeSuccess)
+	select {
+	case <-waited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the reader was not woken when the acks went")
+	}
+
+	select {
+	case ids := <-got:
+		require.Equal(t, []uint16{1, 2, 3, 4, 5, 6}, ids)
+	case <-time.After(10 * time.Second):
+		t.Fatal("acks not written")
+	}
+	waitWritten(cl)
+	require.False(t, cl.State.acks.busy())
+	require.Equal(t, int32(quota), cl.State.Inflight.receiveQuota)
+	require.Nil(t, cl.State.acks.q)
+	cl.Stop(nil)
+	h.pending[1].Done(packets.CodeSuccess) // a second answer, after the end: harmless
 }

@@ -734,6 +734,7 @@ func (s *Server) takeOver(cl *Client) {
 	}
 	cl.State.draining.Store(true)
 	_ = cl.Net.Conn.SetReadDeadline(time.Now().Add(takeOverDrain))
+	cl.State.acks.wake() // gateway patch 12: a reader held back by deferred acks reads on
 	out := packets.Packet{
 		FixedHeader: packets.FixedHeader{Type: packets.Disconnect},
 		ReasonCode:  packets.ErrSessionTakenOver.Code,
@@ -1039,7 +1040,7 @@ func (s *Server) processPublish(cl *Client, pk packets.Packet) error {
 		}
 
 		ack := s.buildAck(pk.PacketID, ackType, 0, pk.Properties, packets.ErrNotAuthorized)
-		return cl.WritePacket(ack)
+		return cl.writeAck(nil, ack, false) // gateway patch 12: behind deferred acks
 	}
 
 	pk.Origin = cl.ID
@@ -1053,8 +1054,10 @@ func (s *Server) processPublish(cl *Client, pk packets.Packet) error {
 	if !cl.Net.Inline {
 		if pki, ok := cl.State.Inflight.Get(pk.PacketID); ok {
 			if pki.FixedHeader.Type == packets.Pubrec { // [MQTT-4.3.3-10]
+				// gateway patch 12: also while the first PUBREC is deferred,
+				// so a re-sent PUBLISH is not published twice.
 				ack := s.buildAck(pk.PacketID, packets.Pubrec, 0, pk.Properties, packets.ErrPacketIdentifierInUse)
-				return cl.WritePacket(ack)
+				return cl.writeAck(nil, ack, false)
 			}
 			if ok := cl.State.Inflight.Delete(pk.PacketID); ok { // [MQTT-4.3.2-5]
 				atomic.AddInt64(&s.Info.Inflight, -1)
@@ -1071,6 +1074,11 @@ func (s *Server) processPublish(cl *Client, pk packets.Packet) error {
 	}
 
 	pkx, err := s.hooks.OnPublish(cl, pk)
+	deferred := cl.State.acks.takeDeferred() // gateway patch 12: the hook answers the ack later
+	if deferred != nil && err != nil {
+		cl.State.acks.drop(deferred) // refused after all: mochi's own answer below
+		deferred = nil
+	}
 	if err == nil {
 		pk = pkx
 	} else if errors.Is(err, packets.ErrRejectPacket) {
@@ -1078,7 +1086,7 @@ func (s *Server) processPublish(cl *Client, pk packets.Packet) error {
 	} else if errors.Is(err, packets.CodeSuccessIgnore) {
 		pk.Ignore = true
 	} else if cl.Properties.ProtocolVersion == 5 && pk.FixedHeader.Qos > 0 && errors.As(err, new(packets.Code)) {
-		err = cl.WritePacket(s.buildAck(pk.PacketID, packets.Puback, 0, pk.Properties, err.(packets.Code)))
+		err = cl.writeAck(nil, s.buildAck(pk.PacketID, packets.Puback, 0, pk.Properties, err.(packets.Code)), false) // gateway patch 12
 		if err != nil {
 			return err
 		}
@@ -1093,6 +1101,9 @@ func (s *Server) processPublish(cl *Client, pk packets.Packet) error {
 	// When it publishes a package with a qos > 0, the server treats
 	// the package as qos=0, and the client receives it as qos=1 or 2.
 	if pk.FixedHeader.Qos == 0 || cl.Net.Inline {
+		if deferred != nil { // gateway patch 12: a hook that made it QoS 0 has no ack to give
+			cl.State.acks.drop(deferred)
+		}
 		s.publishToSubscribers(pk)
 		s.hooks.OnPublished(cl, pk)
 		return nil
@@ -1102,6 +1113,24 @@ func (s *Server) processPublish(cl *Client, pk packets.Packet) error {
 	ack := s.buildAck(pk.PacketID, packets.Puback, 0, pk.Properties, packets.QosCodes[pk.FixedHeader.Qos]) // [MQTT-4.3.2-4]
 	if pk.FixedHeader.Qos == 2 {
 		ack = s.buildAck(pk.PacketID, packets.Pubrec, 0, pk.Properties, packets.CodeSuccess) // [MQTT-3.3.4-1] [MQTT-4.3.3-8]
+	}
+
+	if deferred != nil || cl.State.acks.busy() {
+		// gateway patch 12: the ack waits for the hook's answer, or behind
+		// acks that do; MQTT subscribers get the message now, as upstream.
+		// A QoS 2 PUBLISH's state is kept from now, so that a re-sent one
+		// is not published twice; a QoS 1 one has none to keep (upstream
+		// sets and deletes it around the write).
+		if pk.FixedHeader.Qos == 2 && cl.State.Inflight.Set(ack) {
+			atomic.AddInt64(&s.Info.Inflight, 1)
+			s.hooks.OnQosPublish(cl, ack, ack.Created, 0)
+		}
+		if err := cl.writeAck(deferred, ack, true); err != nil {
+			return err
+		}
+		s.publishToSubscribers(pk)
+		s.hooks.OnPublished(cl, pk)
+		return nil
 	}
 
 	if ok := cl.State.Inflight.Set(ack); ok {
