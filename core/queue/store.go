@@ -1,0 +1,115 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/tolsey/tolsey/core"
+)
+
+// The storage seam (docs/queues.md, "Storage"): a Backend keeps queues'
+// configurations and messages, and knows nothing of the engine's consumers,
+// credit or protocols. The engine keeps in memory only a window of each
+// queue (Options.Window messages) and reads the rest from its Log as
+// consumers take messages, so a queue may hold far more than memory.
+
+// Record is one stored message of a queue.
+type Record struct {
+	ID  uint64 // given by the Log at Append: increasing in call order, never reused
+	Msg *core.Message
+}
+
+// Backend stores durable queues: each queue's configuration and its Log.
+// Implementations: memory (temporary queues, tests), the embedded bbolt
+// store, Redis. Safe for concurrent use.
+type Backend interface {
+	// Declared returns the configuration of every queue stored, for the
+	// engine to open at start.
+	Declared(ctx context.Context) ([]Config, error)
+	// Open stores cfg (creating the queue, or changing its configuration)
+	// and returns its Log. Opening an open queue again returns the same Log.
+	Open(ctx context.Context, cfg Config) (Log, error)
+	// Drop deletes a queue: its configuration and every message.
+	Drop(ctx context.Context, name string) error
+	// Close releases the backend; Logs are unusable afterwards.
+	Close() error
+}
+
+// Log is the messages of one queue, in the order they were appended.
+// Safe for concurrent use.
+type Log interface {
+	// Append stores m and calls done once it is durable (the durability of
+	// the backend: fsync'd for the embedded store; acknowledged by Redis),
+	// or failed, on any goroutine; done must not block for long. Records
+	// appended in one sequence of calls get increasing IDs in call order,
+	// and their done calls come in that order. Appends may share one write
+	// (group commit): Append itself never waits for the disk.
+	Append(m *core.Message, done func(id uint64, err error))
+	// Read returns up to max records with an ID above after, oldest first
+	// (fewer, or none, when there are no more). It does not remove them.
+	Read(ctx context.Context, after uint64, max int) ([]Record, error)
+	// Remove deletes records (acknowledged by a consumer, expired, dead
+	// lettered). It may be batched and return before the deletion is
+	// durable: a record whose removal is lost in a crash is delivered
+	// again (at least once).
+	Remove(ids ...uint64)
+	// Stats counts the records stored and their bytes (core.Message.Size).
+	Stats(ctx context.Context) (messages int, bytes int64, err error)
+}
+
+// ErrUnavailable wraps a backend failure (disk, Redis down).
+var ErrUnavailable = errors.New("queue store unavailable")
+
+// Config is one queue's configuration, as in the config file's `queues:`
+// list and the admin API's PUT /api/v1/queues/{name}.
+type Config struct {
+	Name string `json:"name"`
+	// Subscriptions are filters in the grammar of core/queue/match; a
+	// leading "!" marks an exception (docs/queues.md).
+	Subscriptions []string `json:"subscriptions,omitempty"`
+	Access        Access   `json:"access,omitempty"`
+	// MaxMessages and MaxBytes bound what the queue holds; 0 takes the
+	// engine's default (Limits).
+	MaxMessages int   `json:"maxMessages,omitempty"`
+	MaxBytes    int64 `json:"maxBytes,omitempty"`
+	// TTL bounds how long a message waits in the queue; the publisher's
+	// own expiry applies when it is sooner. 0: none.
+	TTL Duration `json:"ttl,omitempty"`
+	// DeadLetter names the queue that takes rejected messages and those
+	// delivered MaxDeliveries times; "" drops (and counts) them.
+	DeadLetter    string `json:"deadLetter,omitempty"`
+	MaxDeliveries int    `json:"maxDeliveries,omitempty"` // 0: no limit
+	// Temporary queues live in memory while their owner's connection does
+	// (AMQP dynamic nodes, JMS temporary queues); never stored.
+	Temporary bool   `json:"temporary,omitempty"`
+	Owner     string `json:"owner,omitempty"` // the connection that owns a temporary queue
+}
+
+// Access says which consumers of a queue receive.
+type Access string
+
+const (
+	// Exclusive: the consumer attached first receives everything; the
+	// others wait as standby and take over, in attach order, when it leaves.
+	Exclusive Access = "exclusive"
+	// NonExclusive: deliveries spread over the consumers that have credit.
+	NonExclusive Access = "non-exclusive"
+)
+
+// Duration is a time.Duration that reads and writes as text ("30s", "1h")
+// in JSON.
+type Duration time.Duration
+
+// MarshalText writes d as time.Duration's String.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
+
+// UnmarshalText reads a time.ParseDuration string.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
