@@ -373,13 +373,14 @@ func (r *ruleLink) stop() {
 // Deliver implements core.Subscriber for an outbound rule. It runs on the
 // publisher's goroutine and never waits on the network: a core NATS
 // message is queued for the writer (dropped and counted when the queue is
-// full: at most once), a JetStream one is written to the on-disk buffer
-// before Deliver returns, so the publisher's acknowledgement (MQTT PUBACK,
-// AMQP accepted) follows the durable write. A full buffer under rejectNew
-// is a refusal the publisher sees.
-func (r *ruleLink) Deliver(m *core.Message, _ core.Delivery) error {
+// full: at most once), a JetStream one is handed to the on-disk buffer,
+// and the publisher's acknowledgement (MQTT PUBACK, AMQP accepted) is
+// held (d.Acks) until the buffer's commit made it durable (jsOut.append).
+// A full buffer under rejectNew is a refusal the publisher sees.
+func (r *ruleLink) Deliver(m *core.Message, d core.Delivery) error {
 	if r.js != nil {
-		return r.js.append(m)
+		r.js.append(m, d.Acks)
+		return nil
 	}
 	select {
 	case r.b.queue <- queued{r, m}:
