@@ -2,12 +2,16 @@ package bridge
 
 import (
 	"context"
+	"encoding/binary"
+	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tolsey/tolsey/core"
 )
@@ -169,4 +173,118 @@ type countingSub struct{ counter }
 func (c *countingSub) Deliver(*core.Message, core.Delivery) error {
 	c.add()
 	return nil
+}
+
+// BenchmarkJetStream: QoS 1 messages into a JetStream rule with a window of
+// publishes awaiting their acknowledgement (Router.PublishAsync, as a
+// front-end with asynchronous PUBACKs publishes; the acknowledgement comes
+// once the buffer's commit is fsynced), next to a bare nats.go JetStream
+// async publisher with the same window (and a Nats-Msg-Id each, as the
+// bridge sends). msgs/s counts acknowledgements; stored/s is up to the
+// stream holding them all (the bridge's sender publishes behind the
+// buffer); ack-p99 is publish → acknowledgement.
+//
+//	go test -run '^$' -bench JetStream -benchtime 20000x ./bridge/
+func BenchmarkJetStream(b *testing.B) {
+	for _, window := range []int{64, 512} {
+		b.Run(fmt.Sprintf("window=%d", window), func(b *testing.B) {
+			s, _ := startNATS(b)
+			bare := jsStream(b, s, "BARE", "bare.>")
+			bridged := jsStream(b, s, "BRIDGED", "js.>")
+			router := core.NewRouter(core.RouterOptions{Node: "n1"})
+			startBridge(b, router, s.ClientURL(), BufferOptions{}, jsRule)
+			payload := make([]byte, 64)
+			var bareRate float64
+
+			b.Run("bare", func(b *testing.B) {
+				js, err := jetstream.New(natsConn(b, s), jetstream.WithPublishAsyncMaxPending(window))
+				if err != nil {
+					b.Fatal(err)
+				}
+				lat := make([]time.Duration, b.N)
+				futures := make(chan jetstream.PubAckFuture, window)
+				collected := make(chan struct{})
+				go func() {
+					defer close(collected)
+					i := 0
+					for f := range futures {
+						select {
+						case <-f.Ok():
+						case err := <-f.Err():
+							b.Error(err)
+						}
+						lat[i] = time.Since(time.Unix(0, int64(binaryStamp(f.Msg().Data))))
+						i++
+					}
+				}()
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := range b.N {
+					f, err := js.PublishAsync("bare.x", stamp(payload), jetstream.WithMsgID(fmt.Sprint("bare-", b.N, "-", i)))
+					if err != nil {
+						b.Fatal(err)
+					}
+					futures <- f
+				}
+				close(futures)
+				<-collected
+				b.StopTimer()
+				bareRate = float64(b.N) / b.Elapsed().Seconds()
+				b.ReportMetric(bareRate, "msgs/s")
+				b.ReportMetric(p99(lat).Seconds()*1e3, "ack-p99-ms")
+				if n := streamMsgs(b, bare); n < uint64(b.N) {
+					b.Fatalf("the stream holds %d of %d", n, b.N)
+				}
+			})
+			b.Run("bridge", func(b *testing.B) {
+				before := streamMsgs(b, bridged)
+				lat := make([]time.Duration, b.N)
+				slots := make(chan struct{}, window)
+				b.ReportAllocs()
+				b.ResetTimer()
+				start := time.Now()
+				for i := range b.N {
+					slots <- struct{}{}
+					sent := time.Now()
+					router.PublishAsync(context.Background(), &core.Message{Topic: "t/x", Payload: payload, QoS: 1,
+						Origin: core.Origin{Protocol: core.ProtocolMQTT, Client: "c1"}}, func(res core.PublishResult) {
+						if res.Err != nil {
+							b.Error(res.Err)
+						}
+						lat[i] = time.Since(sent)
+						<-slots
+					})
+				}
+				for range window {
+					slots <- struct{}{}
+				}
+				acked := time.Since(start)
+				for streamMsgs(b, bridged) < before+uint64(b.N) {
+					time.Sleep(time.Millisecond) // a benchmark's wait for the stream
+				}
+				stored := time.Since(start)
+				b.StopTimer()
+				rate := float64(b.N) / acked.Seconds()
+				b.ReportMetric(rate, "msgs/s")
+				b.ReportMetric(float64(b.N)/stored.Seconds(), "stored/s")
+				b.ReportMetric(p99(lat).Seconds()*1e3, "ack-p99-ms")
+				b.ReportMetric(rate/bareRate, "bridge/bare")
+			})
+		})
+	}
+}
+
+// stamp puts the time in the first 8 bytes of a copy of payload.
+func stamp(payload []byte) []byte {
+	p := append([]byte(nil), payload...)
+	binary.BigEndian.PutUint64(p, uint64(time.Now().UnixNano()))
+	return p
+}
+
+func binaryStamp(p []byte) uint64 { return binary.BigEndian.Uint64(p) }
+
+func p99(lat []time.Duration) time.Duration {
+	s := slices.Clone(lat)
+	slices.Sort(s)
+	return s[len(s)*99/100]
 }
