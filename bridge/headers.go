@@ -210,6 +210,11 @@ func DecodeHeaders(h nats.Header, m *core.Message, now time.Time) (Provenance, e
 	d := *m
 	d.ContentType, d.CorrelationData, d.CorrelationKind, d.ResponseTopic = "", nil, core.IDBinary, ""
 	d.UserProperties, d.PayloadFormat, d.Expiry, d.Retain, d.QoS = nil, 0, time.Time{}, false, 0
+	if len(h) == 0 {
+		// A NATS client's plain message: nothing to look up.
+		*m = d
+		return p, nil
+	}
 	bad := func(key, why string) (Provenance, error) {
 		return Provenance{}, fmt.Errorf("%w %s: %s", ErrBadHeader, key, why)
 	}
@@ -471,4 +476,41 @@ func mqttString(s string) error {
 		return errors.New("holds U+0000")
 	}
 	return nil
+}
+
+// headerCache keeps the headers of plain messages (no property but their
+// QoS: a device's reading, the usual QoS 0 message) by origin and QoS,
+// which is all they depend on, so that the bridge's writer does not build
+// the same map for every message of a publisher. Owned by one goroutine;
+// the maps it hands out are shared: read them, never change them.
+type headerCache struct {
+	m map[plainKey]nats.Header
+}
+
+type plainKey struct {
+	origin core.Origin
+	qos    byte
+}
+
+// maxHeaderCache bounds the cache; past it, it starts again empty (a
+// gateway with more publishers than this pays a map build per message for
+// the publishers not cached, as without the cache).
+const maxHeaderCache = 4096
+
+// get is the headers of m with Path path, or nil when m is not plain.
+func (c *headerCache) get(m *core.Message, path []string) nats.Header {
+	if m.ContentType != "" || m.CorrelationData != nil || m.ResponseTopic != "" || len(m.UserProperties) > 0 ||
+		m.PayloadFormat != 0 || !m.Expiry.IsZero() || m.Retain {
+		return nil
+	}
+	k := plainKey{m.Origin, m.QoS}
+	if h, ok := c.m[k]; ok {
+		return h
+	}
+	if c.m == nil || len(c.m) >= maxHeaderCache {
+		c.m = make(map[plainKey]nats.Header)
+	}
+	h := EncodeHeaders(m, Provenance{Origin: m.Origin, Path: path}, time.Time{})
+	c.m[k] = h
+	return h
 }

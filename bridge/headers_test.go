@@ -388,3 +388,36 @@ func BenchmarkDecodeHeadersTypical(b *testing.B) {
 		}
 	}
 }
+
+// TestHeaderCache: the writer's cached headers are EncodeHeaders' for every
+// plain message, by origin and QoS, and a message with any other property
+// is not served from the cache.
+func TestHeaderCache(t *testing.T) {
+	var c headerCache
+	path := []string{"n1"}
+	for range 2 { // the second round is served from the cache
+		for _, m := range []core.Message{
+			{Topic: "a", QoS: 0, Origin: core.Origin{Protocol: core.ProtocolMQTT, Node: "n1", Client: "c1"}},
+			{Topic: "b", QoS: 1, Origin: core.Origin{Protocol: core.ProtocolMQTT, Node: "n1", Client: "c1"}},
+			{Topic: "a", QoS: 0, Origin: core.Origin{Protocol: core.ProtocolAMQP, Node: "n1", Client: "c 2"}},
+		} {
+			want := EncodeHeaders(&m, Provenance{Origin: m.Origin, Path: path}, t0)
+			if got := c.get(&m, path); !reflect.DeepEqual(got, want) {
+				t.Fatalf("%+v: cached %v, want %v", m, got, want)
+			}
+		}
+	}
+	if len(c.m) != 3 {
+		t.Fatalf("%d cached, want 3", len(c.m))
+	}
+	o := core.Origin{Protocol: core.ProtocolMQTT, Node: "n1", Client: "c1"}
+	for _, m := range []core.Message{
+		{Retain: true, Origin: o}, {ContentType: "text/plain", Origin: o}, {CorrelationData: []byte{}, Origin: o},
+		{ResponseTopic: "r", Origin: o}, {UserProperties: []core.UserProperty{{Key: "k"}}, Origin: o},
+		{PayloadFormat: 1, Origin: o}, {Expiry: t0.Add(time.Minute), Origin: o},
+	} {
+		if h := c.get(&m, path); h != nil {
+			t.Fatalf("%+v served from the cache: %v", m, h)
+		}
+	}
+}

@@ -115,27 +115,65 @@ func newJSOut(r *ruleLink) *jsOut {
 		up: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
-// append is Deliver for a JetStream rule: durable when it returns nil.
-func (j *jsOut) append(m *core.Message) error {
+// append is Deliver for a JetStream rule. The record takes its place in
+// the rule's queue now, on the publisher's goroutine, and is written by
+// the buffer's group commit without this goroutine waiting for it:
+//
+//   - acks non-nil (the publisher waits: a QoS 1 publish): the
+//     acknowledgement is held until the record is durable, and refused
+//     if the buffer refuses it (rejectNew full: the publisher sees
+//     ErrFull). A front-end using Router.PublishAsync goes on reading its
+//     connection meanwhile, so a window of its publishes shares a commit.
+//   - acks nil (a QoS 0 publish matched the rule): nobody waits; the
+//     message is buffered and sent like the others, at least once from
+//     then on, but a full buffer under rejectNew drops it, counted in
+//     tolsey_bridge_dropped_total{reason="buffer_full"} and the rule's
+//     dropped count, and a QoS 0 publisher is never refused (at most once
+//     is all it asked for).
+func (j *jsOut) append(m *core.Message, acks *core.Acks) {
 	r := j.r
 	subj, err := r.mapng.Out(m.Topic)
 	if err != nil {
 		r.unmappable(m.Topic, err)
-		return nil // at least once applies to what can be sent; counted and logged
+		return // at least once applies to what can be sent; counted and logged
 	}
 	rec := encodeRecord(r.b.toNATS(subj, m, "", time.Now()))
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := j.buf.Append(ctx, j.queue, rec); err != nil {
-		r.dropped.Add(1)
-		if errors.Is(err, buffer.ErrFull) {
-			r.b.m.drop("buffer_full")
-			return fmt.Errorf("bridge %s rule %s: %w", bridgeName, r.name, err)
+	if acks == nil {
+		if err := j.buf.AppendAsync(j.queue, rec, j.doneQoS0); err != nil {
+			j.refused(err)
 		}
-		r.b.m.drop("buffer_error")
-		return fmt.Errorf("bridge %s rule %s: %w", bridgeName, r.name, err)
+		return
 	}
-	return nil
+	// Before AppendAsync: its done may run before it returns.
+	acks.Hold()
+	if err := j.buf.AppendAsync(j.queue, rec, func(_ uint64, err error) {
+		if err != nil {
+			err = j.refused(err)
+		}
+		acks.Done(err)
+	}); err != nil {
+		acks.Done(j.refused(err))
+	}
+}
+
+// doneQoS0 is the buffer's answer to a QoS 0 message's append.
+func (j *jsOut) doneQoS0(_ uint64, err error) {
+	if err != nil {
+		j.refused(err)
+	}
+}
+
+// refused counts a record the buffer did not take, and says so for the
+// publisher.
+func (j *jsOut) refused(err error) error {
+	r := j.r
+	r.dropped.Add(1)
+	if errors.Is(err, buffer.ErrFull) {
+		r.b.m.drop("buffer_full")
+	} else {
+		r.b.m.drop("buffer_error")
+	}
+	return fmt.Errorf("bridge %s rule %s: %w", bridgeName, r.name, err)
 }
 
 func (j *jsOut) linkUp() {

@@ -11,6 +11,18 @@ type natsMetrics struct {
 	messages *prometheus.CounterVec
 	dropped  *prometheus.CounterVec
 	in, out  map[*ruleLink]prometheus.Counter
+	drops    map[string]prometheus.Counter // by reason; read-only once made
+}
+
+// natsDropReasons are the reasons the NATS bridge counts, resolved once:
+// a flood of drops (queue_full at QoS 0) costs an atomic add each.
+var natsDropReasons = []string{"unmappable", "loop", "remote_error", "buffer_full", "buffer_error", "queue_full", "bad_header", "slow_consumer"}
+
+func (m *natsMetrics) resolveDrops() {
+	m.drops = make(map[string]prometheus.Counter, len(natsDropReasons))
+	for _, reason := range natsDropReasons {
+		m.drops[reason] = m.dropped.WithLabelValues(bridgeName, reason)
+	}
 }
 
 func newNATSMetrics(reg prometheus.Registerer, b *NATS) *natsMetrics {
@@ -29,9 +41,7 @@ func newNATSMetrics(reg prometheus.Registerer, b *NATS) *natsMetrics {
 			m.out[r] = m.messages.WithLabelValues(bridgeName, r.name, "out")
 		}
 	}
-	for _, reason := range []string{"unmappable", "loop", "remote_error", "buffer_full"} {
-		m.dropped.WithLabelValues(bridgeName, reason) // present at 0, so that rate() works from the start
-	}
+	m.resolveDrops() // present at 0, so that rate() works from the start
 	if reg == nil {
 		return m
 	}
@@ -44,6 +54,7 @@ func newNATSMetrics(reg prometheus.Registerer, b *NATS) *natsMetrics {
 	for r := range m.out {
 		m.out[r] = m.messages.WithLabelValues(bridgeName, r.name, "out")
 	}
+	m.resolveDrops()
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "tolsey_bridge_connected", Help: "1 while the bridge is connected to its remote, else 0.",
 		ConstLabels: prometheus.Labels{"bridge": bridgeName},
@@ -86,6 +97,10 @@ func (m *natsMetrics) message(r *ruleLink, direction string) {
 }
 
 func (m *natsMetrics) drop(reason string) {
+	if c, ok := m.drops[reason]; ok {
+		c.Inc()
+		return
+	}
 	m.dropped.WithLabelValues(bridgeName, reason).Inc()
 }
 

@@ -94,6 +94,13 @@ type NATS struct {
 	queue chan queued // core NATS messages for the writer goroutine
 	done  chan struct{}
 	wg    sync.WaitGroup
+	path  []string // {Node}: the Tolsey-Path of what we send; read-only
+
+	// Owned by the writer goroutine: what it reuses from one core NATS
+	// publish to the next (nats.go's PublishMsg has serialized the message
+	// into its buffer when it returns).
+	wmsg    nats.Msg
+	headers headerCache
 
 	// Connection state, written by nats.go's callbacks.
 	connected atomic.Bool
@@ -148,6 +155,7 @@ func NewNATS(opts NATSOptions) (*NATS, error) {
 		queue:  make(chan queued, opts.QueueLen),
 		done:   make(chan struct{}),
 		closed: make(chan struct{}),
+		path:   []string{opts.Node},
 	}
 	for i, r := range opts.Rules {
 		mp, err := NewMapping(r.Local, r.Remote)
@@ -373,13 +381,14 @@ func (r *ruleLink) stop() {
 // Deliver implements core.Subscriber for an outbound rule. It runs on the
 // publisher's goroutine and never waits on the network: a core NATS
 // message is queued for the writer (dropped and counted when the queue is
-// full: at most once), a JetStream one is written to the on-disk buffer
-// before Deliver returns, so the publisher's acknowledgement (MQTT PUBACK,
-// AMQP accepted) follows the durable write. A full buffer under rejectNew
-// is a refusal the publisher sees.
-func (r *ruleLink) Deliver(m *core.Message, _ core.Delivery) error {
+// full: at most once), a JetStream one is handed to the on-disk buffer,
+// and the publisher's acknowledgement (MQTT PUBACK, AMQP accepted) is
+// held (d.Acks) until the buffer's commit made it durable (jsOut.append).
+// A full buffer under rejectNew is a refusal the publisher sees.
+func (r *ruleLink) Deliver(m *core.Message, d core.Delivery) error {
 	if r.js != nil {
-		return r.js.append(m)
+		r.js.append(m, d.Acks)
+		return nil
 	}
 	select {
 	case r.b.queue <- queued{r, m}:
@@ -410,7 +419,16 @@ func (b *NATS) publishCore(r *ruleLink, m *core.Message) {
 		r.unmappable(m.Topic, err)
 		return
 	}
-	if err := b.nc.PublishMsg(b.toNATS(subj, m, "", time.Now())); err != nil {
+	msg := &b.wmsg
+	msg.Subject, msg.Data = subj, m.Payload
+	if h := b.headers.get(m, b.path); h != nil {
+		msg.Header = h
+	} else {
+		msg.Header = EncodeHeaders(m, Provenance{Origin: m.Origin, Path: b.path}, time.Now())
+	}
+	err = b.nc.PublishMsg(msg)
+	msg.Data = nil // the writer keeps no payload alive
+	if err != nil {
 		r.dropped.Add(1)
 		b.m.drop("remote_error")
 		b.log.Debug("NATS publish failed", "subject", subj, "error", err)
@@ -463,10 +481,7 @@ func (r *ruleLink) publishIn(msg *nats.Msg) bool {
 		b.m.drop("loop")
 		return true
 	}
-	topic, err := r.mapng.In(msg.Subject)
-	if err == nil {
-		err = core.ValidateTopic(topic)
-	}
+	topic, err := r.mapng.In(msg.Subject) // a valid topic when err is nil
 	if err != nil {
 		r.dropped.Add(1)
 		b.m.drop("unmappable")
@@ -520,7 +535,7 @@ func (b *NATS) answerRetained(msg *nats.Msg) {
 // this gateway. m never came in over NATS (SkipOrigin), so the path starts
 // here.
 func (b *NATS) toNATS(subject string, m *core.Message, msgID string, now time.Time) *nats.Msg {
-	p := Provenance{Origin: m.Origin, Path: []string{b.opts.Node}, MsgID: msgID}
+	p := Provenance{Origin: m.Origin, Path: b.path, MsgID: msgID}
 	return &nats.Msg{Subject: subject, Data: m.Payload, Header: EncodeHeaders(m, p, now)}
 }
 

@@ -129,3 +129,36 @@ func BenchmarkOpen(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAppendAsync: 200-byte records from one goroutine keeping a
+// window of AppendAsync calls in flight (a front-end's unacknowledged
+// publishes), next to BenchmarkAppend's writers, each of which has one.
+func BenchmarkAppendAsync(b *testing.B) {
+	for _, window := range []int{1, 64, 512} {
+		b.Run(fmt.Sprintf("window=%d", window), func(b *testing.B) {
+			buf := open(b, b.TempDir(), Options{})
+			rec := make([]byte, 200)
+			slots := make(chan struct{}, window)
+			done := func(_ uint64, err error) {
+				if err != nil {
+					b.Error(err)
+				}
+				<-slots
+			}
+			b.ReportAllocs()
+			b.SetBytes(int64(len(rec)))
+			b.ResetTimer()
+			for range b.N {
+				slots <- struct{}{}
+				if err := buf.AppendAsync("q", rec, done); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for range window {
+				slots <- struct{}{}
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "appends/s")
+			b.ReportMetric(float64(b.N)/float64(buf.commits.Load()), "appends/commit")
+		})
+	}
+}

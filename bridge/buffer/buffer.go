@@ -17,6 +17,9 @@
 //     fsynced (bbolt's commit, fdatasync) before the call returns, so it
 //     survives kill -9 and a power cut. Concurrent Appends share commits
 //     (group commit, see below).
+//   - AppendAsync is Append without the wait: its done function is called
+//     after the same commit and fsync, never before, so a record whose
+//     done said nil survives kill -9 as an Append's does (TestKill9).
 //   - Each queue is FIFO: Append gives the record the queue's next sequence
 //     number (1, 2, 3, … per queue, never reused while the queue exists, kept
 //     across restarts), and records become visible to Next in sequence
@@ -38,6 +41,16 @@
 //	// errors.Is(err, buffer.ErrFull): refuse the publish (MQTT 5 0x97, AMQP
 //	// amqp:resource-limit-exceeded), policy RejectNew.
 //	// any other error (disk full, ErrClosed, ErrCorrupt): refuse too.
+//
+// or, when the device's acknowledgement can be sent later (core's
+// Delivery.Acks) and its connection should go on reading meanwhile:
+//
+//	acks.Hold()
+//	if err := buf.AppendAsync(rule, encoded, func(_ uint64, err error) {
+//		acks.Done(err) // after the fsync, on the buffer's notifier goroutine
+//	}); err != nil {
+//		acks.Done(err) // refused at once (ErrFull under RejectNew, ErrClosed)
+//	}
 //
 // The sender side (one goroutine per queue, while the link is up):
 //
@@ -92,9 +105,14 @@
 // # Group commit
 //
 // One writer goroutine owns every write. Append, Ack, AckThrough and Remove
-// hand it a request and wait; it takes every request waiting (up to
-// maxBatch), applies them in one bbolt read-write transaction, commits (one
-// fsync), then answers them all. While it is fsyncing, new requests queue
+// hand it a request and wait (AppendAsync hands it one and returns); it
+// takes every request waiting (up to maxBatch), applies them in one bbolt
+// read-write transaction, commits (one fsync), then answers them all, the
+// AppendAsync ones through a notifier goroutine that calls their done
+// functions in commit order while the writer goes on with the next batch.
+// A caller that keeps a window of AppendAsync calls in flight puts the
+// whole window into one commit, where Append gives one record per caller
+// and commit. While it is fsyncing, new requests queue
 // up and form the next batch, so a lone Append costs one commit and no
 // timer, and N concurrent Appends cost about one commit for all. A batch
 // that fails as a whole is retried one request per transaction, so that one
@@ -248,8 +266,24 @@ type Buffer struct {
 	// each commit.
 	w writer
 
-	// reqs carries requests to the writer goroutine.
+	// reqs carries requests to the writer goroutine. Its order is the
+	// order of the records of a queue.
 	reqs chan *request
+	// held is the bytes the file holds as of the last commit (the
+	// writer's, published with it); reserved the bytes of the appends
+	// handed to the writer and not answered yet. Together they let an
+	// append under RejectNew be refused at once (reserve), without a
+	// commit.
+	held, reserved atomic.Int64
+	// full: "buffer full" was logged last, not "room again" (logFull).
+	full atomic.Bool
+
+	// Between the writer and the notifier goroutine (notify): the
+	// answered AppendAsync requests whose done is still to be called.
+	cbMu       sync.Mutex
+	cbs        []*request
+	cbWake     chan struct{} // capacity 1: cbs has grown
+	writerDone chan struct{} // closed when the writer has ended
 	// commits counts the writer's transactions (for the benchmarks' and
 	// tests' appends per commit).
 	commits atomic.Uint64
@@ -326,21 +360,119 @@ func (b *Buffer) Path() string { return b.path }
 //
 // It runs on the caller's goroutine (a device's publish) and blocks for
 // about one commit: an fsync, shared with every other pending request.
+// AppendAsync is the same without the wait.
 func (b *Buffer) Append(ctx context.Context, queue string, rec []byte) (uint64, error) {
-	if err := checkQueue(queue); err != nil {
+	r, err := b.newAppend(ctx, queue, rec)
+	if err != nil {
 		return 0, err
 	}
-	if len(rec) > bolt.MaxValueSize {
-		return 0, fmt.Errorf("%w: record of %d bytes, bbolt's limit is %d", ErrFull, len(rec), bolt.MaxValueSize)
-	}
-	r := newRequest(ctx, opAppend, queue)
-	r.data = append(r.data[:0], rec...)
 	if err := b.do(ctx, r); err != nil {
 		return 0, err
 	}
 	seq, err := r.seq, r.err
 	putRequest(r)
 	return seq, err
+}
+
+// AppendAsync is Append for a caller that must not wait for the disk (a
+// bridge rule's Deliver, on a publisher's goroutine, whose acknowledgement
+// the front-end sends later: core.Delivery.Acks). The record's place is
+// fixed when it returns: the records of a queue are committed in the order
+// of the Append and AppendAsync calls that returned, whichever goroutines
+// made them.
+//
+// A non-nil return is a refusal given at once, with nothing stored and
+// done never called: a bad queue name, ErrClosed, a broken file
+// (ErrCorrupt), or ErrFull, under RejectNew when the records held and
+// those on their way to the disk leave no room (or rec alone exceeds
+// MaxBytes, under either policy), counted in Rejected as Append's. On a
+// nil return done is called exactly once: with the sequence number and
+// nil once the record is durable, or with the error that kept it from
+// the file (ErrFull too, when appends racing for the last room overtook
+// it; a failed commit). Close commits what was handed over before it, so
+// its done calls come before Close returns.
+//
+// done runs on the buffer's notifier goroutine, in the order of the
+// commits (so a queue's in sequence order), one after the other: it must
+// be quick and not wait for the buffer (Append, Ack, AckThrough, Remove,
+// Close); AppendAsync is allowed. rec is copied. AppendAsync blocks only
+// when the writer is maxBatch requests behind: backpressure from the disk.
+func (b *Buffer) AppendAsync(queue string, rec []byte, done func(seq uint64, err error)) error {
+	r, err := b.newAppend(context.Background(), queue, rec)
+	if err != nil {
+		return err
+	}
+	r.cb = done
+	if err := b.enter(); err != nil {
+		b.release(r)
+		return err
+	}
+	b.reqs <- r
+	b.life.RUnlock()
+	return nil
+}
+
+// newAppend checks an append's arguments, reserves its room and copies rec
+// into a request.
+func (b *Buffer) newAppend(ctx context.Context, queue string, rec []byte) (*request, error) {
+	if err := checkQueue(queue); err != nil {
+		return nil, err
+	}
+	if len(rec) > bolt.MaxValueSize {
+		return nil, fmt.Errorf("%w: record of %d bytes, bbolt's limit is %d", ErrFull, len(rec), bolt.MaxValueSize)
+	}
+	size, err := b.reserve(queue, len(rec))
+	if err != nil {
+		return nil, err
+	}
+	r := newRequest(ctx, opAppend, queue)
+	r.reserve = size
+	r.data = append(r.data[:0], rec...)
+	return r, nil
+}
+
+// reserve refuses a record that cannot fit, before it costs a commit:
+// under either policy one larger than MaxBytes; under RejectNew one that
+// does not fit beside the records held and those reserved by appends on
+// their way to the disk (acks on their way are not counted: an append
+// that races an ack may be refused although the ack makes room). It
+// returns what the append reserves (0 under DropOldest, which makes room
+// in the writer). The writer checks again in its transaction.
+func (b *Buffer) reserve(queue string, n int) (int64, error) {
+	size, max := int64(n)+RecordOverhead, b.opts.MaxBytes
+	var err error
+	held, full := int64(0), false
+	switch {
+	case size > max:
+		err = fmt.Errorf("%w: record of %d bytes (+%d) larger than maxBytes %d", ErrFull, n, RecordOverhead, max)
+	case b.opts.Policy != RejectNew:
+		return 0, nil
+	default:
+		// Add, then check: two appends racing for the last room cannot
+		// both see it free.
+		held = b.held.Load()
+		if held+b.reserved.Add(size) <= max {
+			return size, nil
+		}
+		b.reserved.Add(-size)
+		err = fmt.Errorf("%w: %d of maxBytes %d held", ErrFull, held, max)
+		full = true
+	}
+	b.mu.Lock()
+	b.entry(queue).stats.Rejected++
+	b.totals.Rejected++
+	records := b.totals.Records
+	b.mu.Unlock()
+	if full {
+		b.logFullOnce(records, held)
+	}
+	return 0, err
+}
+
+// release gives back a request that never reached the writer.
+func (b *Buffer) release(r *request) {
+	b.reserved.Add(-r.reserve)
+	putRequest(r)
 }
 
 // Ack removes the records with these sequence numbers from queue, in any
@@ -397,14 +529,14 @@ func (b *Buffer) doCount(ctx context.Context, r *request) (int, error) {
 // and must not be reused.
 func (b *Buffer) do(ctx context.Context, r *request) error {
 	if err := b.enter(); err != nil {
-		putRequest(r)
+		b.release(r)
 		return err
 	}
 	defer b.life.RUnlock()
 	select {
 	case b.reqs <- r:
 	case <-ctx.Done():
-		putRequest(r)
+		b.release(r)
 		return ctx.Err()
 	}
 	select {
@@ -516,7 +648,8 @@ func (b *Buffer) Stats() Stats {
 }
 
 // Close wakes every Wait (ErrClosed), waits for the calls in flight, stops
-// the writer and closes the file. Calls after Close fail with ErrClosed.
+// the writer (which first commits the AppendAsync records handed to it and
+// has their done functions called) and closes the file. Calls after Close fail with ErrClosed.
 func (b *Buffer) Close() error {
 	var err error
 	b.once.Do(func() {

@@ -56,6 +56,9 @@ func Open(dir string, o Options) (*Buffer, error) {
 		reqs:   make(chan *request, maxBatch),
 		queues: map[string]*published{},
 		stop:   make(chan struct{}),
+		cbWake: make(chan struct{}, 1),
+		// Closed by the writer when it ends: the notifier's last round.
+		writerDone: make(chan struct{}),
 	}
 	b.w.touched = map[string]*touched{}
 	if err := b.load(); err != nil {
@@ -63,8 +66,9 @@ func Open(dir string, o Options) (*Buffer, error) {
 		return nil, err
 	}
 	b.publishAll()
-	b.wg.Add(1)
+	b.wg.Add(2)
 	go b.run()
+	go b.notify()
 	return b, nil
 }
 

@@ -22,12 +22,18 @@ const killEnv = "BRIDGE_BUFFER_KILL_DIR"
 const (
 	killQueues  = 4 // q0..q3, each with killWriters appenders
 	killWriters = 2 // per queue: their records interleave in one queue
+	// a0 and a1 have killWriters AppendAsync writers each, with up to
+	// killWindow appends in flight per writer.
+	killAsyncQueues = 2
+	killWindow      = 32
 )
 
 // TestKillChild is the child of TestKill9. It appends to queues q0..q3 from
-// two writers each, and to queue d, which a drainer reads and acks behind
-// them, reporting on file descriptor 3 (a pipe to the parent), one line per
-// event, each written only once the call it reports has returned:
+// two writers each, to a0 and a1 from two AppendAsync writers each, and to
+// queue d, which a drainer reads and acks behind them, reporting on file
+// descriptor 3 (a pipe to the parent), one line per event, each written
+// only once the call it reports has returned (AppendAsync: its done was
+// called with nil):
 //
 //	A <queue> <writer> <i> <seq>  Append of the writer's i-th record returned seq
 //	R <seq>                       AckThrough(d, seq) is about to be called
@@ -65,9 +71,32 @@ func TestKillChild(t *testing.T) {
 			report("A %s %d %d %d", queue, w, i, seq)
 		}
 	}
+	asyncWriter := func(queue string, w int) {
+		window := make(chan struct{}, killWindow)
+		for i := 0; ; i++ {
+			window <- struct{}{}
+			err := b.AppendAsync(queue, fmt.Appendf(nil, "%d/%d/%s", w, i, pad), func(seq uint64, err error) {
+				if err != nil {
+					fmt.Fprintln(os.Stderr, "append async:", err)
+					os.Exit(3)
+				}
+				report("A %s %d %d %d", queue, w, i, seq)
+				<-window
+			})
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "append async:", err)
+				os.Exit(3)
+			}
+		}
+	}
 	for q := range killQueues {
 		for w := range killWriters {
 			go writer(fmt.Sprint("q", q), w)
+		}
+	}
+	for q := range killAsyncQueues {
+		for w := range killWriters {
+			go asyncWriter(fmt.Sprint("a", q), w)
 		}
 	}
 	go writer("d", 0)
@@ -192,7 +221,11 @@ func killRound(t *testing.T, killAfter int) {
 		bySeq[a.queue][a.seq] = a
 	}
 	var held int64
-	for _, queue := range []string{"q0", "q1", "q2", "q3", "d"} {
+	for _, queue := range []string{"q0", "q1", "q2", "q3", "a0", "a1", "d"} {
+		inflight := 1 // calls a writer has made beyond what it was told
+		if queue[0] == 'a' {
+			inflight = killWindow
+		}
 		recs := all(t, b, queue)
 		held += int64(len(recs))
 		next := map[int]int{} // writer → the i its next record must have
@@ -214,8 +247,8 @@ func killRound(t *testing.T, killAfter int) {
 			if a, ok := bySeq[queue][r.Seq]; ok && (a.w != w || a.i != i) {
 				t.Fatalf("%s seq %d holds %d/%d, the child was told %d/%d", queue, r.Seq, w, i, a.w, a.i)
 			}
-			// Beyond what was acknowledged, only the one call in flight.
-			if last, ok := lastAcked[writerKey{queue, w}]; i > last+1 || (!ok && i > 0) {
+			// Beyond what was acknowledged, only the calls in flight.
+			if last, ok := lastAcked[writerKey{queue, w}]; i > last+inflight || (!ok && i >= inflight) {
 				t.Fatalf("%s: writer %d's record %d stored, but only %d acknowledged", queue, w, i, last)
 			}
 		}

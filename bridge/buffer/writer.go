@@ -32,7 +32,9 @@ const (
 // request is one call handed to the writer goroutine. The caller fills the
 // arguments and waits on done; the writer fills the results, then sends on
 // done. A request whose caller gave up (ctx) is abandoned to the writer
-// and never reused; the others go back to requestPool.
+// and never reused; the others go back to requestPool. An AppendAsync
+// request has cb instead of a waiting caller: the writer hands it to the
+// notifier goroutine, which calls cb and pools it.
 type request struct {
 	ctx   context.Context
 	op    op
@@ -44,6 +46,10 @@ type request struct {
 	n        int   // opAck, opAckThrough, opRemove: records removed
 	err      error // the answer
 	rejected bool  // opAppend refused with ErrFull: counted once committed
+
+	// reserve is what the append counts in Buffer.reserved until answered.
+	reserve int64
+	cb      func(seq uint64, err error) // AppendAsync's done
 
 	done chan struct{} // capacity 1
 }
@@ -57,7 +63,7 @@ func newRequest(ctx context.Context, o op, queue string) *request {
 }
 
 func putRequest(r *request) {
-	r.ctx, r.queue, r.seq, r.n, r.err, r.rejected = nil, "", 0, 0, nil, false
+	r.ctx, r.queue, r.seq, r.n, r.err, r.rejected, r.reserve, r.cb = nil, "", 0, 0, nil, false, 0, nil
 	if cap(r.data) > 64<<10 {
 		r.data = nil // keep large records' memory out of the pool
 	}
@@ -65,7 +71,20 @@ func putRequest(r *request) {
 	requestPool.Put(r)
 }
 
-func (r *request) answer() { r.done <- struct{}{} }
+// answer ends r's stay in the writer, once, on the writer goroutine: its
+// reservation is released, and its caller woken, or its callback queued
+// for the notifier (handOver).
+func (b *Buffer) answer(r *request) {
+	if r.reserve != 0 {
+		b.reserved.Add(-r.reserve)
+		r.reserve = 0
+	}
+	if r.cb != nil {
+		b.w.answered = append(b.w.answered, r)
+		return
+	}
+	r.done <- struct{}{}
+}
 
 // writer is the writer goroutine's own state: what the file holds, as of
 // the transaction in progress. Owned by that goroutine (and by Open before
@@ -80,9 +99,14 @@ type writer struct {
 	// what the readers must learn about them once it commits.
 	touched map[string]*touched
 
-	// full: the last Append dropped or was refused to make room. Logged
-	// when it changes, once per episode rather than once per record.
-	full, fullNext bool
+	// fullNext: the last append of the transaction dropped or was refused
+	// to make room; appended: the transaction held an append. Buffer.full
+	// is what was logged last (logFull).
+	fullNext, appended bool
+
+	// answered holds the AppendAsync requests answered since the last
+	// handOver, in the order of their commits.
+	answered []*request
 }
 
 // qstate is one queue in the writer's state. first and last are refreshed
@@ -111,6 +135,7 @@ func (w *writer) touch(queue string) *touched {
 // together and answers them.
 func (b *Buffer) run() {
 	defer b.wg.Done()
+	defer close(b.writerDone)
 	// A page past the end of a file truncated under us faults (SIGBUS);
 	// this turns the fault into a panic that commit recovers as ErrCorrupt.
 	debug.SetPanicOnFault(true)
@@ -118,9 +143,17 @@ func (b *Buffer) run() {
 	prev := 0
 	for {
 		select {
+		case <-b.stop:
+			// Before taking more: what is queued goes in drainOnStop.
+			b.drainOnStop(batch)
+			return
+		default:
+		}
+		select {
 		case r := <-b.reqs:
 			batch = append(batch[:0], r)
 		case <-b.stop:
+			b.drainOnStop(batch)
 			return
 		}
 		if prev > 1 {
@@ -143,8 +176,86 @@ func (b *Buffer) run() {
 			}
 		}
 		b.commit(batch)
+		b.handOver()
 		prev = len(batch)
 		clear(batch) // no reference to answered requests
+	}
+}
+
+// drainOnStop commits the requests still queued when Close stopped the
+// writer: only AppendAsync ones can be (Close waited for every caller
+// that waits), and each was promised a done call; committing them keeps
+// the promise with the better answer.
+func (b *Buffer) drainOnStop(batch []*request) {
+	for {
+		batch = batch[:0]
+	fill:
+		for len(batch) < maxBatch {
+			select {
+			case r := <-b.reqs:
+				batch = append(batch, r)
+			default:
+				break fill
+			}
+		}
+		if len(batch) == 0 {
+			return
+		}
+		b.commit(batch)
+		b.handOver()
+		clear(batch)
+	}
+}
+
+// handOver gives the notifier the callbacks the last commit answered.
+// Writer goroutine. The list is unbounded rather than a channel the writer
+// could block on: a done that calls AppendAsync while the request channel
+// is full would otherwise wait for the writer, which would wait for it.
+// What bounds it is the callers, who wait for their done calls (a
+// front-end's window of unacknowledged publishes).
+func (b *Buffer) handOver() {
+	w := &b.w
+	if len(w.answered) == 0 {
+		return
+	}
+	b.cbMu.Lock()
+	b.cbs = append(b.cbs, w.answered...)
+	b.cbMu.Unlock()
+	clear(w.answered)
+	w.answered = w.answered[:0]
+	select {
+	case b.cbWake <- struct{}{}:
+	default:
+	}
+}
+
+// notify is the notifier goroutine: it calls AppendAsync's done
+// functions, in the order of the commits that answered them (so a queue's
+// come in sequence order), off the writer goroutine, so that a slow done
+// (a front-end's acknowledgement) never delays the next commit. It ends
+// once the writer has ended and every callback it handed over was called.
+func (b *Buffer) notify() {
+	defer b.wg.Done()
+	var run []*request
+	for {
+		last := false
+		select {
+		case <-b.cbWake:
+		case <-b.writerDone:
+			last = true // the writer handed over all it had before it ended
+		}
+		b.cbMu.Lock()
+		run, b.cbs = b.cbs, run[:0]
+		b.cbMu.Unlock()
+		for i, r := range run {
+			cb, seq, err := r.cb, r.seq, r.err
+			putRequest(r)
+			run[i] = nil
+			cb(seq, err)
+		}
+		if last {
+			return
+		}
 	}
 }
 
@@ -156,12 +267,12 @@ func (b *Buffer) commit(batch []*request) {
 	for _, r := range batch {
 		if err := r.ctx.Err(); err != nil {
 			r.err = err // nobody may be waiting any more: never applied
-			r.answer()
+			b.answer(r)
 			continue
 		}
 		if e := b.broken.Load(); e != nil {
 			r.err = *e
-			r.answer()
+			b.answer(r)
 			continue
 		}
 		live = append(live, r)
@@ -174,7 +285,7 @@ func (b *Buffer) commit(batch []*request) {
 		b.commits.Add(1)
 		b.publish(live)
 		for _, r := range live {
-			r.answer()
+			b.answer(r)
 		}
 		b.logFull()
 		return
@@ -186,7 +297,7 @@ func (b *Buffer) commit(batch []*request) {
 		b.logger.Error("bridge buffer: commit failed", "file", b.path, "requests", len(live), "err", err)
 		for _, r := range live {
 			r.err = err
-			r.answer()
+			b.answer(r)
 		}
 		return
 	}
@@ -199,19 +310,33 @@ func (b *Buffer) commit(batch []*request) {
 // goroutine, after a commit.
 func (b *Buffer) logFull() {
 	w := &b.w
-	if w.fullNext == w.full {
+	if !w.appended {
+		return // only an append tells whether there is room
+	}
+	w.appended = false
+	if w.fullNext == b.full.Load() {
 		return
 	}
-	w.full = w.fullNext
-	if w.full {
-		what := "rejecting new records"
-		if b.opts.Policy == DropOldest {
-			what = "dropping the oldest records of the largest queue"
-		}
-		b.logger.Warn("bridge buffer full: "+what, "file", b.path, "maxBytes", b.opts.MaxBytes, "records", w.records, "bytes", w.bytes)
+	if w.fullNext {
+		b.logFullOnce(w.records, w.bytes)
 		return
 	}
+	b.full.Store(false)
 	b.logger.Info("bridge buffer has room again", "file", b.path, "maxBytes", b.opts.MaxBytes, "bytes", w.bytes)
+}
+
+// logFullOnce logs the buffer becoming full, unless that was logged last:
+// once per episode rather than once per record, whether the writer or
+// an append's early check (reserve) found it full.
+func (b *Buffer) logFullOnce(records, bytes int64) {
+	if !b.full.CompareAndSwap(false, true) {
+		return
+	}
+	what := "rejecting new records"
+	if b.opts.Policy == DropOldest {
+		what = "dropping the oldest records of the largest queue"
+	}
+	b.logger.Warn("bridge buffer full: "+what, "file", b.path, "maxBytes", b.opts.MaxBytes, "records", records, "bytes", bytes)
 }
 
 // apply runs live's requests in one read-write transaction and commits it.
@@ -297,6 +422,7 @@ func (b *Buffer) appendOne(queues *bolt.Bucket, r *request) error {
 		return nil
 	}
 	w.fullNext = w.bytes+size > max
+	w.appended = true
 	for w.bytes+size > max {
 		victim := w.largest()
 		if b.opts.Policy == RejectNew || victim == "" { // "": counts disagree with the file
@@ -480,6 +606,7 @@ func (b *Buffer) publish(live []*request) {
 		}
 	}
 	b.totals.Records, b.totals.Bytes = b.w.records, b.w.bytes
+	b.held.Store(b.w.bytes)
 }
 
 // publishAll replaces the readers' view of every queue by the writer's
@@ -506,6 +633,7 @@ func (b *Buffer) publishAll() {
 		}
 	}
 	b.totals.Records, b.totals.Bytes = b.w.records, b.w.bytes
+	b.held.Store(b.w.bytes)
 }
 
 // entry is the readers' record of queue, created on first use. b.mu held.
