@@ -48,6 +48,12 @@ type Log interface {
 	Append(m *core.Message, done func(id uint64, err error))
 	// Read returns up to max records with an ID above after, oldest first
 	// (fewer, or none, when there are no more). It does not remove them.
+	// The engine reads every record it delivers through Read (never
+	// straight from Append), so that a Log shared by several gateways
+	// (Redis) can hand each record to one of them: such a Log ignores after
+	// and returns the records no gateway has read yet, and, once, those
+	// this gateway read before a restart and did not Remove, and those
+	// another gateway read and left unremoved longer than its claim time.
 	Read(ctx context.Context, after uint64, max int) ([]Record, error)
 	// Remove deletes records (acknowledged by a consumer, expired, dead
 	// lettered). It may be batched and return before the deletion is
