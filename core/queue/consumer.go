@@ -1,0 +1,283 @@
+package queue
+
+import (
+	"container/heap"
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/tolsey/tolsey/core"
+)
+
+// ConsumerOptions configure a Consumer.
+type ConsumerOptions struct {
+	// Browse: the consumer sees the messages without taking them (AMQP
+	// distribution-mode copy, a JMS QueueBrowser): Next returns each stored
+	// message once, in order, acknowledged or not by others.
+	Browse bool
+	// Notify is called, without locks held and on any goroutine, when
+	// messages may be ready for this consumer: it should make the
+	// front-end call Next when it has credit. It must not block.
+	Notify func()
+	// Deleted is called when the queue is deleted under the consumer.
+	Deleted func()
+}
+
+// Consumer takes messages from a queue: pulled with Next as the front-end
+// has credit, then settled with Ack, Release, Modify or Reject. Messages
+// not settled when it closes are delivered again. Safe for concurrent use;
+// a front-end usually calls it from one goroutine.
+type Consumer struct {
+	q    *Queue
+	opts ConsumerOptions
+
+	// Guarded by q.mu.
+	inflight map[uint64]*entry
+	closed   bool
+	browsed  uint64 // Browse: the last ID seen
+}
+
+// Delivery is a message handed to a consumer.
+type Delivery struct {
+	ID  uint64 // the handle to settle it with
+	Msg *core.Message
+	// DeliveryCount is how many earlier deliveries of it failed (AMQP
+	// delivery-count); Redelivered when it was delivered before at all.
+	DeliveryCount uint32
+	Redelivered   bool
+}
+
+// Consume attaches a consumer. On an exclusive queue the first consumer
+// attached receives and the others wait as standby, in attach order.
+func (q *Queue) Consume(opts ConsumerOptions) (*Consumer, error) {
+	if opts.Notify == nil {
+		opts.Notify = func() {}
+	}
+	c := &Consumer{q: q, opts: opts, inflight: map[uint64]*entry{}}
+	q.mu.Lock()
+	if q.deleted {
+		q.mu.Unlock()
+		return nil, fmt.Errorf("%w: %q", ErrNotFound, q.name)
+	}
+	q.cons = append(q.cons, c)
+	wake := q.wakeLocked()
+	q.mu.Unlock()
+	notify(wake)
+	q.fill()
+	return c, nil
+}
+
+// Queue is the queue the consumer takes from.
+func (c *Consumer) Queue() *Queue { return c.q }
+
+func (c *Consumer) notify() { c.opts.Notify() }
+
+// Next takes the next message for this consumer, if one is ready and the
+// consumer may receive (the active one of an exclusive queue). Expired
+// messages are removed on the way.
+func (c *Consumer) Next() (Delivery, bool) {
+	if c.opts.Browse {
+		return c.browse()
+	}
+	q := c.q
+	now := q.e.opts.Now()
+	q.mu.Lock()
+	if c.closed || (q.config.Access == Exclusive && q.activeLocked() != c) {
+		q.mu.Unlock()
+		return Delivery{}, false
+	}
+	var skipped []*entry
+	var got *entry
+	var expired []uint64
+	for q.ready.Len() > 0 {
+		e := heap.Pop(&q.ready).(*entry)
+		if !e.expires.IsZero() && !now.Before(e.expires) {
+			q.removeLocked(e)
+			q.counters.Expired++
+			expired = append(expired, e.rec.ID)
+			continue
+		}
+		if slices.Contains(e.skip, c) {
+			skipped = append(skipped, e)
+			continue
+		}
+		got = e
+		break
+	}
+	for _, e := range skipped {
+		heap.Push(&q.ready, e)
+	}
+	var d Delivery
+	if got != nil {
+		got.owner = c
+		c.inflight[got.rec.ID] = got
+		q.counters.Out++
+		redelivered := got.delivered
+		got.delivered = true
+		if redelivered {
+			q.counters.Redelivered++
+		}
+		d = Delivery{ID: got.rec.ID, Msg: got.rec.Msg, DeliveryCount: got.count, Redelivered: redelivered}
+	}
+	refill := q.more && len(q.entries) < q.e.opts.Window/2
+	q.mu.Unlock()
+	if len(expired) > 0 {
+		q.log.Remove(expired...)
+	}
+	if refill {
+		q.fill()
+	}
+	return d, got != nil
+}
+
+// browse returns the next stored message after the last one seen, from
+// the log itself, so that a browser sees the whole queue, not the window.
+func (c *Consumer) browse() (Delivery, bool) {
+	q := c.q
+	q.mu.Lock()
+	if c.closed {
+		q.mu.Unlock()
+		return Delivery{}, false
+	}
+	after := c.browsed
+	q.mu.Unlock()
+	now := q.e.opts.Now()
+	for {
+		recs, err := q.log.Read(context.Background(), after, 16)
+		if err != nil || len(recs) == 0 {
+			return Delivery{}, false
+		}
+		for _, r := range recs {
+			after = r.ID
+			if r.Msg.Expired(now) {
+				continue
+			}
+			q.mu.Lock()
+			c.browsed = after
+			q.mu.Unlock()
+			return Delivery{ID: r.ID, Msg: r.Msg}, true
+		}
+	}
+}
+
+// settle takes delivery id out of flight, or nil when it is not this
+// consumer's (settled already, or its queue was deleted).
+func (c *Consumer) settleLocked(id uint64) *entry {
+	e := c.inflight[id]
+	if e == nil {
+		return nil
+	}
+	delete(c.inflight, id)
+	e.owner = nil
+	return e
+}
+
+// Ack removes a delivered message: it was consumed.
+func (c *Consumer) Ack(id uint64) {
+	q := c.q
+	q.mu.Lock()
+	e := c.settleLocked(id)
+	if e == nil {
+		q.mu.Unlock()
+		return
+	}
+	q.removeLocked(e)
+	q.counters.Acked++
+	q.mu.Unlock()
+	q.log.Remove(id)
+	q.fill()
+}
+
+// Release makes a delivered message available again without counting a
+// failed delivery (AMQP released).
+func (c *Consumer) Release(id uint64) { c.requeue(id, false, false) }
+
+// Modify makes a delivered message available again; failed counts a
+// failed delivery (AMQP modified delivery-failed), undeliverableHere keeps
+// it from this consumer. A message whose failures reach the queue's
+// maxDeliveries is dead-lettered.
+func (c *Consumer) Modify(id uint64, failed, undeliverableHere bool) {
+	c.requeue(id, failed, undeliverableHere)
+}
+
+// Reject dead-letters a delivered message (AMQP rejected): into the
+// queue's dead-letter queue, or dropped and counted without one.
+func (c *Consumer) Reject(id uint64) {
+	q := c.q
+	q.mu.Lock()
+	if e := c.settleLocked(id); e != nil {
+		q.deadLetterLocked(e)
+	}
+	q.mu.Unlock()
+	q.fill()
+}
+
+func (c *Consumer) requeue(id uint64, failed, undeliverableHere bool) {
+	q := c.q
+	q.mu.Lock()
+	e := c.settleLocked(id)
+	if e == nil {
+		q.mu.Unlock()
+		return
+	}
+	if undeliverableHere {
+		e.skip = append(e.skip, c)
+	}
+	wake := q.backLocked(e, failed)
+	q.mu.Unlock()
+	notify(wake)
+}
+
+// backLocked puts e back among the ready ones (or dead-letters it at
+// maxDeliveries) and says whom to wake.
+func (q *Queue) backLocked(e *entry, failed bool) []*Consumer {
+	if failed {
+		e.count++
+		if max := q.config.MaxDeliveries; max > 0 && int(e.count) >= max {
+			q.deadLetterLocked(e)
+			return nil
+		}
+	}
+	if q.deleted {
+		return nil
+	}
+	heap.Push(&q.ready, e)
+	return q.wakeLocked()
+}
+
+// Close detaches the consumer. What it was delivered and did not settle
+// is delivered again, counted as a failed delivery (the consumer may have
+// seen it); on an exclusive queue the next standby consumer takes over.
+func (c *Consumer) Close() {
+	q := c.q
+	q.mu.Lock()
+	if c.closed {
+		q.mu.Unlock()
+		return
+	}
+	c.closed = true
+	q.cons = slices.DeleteFunc(q.cons, func(x *Consumer) bool { return x == c })
+	ids := make([]uint64, 0, len(c.inflight))
+	for id := range c.inflight {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		e := c.settleLocked(id)
+		q.backLocked(e, true)
+	}
+	for _, e := range q.entries { // it no longer needs skipping
+		e.skip = slices.DeleteFunc(e.skip, func(x *Consumer) bool { return x == c })
+	}
+	wake := q.wakeLocked()
+	q.mu.Unlock()
+	notify(wake)
+}
+
+// Pending is the number of messages delivered to this consumer and not
+// settled.
+func (c *Consumer) Pending() int {
+	c.q.mu.Lock()
+	defer c.q.mu.Unlock()
+	return len(c.inflight)
+}

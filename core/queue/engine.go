@@ -1,0 +1,377 @@
+// Package queue is the gateway's queue engine (docs/queues.md): named
+// queues that collect the messages of their topic subscriptions until a
+// consumer takes them, with credit-driven delivery, acknowledgement,
+// redelivery and dead-lettering. It knows no protocol and no storage
+// technology: the front-ends consume queues through Consumer, and storage
+// backends implement Backend and Log.
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/tolsey/tolsey/core"
+	"github.com/tolsey/tolsey/core/queue/match"
+)
+
+// Errors the engine returns; wrapped with the queue's name and the limit.
+var (
+	// ErrFull: a queue's maxMessages or maxBytes would be exceeded. The
+	// publisher is told (MQTT 5 0x97, AMQP rejected
+	// amqp:resource-limit-exceeded).
+	ErrFull = errors.New("queue full")
+	// ErrNotFound: no queue of that name.
+	ErrNotFound = errors.New("queue not found")
+	// ErrTooMany: the engine's MaxQueues, or an owner's MaxTemporary.
+	ErrTooMany = errors.New("too many queues")
+	// ErrInvalid: a bad name or configuration.
+	ErrInvalid = errors.New("invalid queue configuration")
+)
+
+// Limits bound the engine and give the defaults of a queue's limits.
+type Limits struct {
+	MaxQueues    int   // queues in all, durable and temporary; default 10,000
+	MaxTemporary int   // temporary queues per owner (connection); default 100
+	MaxMessages  int   // a queue's default maxMessages; default 100,000
+	MaxBytes     int64 // a queue's default maxBytes; default 64 MiB
+}
+
+func (l Limits) withDefaults() Limits {
+	if l.MaxQueues <= 0 {
+		l.MaxQueues = 10_000
+	}
+	if l.MaxTemporary <= 0 {
+		l.MaxTemporary = 100
+	}
+	if l.MaxMessages <= 0 {
+		l.MaxMessages = 100_000
+	}
+	if l.MaxBytes <= 0 {
+		l.MaxBytes = 64 << 20
+	}
+	return l
+}
+
+// Options configure an Engine.
+type Options struct {
+	// Router, when set, feeds the queues: the engine subscribes to every
+	// topic while some queue has a subscription.
+	Router *core.Router
+	// Backend stores durable queues; a memory backend when nil.
+	Backend Backend
+	Limits  Limits
+	// Window is how many messages of one queue are kept in memory for
+	// delivery; the rest wait in the Log. Default 1,000.
+	Window int
+	Now    func() time.Time
+	Logger *slog.Logger
+}
+
+// Engine holds the queues. Safe for concurrent use.
+type Engine struct {
+	opts Options
+	temp *Memory // temporary queues
+	idx  *match.Index[*Queue]
+	wg   sync.WaitGroup // loaders
+
+	mu     sync.Mutex
+	queues map[string]*Queue
+	sub    *core.Subscription // on the router while idx has filters
+	closed bool
+}
+
+// New opens the engine and every queue the backend holds.
+func New(ctx context.Context, opts Options) (*Engine, error) {
+	if opts.Backend == nil {
+		opts.Backend = NewMemory()
+	}
+	if opts.Window <= 0 {
+		opts.Window = 1000
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	opts.Limits = opts.Limits.withDefaults()
+	e := &Engine{opts: opts, temp: NewMemory(), idx: &match.Index[*Queue]{}, queues: map[string]*Queue{}}
+	cfgs, err := opts.Backend.Declared(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("queues: %w", err)
+	}
+	for _, cfg := range cfgs {
+		if _, err := e.Declare(ctx, cfg); err != nil {
+			return nil, fmt.Errorf("queues: stored queue %q: %w", cfg.Name, err)
+		}
+	}
+	return e, nil
+}
+
+// Close stops the engine: it leaves the router, and waits for its loaders.
+// The backend is the caller's to close.
+func (e *Engine) Close() {
+	e.mu.Lock()
+	e.closed = true
+	if e.sub != nil {
+		e.opts.Router.Unsubscribe(e.sub)
+		e.sub = nil
+	}
+	e.mu.Unlock()
+	e.wg.Wait()
+}
+
+// ValidName checks a queue name: 1 to 255 bytes of UTF-8 without control
+// characters or wildcards ('#', '+', '*', '>').
+func ValidName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: empty queue name", ErrInvalid)
+	case len(name) > 255:
+		return fmt.Errorf("%w: queue name longer than 255 bytes", ErrInvalid)
+	case !utf8.ValidString(name):
+		return fmt.Errorf("%w: queue name is not UTF-8", ErrInvalid)
+	case strings.ContainsAny(name, "#+*>"):
+		return fmt.Errorf("%w: queue name %q contains a wildcard character", ErrInvalid, name)
+	}
+	for _, r := range name {
+		if r < 0x20 || r == 0x7f {
+			return fmt.Errorf("%w: queue name %q contains a control character", ErrInvalid, name)
+		}
+	}
+	return nil
+}
+
+func (e *Engine) check(cfg *Config) error {
+	if err := ValidName(cfg.Name); err != nil {
+		return err
+	}
+	switch cfg.Access {
+	case "":
+		cfg.Access = NonExclusive
+	case Exclusive, NonExclusive:
+	default:
+		return fmt.Errorf("%w: access %q: want exclusive or non-exclusive", ErrInvalid, cfg.Access)
+	}
+	if cfg.MaxMessages < 0 || cfg.MaxBytes < 0 || cfg.TTL < 0 || cfg.MaxDeliveries < 0 {
+		return fmt.Errorf("%w: negative limit", ErrInvalid)
+	}
+	if cfg.DeadLetter == cfg.Name {
+		return fmt.Errorf("%w: queue %q is its own dead-letter queue", ErrInvalid, cfg.Name)
+	}
+	for _, f := range cfg.Subscriptions {
+		if _, err := match.Parse(f); err != nil {
+			return fmt.Errorf("%w: subscription %q: %w", ErrInvalid, f, err)
+		}
+	}
+	return nil
+}
+
+// Declare creates a queue, or changes an existing one's configuration
+// (its messages stay). A temporary queue lives in memory.
+func (e *Engine) Declare(ctx context.Context, cfg Config) (*Queue, error) {
+	if err := e.check(&cfg); err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil, fmt.Errorf("queues: engine closed")
+	}
+	q := e.queues[cfg.Name]
+	if q == nil {
+		if len(e.queues) >= e.opts.Limits.MaxQueues {
+			return nil, fmt.Errorf("%w: %d queues, the most allowed (queues.maxQueues)", ErrTooMany, e.opts.Limits.MaxQueues)
+		}
+		if cfg.Temporary && e.ownedLocked(cfg.Owner) >= e.opts.Limits.MaxTemporary {
+			return nil, fmt.Errorf("%w: %d temporary queues on this connection, the most allowed", ErrTooMany, e.opts.Limits.MaxTemporary)
+		}
+	} else if q.cfg().Temporary != cfg.Temporary {
+		return nil, fmt.Errorf("%w: queue %q exists and is %s", ErrInvalid, cfg.Name, kind(q.cfg().Temporary))
+	}
+	b := Backend(e.temp)
+	if !cfg.Temporary {
+		b = e.opts.Backend
+	}
+	log, err := b.Open(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("queue %q: %w", cfg.Name, err)
+	}
+	if q == nil {
+		q = newQueue(e, cfg, log)
+		n, bytes, err := log.Stats(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("queue %q: %w", cfg.Name, err)
+		}
+		q.messages, q.bytes, q.more = n, bytes, n > 0
+		e.queues[cfg.Name] = q
+	} else {
+		q.mu.Lock()
+		q.config = cfg
+		q.mu.Unlock()
+	}
+	e.idx.RemoveKey(q)
+	for _, f := range cfg.Subscriptions {
+		if err := e.idx.Add(q, f); err != nil { // checked above
+			return nil, fmt.Errorf("queue %q: subscription %q: %w", cfg.Name, f, err)
+		}
+	}
+	e.syncSubLocked()
+	q.fill()
+	return q, nil
+}
+
+func kind(temporary bool) string {
+	if temporary {
+		return "temporary"
+	}
+	return "durable"
+}
+
+func (e *Engine) ownedLocked(owner string) int {
+	n := 0
+	for _, q := range e.queues {
+		if c := q.cfg(); c.Temporary && c.Owner == owner {
+			n++
+		}
+	}
+	return n
+}
+
+// syncSubLocked keeps the engine on the router exactly while some queue
+// has a subscription, so that a gateway without queue subscriptions pays
+// nothing per publish (Router.Wants stays false).
+func (e *Engine) syncSubLocked() {
+	r := e.opts.Router
+	if r == nil {
+		return
+	}
+	switch {
+	case e.idx.Len() > 0 && e.sub == nil:
+		sub, err := r.Subscribe("#", e, core.SubOptions{QoS: 2})
+		if err != nil {
+			e.opts.Logger.Error("queues: subscribing to the router", "error", err)
+			return
+		}
+		e.sub = sub
+	case e.idx.Len() == 0 && e.sub != nil:
+		r.Unsubscribe(e.sub)
+		e.sub = nil
+	}
+}
+
+// Queue returns the queue named name.
+func (e *Engine) Queue(name string) (*Queue, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	q, ok := e.queues[name]
+	return q, ok
+}
+
+// Queues returns every queue, by name.
+func (e *Engine) Queues() []*Queue {
+	e.mu.Lock()
+	out := make([]*Queue, 0, len(e.queues))
+	for _, q := range e.queues {
+		out = append(out, q)
+	}
+	e.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out
+}
+
+// Delete removes a queue with its subscriptions and messages; its
+// consumers are told (ConsumerOptions.Deleted).
+func (e *Engine) Delete(ctx context.Context, name string) error {
+	e.mu.Lock()
+	q := e.queues[name]
+	if q == nil {
+		e.mu.Unlock()
+		return fmt.Errorf("%w: %q", ErrNotFound, name)
+	}
+	delete(e.queues, name)
+	e.idx.RemoveKey(q)
+	e.syncSubLocked()
+	e.mu.Unlock()
+	gone := q.delete()
+	for _, c := range gone {
+		if c.opts.Deleted != nil {
+			c.opts.Deleted()
+		}
+	}
+	b := Backend(e.temp)
+	if !q.cfg().Temporary {
+		b = e.opts.Backend
+	}
+	return b.Drop(ctx, name)
+}
+
+// DeleteOwned deletes the temporary queues of owner (its connection closed).
+func (e *Engine) DeleteOwned(ctx context.Context, owner string) {
+	var names []string
+	e.mu.Lock()
+	for name, q := range e.queues {
+		if c := q.cfg(); c.Temporary && c.Owner == owner {
+			names = append(names, name)
+		}
+	}
+	e.mu.Unlock()
+	for _, n := range names {
+		_ = e.Delete(ctx, n) // a memory backend cannot fail
+	}
+}
+
+var matchPool = sync.Pool{New: func() any { s := make([]*Queue, 0, 8); return &s }}
+
+// Deliver implements core.Subscriber: m goes into every queue whose
+// subscriptions match its topic and whose exceptions do not. With d.Acks
+// (the publisher waits), each queue holds the acknowledgement until m is
+// durable in it, and a queue that cannot take m refuses the publish
+// (docs/queues.md, "Publisher feedback").
+func (e *Engine) Deliver(m *core.Message, d core.Delivery) error {
+	mp := matchPool.Get().(*[]*Queue)
+	qs := e.idx.AppendMatches((*mp)[:0], m.Topic)
+	for _, q := range qs {
+		if d.Acks != nil {
+			d.Acks.Hold()
+			q.Put(m, d.Acks.Done)
+			continue
+		}
+		q.Put(m, func(err error) {
+			if err != nil {
+				e.opts.Logger.Debug("queued message refused", "queue", q.name, "topic", m.Topic, "error", err)
+			}
+		})
+	}
+	clear(qs)
+	*mp = qs[:0]
+	matchPool.Put(mp)
+	return nil // refusals reach the publisher through d.Acks
+}
+
+// Put stores m in the queue named name (a publish straight to a queue:
+// AMQP queue://name, MQTT $queue/name); done as for Queue.Put.
+func (e *Engine) Put(name string, m *core.Message, done func(error)) {
+	q, ok := e.Queue(name)
+	if !ok {
+		done(fmt.Errorf("%w: %q", ErrNotFound, name))
+		return
+	}
+	q.Put(m, done)
+}
+
+// MatchingQueues returns the names of the queues a message on topic would
+// go to.
+func (e *Engine) MatchingQueues(topic string) []string {
+	var out []string
+	e.idx.Match(topic, func(q *Queue) { out = append(out, q.name) })
+	sort.Strings(out)
+	return out
+}

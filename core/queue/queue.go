@@ -1,0 +1,331 @@
+package queue
+
+import (
+	"container/heap"
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/tolsey/tolsey/core"
+)
+
+// Queue is one queue: its Log, the window of its messages in memory, and
+// its consumers.
+type Queue struct {
+	e    *Engine
+	name string
+	log  Log
+
+	mu       sync.Mutex
+	config   Config
+	deleted  bool
+	messages int   // records stored (in the log, in memory, in flight)
+	bytes    int64 // their core.Message.Size
+	reserved int   // appends on their way to the log
+	resBytes int64
+	// The window: records read from the log, ready or in flight.
+	entries  map[uint64]*entry
+	ready    idHeap // ready entries, oldest first
+	through  uint64 // the highest ID read from the log
+	more     bool   // the log may hold records not read yet
+	loading  bool   // a loader runs
+	cons     []*Consumer
+	rr       int // where the next non-exclusive notification round starts
+	counters Counters
+}
+
+// Counters count what happened to a queue's messages.
+type Counters struct {
+	In           uint64 // stored
+	Out          uint64 // delivered (redeliveries included)
+	Acked        uint64 // acknowledged and removed
+	Redelivered  uint64 // delivered again after a release, failure or a consumer's end
+	Expired      uint64 // removed at their TTL or expiry
+	DeadLettered uint64 // moved to the dead-letter queue
+	Dropped      uint64 // rejected or over maxDeliveries with no dead-letter queue, or refused by it
+	Refused      uint64 // publishes refused (full, store failed)
+}
+
+type entry struct {
+	rec       Record
+	count     uint32    // deliveries that failed (AMQP delivery-count)
+	owner     *Consumer // the consumer it is in flight to; nil when ready
+	delivered bool      // delivered at least once
+	skip      []*Consumer
+	expires   time.Time // zero: never
+}
+
+func newQueue(e *Engine, cfg Config, log Log) *Queue {
+	return &Queue{e: e, name: cfg.Name, log: log, config: cfg, entries: map[uint64]*entry{}}
+}
+
+// Name is the queue's name.
+func (q *Queue) Name() string { return q.name }
+
+func (q *Queue) cfg() Config {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.config
+}
+
+// Info is a snapshot of a queue for the admin API and metrics.
+type Info struct {
+	Config    Config   `json:"config"`
+	Messages  int      `json:"messages"`
+	Bytes     int64    `json:"bytes"`
+	InFlight  int      `json:"inFlight"`
+	Consumers int      `json:"consumers"`
+	Counters  Counters `json:"counters"`
+}
+
+// Info returns a snapshot.
+func (q *Queue) Info() Info {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	inflight := 0
+	for _, e := range q.entries {
+		if e.owner != nil {
+			inflight++
+		}
+	}
+	return Info{Config: q.config, Messages: q.messages, Bytes: q.bytes, InFlight: inflight,
+		Consumers: len(q.cons), Counters: q.counters}
+}
+
+// Put stores m and calls done once it is durable in the queue, or with
+// the refusal: ErrFull (wrapped with the queue and the limit) at once,
+// ErrNotFound for a deleted queue, or the store's error. done runs on any
+// goroutine, possibly before Put returns.
+func (q *Queue) Put(m *core.Message, done func(error)) {
+	size := int64(m.Size())
+	q.mu.Lock()
+	if err := q.admitLocked(size); err != nil {
+		q.counters.Refused++
+		q.mu.Unlock()
+		done(err)
+		return
+	}
+	q.reserved++
+	q.resBytes += size
+	q.mu.Unlock()
+	q.log.Append(m, func(_ uint64, err error) {
+		q.mu.Lock()
+		q.reserved--
+		q.resBytes -= size
+		if err != nil {
+			q.counters.Refused++
+			q.mu.Unlock()
+			done(fmt.Errorf("queue %q: %w", q.name, err))
+			return
+		}
+		q.messages++
+		q.bytes += size
+		q.counters.In++
+		q.more = true
+		q.mu.Unlock()
+		q.fill()
+		done(nil)
+	})
+}
+
+func (q *Queue) admitLocked(size int64) error {
+	if q.deleted {
+		return fmt.Errorf("%w: %q", ErrNotFound, q.name)
+	}
+	lim := q.e.opts.Limits
+	maxMsgs, maxBytes := q.config.MaxMessages, q.config.MaxBytes
+	if maxMsgs == 0 {
+		maxMsgs = lim.MaxMessages
+	}
+	if maxBytes == 0 {
+		maxBytes = lim.MaxBytes
+	}
+	if q.messages+q.reserved >= maxMsgs {
+		return fmt.Errorf("%w: queue %q holds %d messages, its maxMessages", ErrFull, q.name, maxMsgs)
+	}
+	if q.bytes+q.resBytes+size > maxBytes {
+		return fmt.Errorf("%w: queue %q would hold more than its maxBytes %d", ErrFull, q.name, maxBytes)
+	}
+	return nil
+}
+
+// fill starts a loader when the window has room and the log has more.
+func (q *Queue) fill() {
+	q.mu.Lock()
+	start := !q.loading && !q.deleted && q.more && len(q.entries) < q.e.opts.Window
+	if start {
+		q.loading = true
+	}
+	q.mu.Unlock()
+	if !start {
+		return
+	}
+	q.e.wg.Add(1)
+	go q.load()
+}
+
+// load reads records into the window until it is full or the log has no
+// more, and wakes the consumers. One loader runs per queue at a time.
+func (q *Queue) load() {
+	defer q.e.wg.Done()
+	for {
+		q.mu.Lock()
+		room := q.e.opts.Window - len(q.entries)
+		if q.deleted || !q.more || room <= 0 {
+			q.loading = false
+			q.mu.Unlock()
+			return
+		}
+		q.more = false // an Append completing from now on sets it again
+		after := q.through
+		q.mu.Unlock()
+		recs, err := q.log.Read(context.Background(), after, room)
+		q.mu.Lock()
+		if err != nil {
+			// Retried on the next append or acknowledgement.
+			q.more, q.loading = true, false
+			q.mu.Unlock()
+			q.e.opts.Logger.Warn("queue: reading stored messages failed", "queue", q.name, "error", err)
+			return
+		}
+		if len(recs) == room {
+			q.more = true
+		}
+		ttl := time.Duration(q.config.TTL)
+		for _, r := range recs {
+			if r.ID > q.through {
+				q.through = r.ID
+			}
+			if _, dup := q.entries[r.ID]; dup || q.deleted {
+				continue
+			}
+			e := &entry{rec: r, expires: r.Msg.Expiry}
+			if ttl > 0 {
+				if t := r.Msg.Created.Add(ttl); e.expires.IsZero() || t.Before(e.expires) {
+					e.expires = t
+				}
+			}
+			q.entries[r.ID] = e
+			heap.Push(&q.ready, e)
+		}
+		wake := q.wakeLocked()
+		q.mu.Unlock()
+		notify(wake)
+	}
+}
+
+// wakeLocked lists the consumers to notify that messages are ready: the
+// active one of an exclusive queue; every consumer of a non-exclusive
+// one, starting with a different one each time so that none is always
+// first to pull. Browsers too.
+func (q *Queue) wakeLocked() []*Consumer {
+	if len(q.ready) == 0 || len(q.cons) == 0 {
+		return nil
+	}
+	out := make([]*Consumer, 0, len(q.cons))
+	if q.config.Access == Exclusive {
+		if a := q.activeLocked(); a != nil {
+			out = append(out, a)
+		}
+		for _, c := range q.cons {
+			if c.opts.Browse {
+				out = append(out, c)
+			}
+		}
+		return out
+	}
+	q.rr++
+	for i := range q.cons {
+		out = append(out, q.cons[(q.rr+i)%len(q.cons)])
+	}
+	return out
+}
+
+func notify(cs []*Consumer) {
+	for _, c := range cs {
+		c.notify()
+	}
+}
+
+// activeLocked is the consumer of an exclusive queue that receives: the
+// first attached that is not a browser.
+func (q *Queue) activeLocked() *Consumer {
+	for _, c := range q.cons {
+		if !c.opts.Browse {
+			return c
+		}
+	}
+	return nil
+}
+
+// removeLocked forgets entry e (acknowledged, expired, dead-lettered): the
+// caller removes it from the log.
+func (q *Queue) removeLocked(e *entry) {
+	delete(q.entries, e.rec.ID)
+	q.messages--
+	q.bytes -= int64(e.rec.Msg.Size())
+	if e.owner != nil {
+		delete(e.owner.inflight, e.rec.ID)
+		e.owner = nil
+	}
+}
+
+// delete marks the queue deleted and returns its consumers, detached.
+func (q *Queue) delete() []*Consumer {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.deleted = true
+	cons := q.cons
+	q.cons = nil
+	for _, c := range cons {
+		c.closed = true
+	}
+	q.entries, q.ready = map[uint64]*entry{}, nil
+	return cons
+}
+
+// deadLetter takes e out of the queue: into the dead-letter queue when
+// one is configured and takes it, dropped and counted otherwise. q.mu is
+// held; it is released and taken again around the dead-letter Put.
+func (q *Queue) deadLetterLocked(e *entry) {
+	q.removeLocked(e)
+	dl := q.config.DeadLetter
+	id := e.rec.ID
+	if dl == "" {
+		q.counters.Dropped++
+		q.log.Remove(id)
+		return
+	}
+	m := e.rec.Msg
+	q.mu.Unlock()
+	q.e.Put(dl, m, func(err error) {
+		q.mu.Lock()
+		if err != nil {
+			q.counters.Dropped++
+			q.e.opts.Logger.Warn("queue: dead-letter queue refused a message; dropped", "queue", q.name, "deadLetter", dl, "error", err)
+		} else {
+			q.counters.DeadLettered++
+		}
+		q.mu.Unlock()
+		q.log.Remove(id) // once the dead-letter queue has it: never lost in between
+	})
+	q.mu.Lock()
+}
+
+// idHeap orders ready entries by ID: a released message goes back ahead
+// of newer ones.
+type idHeap []*entry
+
+func (h idHeap) Len() int           { return len(h) }
+func (h idHeap) Less(i, j int) bool { return h[i].rec.ID < h[j].rec.ID }
+func (h idHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *idHeap) Push(x any)        { *h = append(*h, x.(*entry)) }
+func (h *idHeap) Pop() any {
+	old := *h
+	n := len(old)
+	x := old[n-1]
+	old[n-1] = nil
+	*h = old[:n-1]
+	return x
+}
