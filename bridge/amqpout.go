@@ -18,7 +18,7 @@ import (
 // counted when the queue is full or the remote is down (at most once).
 // QoS 1: written to the on-disk buffer before it returns, so the
 // publisher's acknowledgement follows the durable write.
-func (r *amqpRule) Deliver(m *core.Message, _ core.Delivery) error {
+func (r *amqpRule) Deliver(m *core.Message, d core.Delivery) error {
 	b := r.b
 	path := pathOf(m)
 	if len(path) >= MaxHops || slices.Contains(path, b.opts.Node) || (b.remoteNode() != "" && slices.Contains(path, b.remoteNode())) {
@@ -49,18 +49,21 @@ func (r *amqpRule) Deliver(m *core.Message, _ core.Delivery) error {
 		b.log.Warn("message not bridged: cannot encode", "topic", m.Topic, "rule", r.name, "error", err)
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := b.buf.Append(ctx, r.bq, rec); err != nil {
-		r.dropped.Add(1)
-		if errors.Is(err, buffer.ErrFull) {
-			b.m.drop("buffer_full")
-		} else {
-			b.m.drop("buffer_error")
-		}
-		return fmt.Errorf("bridge amqp %s rule %s: %w", b.opts.Bridge.Name, r.name, err)
-	}
+	appendDurable(b.buf, r.bq, rec, d.Acks, r.refused)
 	return nil
+}
+
+// refused counts a record the buffer did not take, and says so for the
+// publisher.
+func (r *amqpRule) refused(err error) error {
+	b := r.b
+	r.dropped.Add(1)
+	if errors.Is(err, buffer.ErrFull) {
+		b.m.drop("buffer_full")
+	} else {
+		b.m.drop("buffer_error")
+	}
+	return fmt.Errorf("bridge amqp %s rule %s: %w", b.opts.Bridge.Name, r.name, err)
 }
 
 // sendQoS0 sends queued messages presettled until the link fails.

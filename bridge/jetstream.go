@@ -138,28 +138,33 @@ func (j *jsOut) append(m *core.Message, acks *core.Acks) {
 		return // at least once applies to what can be sent; counted and logged
 	}
 	rec := encodeRecord(r.b.toNATS(subj, m, "", time.Now()))
+	appendDurable(j.buf, j.queue, rec, acks, j.refused)
+}
+
+// appendDurable appends rec to queue in buf without waiting for the disk.
+// A publisher that waits (acks) is answered once the record is durable or
+// refused; refused counts a refusal and words it for the publisher. With
+// acks nil (a QoS 0 publish) a refusal is only counted.
+func appendDurable(buf *buffer.Buffer, queue string, rec []byte, acks *core.Acks, refused func(error) error) {
 	if acks == nil {
-		if err := j.buf.AppendAsync(j.queue, rec, j.doneQoS0); err != nil {
-			j.refused(err)
+		if err := buf.AppendAsync(queue, rec, func(_ uint64, err error) {
+			if err != nil {
+				refused(err)
+			}
+		}); err != nil {
+			refused(err)
 		}
 		return
 	}
 	// Before AppendAsync: its done may run before it returns.
 	acks.Hold()
-	if err := j.buf.AppendAsync(j.queue, rec, func(_ uint64, err error) {
+	if err := buf.AppendAsync(queue, rec, func(_ uint64, err error) {
 		if err != nil {
-			err = j.refused(err)
+			err = refused(err)
 		}
 		acks.Done(err)
 	}); err != nil {
-		acks.Done(j.refused(err))
-	}
-}
-
-// doneQoS0 is the buffer's answer to a QoS 0 message's append.
-func (j *jsOut) doneQoS0(_ uint64, err error) {
-	if err != nil {
-		j.refused(err)
+		acks.Done(refused(err))
 	}
 }
 
