@@ -141,7 +141,7 @@ func TestEachRuleCanFail(t *testing.T) {
 		{"core", "core/metrics", false},
 		{"core/queue", "core", false},
 		{"retain", "core", false},
-		{"retain/redis", "retain/internal/codec", false},
+		{"retain/redis", "core/codec", false},
 		{"retain/redis", "retain/redistest", true},
 		{"mqtt", "core/metrics", false},
 		{"mqtt", "retain", false},
