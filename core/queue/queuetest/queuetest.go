@@ -208,7 +208,7 @@ func Run(t *testing.T, open Factory, opts ...Option) {
 		}
 		l.Remove(ids[0], ids[5], ids[19])
 		l.Remove(ids[5]) // twice is harmless
-		var left int64 // Stats's bytes: the Size of the records left
+		var left int64   // Stats's bytes: the Size of the records left
 		for i := range 20 {
 			if i != 0 && i != 5 && i != 19 {
 				left += int64(Msg("t", i).Size())
