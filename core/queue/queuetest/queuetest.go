@@ -480,3 +480,44 @@ func cmpString(a, b string) int {
 	}
 	return 0
 }
+
+// BenchAppend appends b.N messages of 1 KiB to l from appenders
+// goroutines, each keeping window appends in flight (a front-end's window
+// of unacknowledged publishes: an Append's done frees a slot), and reports
+// appends/s. With remove, each record is removed once its append is done,
+// as a consumer that acknowledges at once would: the same rate of removes.
+// Backends run it from their own BenchmarkAppend and BenchmarkAppendRemove.
+func BenchAppend(b *testing.B, l queue.Log, appenders, window int, remove bool) {
+	payload := make([]byte, 1024)
+	var next sync.WaitGroup
+	per := b.N / appenders
+	b.ReportAllocs()
+	b.SetBytes(int64(len(payload)))
+	b.ResetTimer()
+	for w := range appenders {
+		n := per
+		if w == 0 {
+			n += b.N % appenders
+		}
+		next.Go(func() {
+			slots := make(chan struct{}, window)
+			m := &core.Message{Topic: fmt.Sprintf("bench/%d", w), Payload: payload, QoS: 1}
+			for range n {
+				slots <- struct{}{}
+				l.Append(m, func(id uint64, err error) {
+					if err != nil {
+						b.Error(err)
+					} else if remove {
+						l.Remove(id)
+					}
+					<-slots
+				})
+			}
+			for range window {
+				slots <- struct{}{}
+			}
+		})
+	}
+	next.Wait()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "appends/s")
+}
