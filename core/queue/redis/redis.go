@@ -350,7 +350,7 @@ func streamID(id uint64) string {
 
 // rlog is one queue's queue.Log, for this gateway's consumer.
 type rlog struct {
-	b                    *Backend
+	b                   *Backend
 	name, stream, bytes string
 
 	// Owned by Read (readMu).
