@@ -27,6 +27,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/tolsey/tolsey/core"
 	"github.com/tolsey/tolsey/core/codec"
@@ -199,7 +200,7 @@ func (b *Backend) Drop(_ context.Context, name string) error {
 		if err := tx.Bucket(bucketConfigs).Delete(key); err != nil {
 			return err
 		}
-		if err := tx.Bucket(bucketQueues).DeleteBucket(key); err != nil && !errors.Is(err, bolt.ErrBucketNotFound) {
+		if err := tx.Bucket(bucketQueues).DeleteBucket(key); err != nil && !errors.Is(err, bolterrors.ErrBucketNotFound) {
 			return err
 		}
 		// Set within the transaction: the writer's next one, which bbolt
