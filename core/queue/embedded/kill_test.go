@@ -1,16 +1,12 @@
 package embedded
 
 import (
-	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -141,27 +137,9 @@ func TestKill9(t *testing.T) {
 
 func killRound(t *testing.T, killAfter int) {
 	path := filepath.Join(t.TempDir(), FileName)
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pr.Close()
-	var stderr coretest.SyncBuffer
-	cmd := exec.Command(os.Args[0], "-test.run=^TestKillChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), killEnv+"="+path)
-	cmd.ExtraFiles = []*os.File{pw}
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	_ = pw.Close() // the child holds the only write end: EOF when it dies
-
 	var acks []ackLine
 	removing := map[uint64]bool{}
-	killed := false
-	sc := bufio.NewScanner(pr)
-	for sc.Scan() {
-		line := sc.Text()
+	coretest.KillChild(t, "TestKillChild", []string{killEnv + "=" + path}, func(line string) bool {
 		switch line[0] {
 		case 'A':
 			var a ackLine
@@ -174,19 +152,8 @@ func killRound(t *testing.T, killAfter int) {
 			_, _ = fmt.Sscanf(line, "X %d", &id)
 			removing[id] = true
 		}
-		if len(acks) == killAfter && !killed {
-			_ = cmd.Process.Signal(syscall.SIGKILL)
-			killed = true
-		}
-	}
-	err = cmd.Wait()
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-		t.Fatalf("child did not die by SIGKILL (%v) after %d acknowledged appends; stderr:\n%s", err, len(acks), stderr.String())
-	}
-	if !killed {
-		t.Fatalf("child died before %d appends", killAfter)
-	}
+		return len(acks) >= killAfter
+	})
 	t.Logf("child saw %d appends done and removed %d records before SIGKILL", len(acks), len(removing))
 
 	b := open(t, path)
