@@ -1,15 +1,11 @@
 package buffer
 
 import (
-	"bufio"
 	"bytes"
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -153,27 +149,9 @@ func TestKill9(t *testing.T) {
 // killAfter appends.
 func killRound(t *testing.T, killAfter int) {
 	dir := t.TempDir()
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pr.Close()
-	var stderr coretest.SyncBuffer
-	cmd := exec.Command(os.Args[0], "-test.run=^TestKillChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), killEnv+"="+dir)
-	cmd.ExtraFiles = []*os.File{pw}
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	_ = pw.Close() // the child holds the only write end: EOF when it dies
-
 	var acks []ackLine
 	var requested, completed uint64 // d's AckThrough: last called, last returned
-	killed := false
-	sc := bufio.NewScanner(pr)
-	for sc.Scan() {
-		line := sc.Text()
+	coretest.KillChild(t, "TestKillChild", []string{killEnv + "=" + dir}, func(line string) bool {
 		switch line[0] {
 		case 'A':
 			var a ackLine
@@ -186,20 +164,9 @@ func killRound(t *testing.T, killAfter int) {
 		case 'K':
 			_, _ = fmt.Sscanf(line, "K %d", &completed)
 		}
-		if len(acks) == killAfter && !killed {
-			// Mid-flight: nine appenders and an acker are all in a call.
-			_ = cmd.Process.Signal(syscall.SIGKILL)
-			killed = true
-		}
-	}
-	err = cmd.Wait()
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-		t.Fatalf("child did not die by SIGKILL (%v) after %d acknowledged appends; stderr:\n%s", err, len(acks), stderr.String())
-	}
-	if !killed {
-		t.Fatalf("child died before %d appends", killAfter)
-	}
+		// Mid-flight: nine appenders and an acker are all in a call.
+		return len(acks) >= killAfter
+	})
 	t.Logf("child acknowledged %d appends, acked d through %d (requested %d) before SIGKILL", len(acks), completed, requested)
 
 	b := open(t, dir, Options{})

@@ -1,6 +1,6 @@
 // Package coretest holds what the tests of every package share: a log sink
-// goroutines write to while the test reads it, and polling for a condition
-// instead of sleeping. Only tests import it (test/arch checks); it imports
+// goroutines write to while the test reads it, polling for a condition
+// instead of sleeping, and running a child test process to kill -9. Only tests import it (test/arch checks); it imports
 // nothing of ours.
 package coretest
 

@@ -6,8 +6,8 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/tolsey/tolsey/core/codec"
 	"github.com/tolsey/tolsey/retain"
-	"github.com/tolsey/tolsey/retain/internal/codec"
 	"github.com/tolsey/tolsey/retain/retaintest"
 )
 

@@ -31,9 +31,9 @@ import (
 	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/tolsey/tolsey/core"
+	"github.com/tolsey/tolsey/core/codec"
 	"github.com/tolsey/tolsey/retain"
 	"github.com/tolsey/tolsey/retain/internal/catalog"
-	"github.com/tolsey/tolsey/retain/internal/codec"
 )
 
 // FileName is the file the store keeps under its directory.

@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/tolsey/tolsey/core"
+	"github.com/tolsey/tolsey/core/codec"
 	"github.com/tolsey/tolsey/retain"
 	"github.com/tolsey/tolsey/retain/internal/catalog"
-	"github.com/tolsey/tolsey/retain/internal/codec"
 )
 
 // Store is a retained store held in memory. It is safe for concurrent use.

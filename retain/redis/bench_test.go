@@ -10,8 +10,8 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/tolsey/tolsey/core/codec"
 	"github.com/tolsey/tolsey/retain"
-	"github.com/tolsey/tolsey/retain/internal/codec"
 	"github.com/tolsey/tolsey/retain/redistest"
 	"github.com/tolsey/tolsey/retain/retaintest"
 )

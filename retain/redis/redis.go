@@ -40,9 +40,9 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/tolsey/tolsey/core"
+	"github.com/tolsey/tolsey/core/codec"
 	"github.com/tolsey/tolsey/retain"
 	"github.com/tolsey/tolsey/retain/internal/catalog"
-	"github.com/tolsey/tolsey/retain/internal/codec"
 )
 
 // DefaultPrefix prefixes every key and channel the store uses.

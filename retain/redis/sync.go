@@ -11,7 +11,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/tolsey/tolsey/retain/internal/codec"
+	"github.com/tolsey/tolsey/core/codec"
 )
 
 // This file keeps the index in step with Redis: connect (subscribe, then

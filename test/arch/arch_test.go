@@ -114,6 +114,8 @@ func TestEachRuleCanFail(t *testing.T) {
 		{"cmd imports gateway only", "cmd/gateway", "gateway/console", true},
 		{"test helpers are for tests", "gateway", "retain/redistest", false},
 		{"test helpers are for tests", "retain/redis", "retain/retaintest", false},
+		{"test helpers are for tests", "core/queue/embedded", "core/queue/queuetest", false},
+		{"test helpers are for tests", "core/queue/redis", "retain/redistest", false},
 	}
 	caught := map[string]bool{}
 	for _, c := range forbidden {
@@ -141,8 +143,9 @@ func TestEachRuleCanFail(t *testing.T) {
 		{"core", "core/metrics", false},
 		{"core/queue", "core", false},
 		{"retain", "core", false},
-		{"retain/redis", "retain/internal/codec", false},
+		{"retain/redis", "core/codec", false},
 		{"retain/redis", "retain/redistest", true},
+		{"core/queue/redis", "retain/redistest", true},
 		{"mqtt", "core/metrics", false},
 		{"mqtt", "retain", false},
 		{"mqtt", "retain/memory", true},

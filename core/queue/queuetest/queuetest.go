@@ -2,20 +2,37 @@
 // configurations kept, records in append order with increasing IDs, done
 // after durability and in order, Read from an ID, Remove, Stats, Drop, and
 // (for durable backends) everything back after a reopen. Backends call Run
-// from their own tests; the suite knows no backend.
+// from their own tests; the suite knows no backend. Production code must
+// not import it (docs/architecture.md, rule 9).
 package queuetest
 
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/tolsey/tolsey/core"
+	"github.com/tolsey/tolsey/core/coretest"
 	"github.com/tolsey/tolsey/core/queue"
 )
+
+// Option changes what Run expects of a backend.
+type Option func(*expect)
+
+type expect struct {
+	shared bool
+}
+
+// Shared says that the backend's Logs may be shared by several gateways
+// (Redis): Read ignores after and hands each record out once (and, after
+// a reopen, once more the records read and not removed before), so the
+// suite reads each record once and checks removals through Stats and a
+// reopen.
+func Shared() Option { return func(e *expect) { e.shared = true } }
 
 // Factory opens the backend under test. Durable backends return a reopen
 // function that closes b and opens the same storage again; memory
@@ -75,8 +92,53 @@ func payloads(recs []queue.Record) []string {
 	return out
 }
 
+// Full is a message with every field of core.Message set, to check that a
+// backend keeps them all.
+func Full(i int) *core.Message {
+	return &core.Message{
+		Topic:           fmt.Sprintf("full/%d", i),
+		Payload:         []byte(fmt.Sprintf("payload %d", i)),
+		QoS:             2,
+		Retain:          true,
+		ContentType:     "application/json",
+		CorrelationData: []byte{0, 1, 2, byte(i)},
+		CorrelationKind: core.IDKind(2),
+		ResponseTopic:   "reply/here",
+		// In order, a key repeated: MQTT 5 keeps both, in order [MQTT-3.3.2-18].
+		UserProperties: []core.UserProperty{{Key: "k", Value: "1"}, {Key: "a", Value: ""}, {Key: "k", Value: "2"}},
+		PayloadFormat:  1,
+		Created:        time.Unix(1700000000, 123456789).Add(time.Duration(i)),
+		Expiry:         time.Unix(1900000000, 5).Add(time.Duration(i)),
+		Origin:         core.Origin{Protocol: core.Protocol("amqp"), Node: "node-1", Client: "client-1"},
+	}
+}
+
+// sameMessage reports how got differs from want, "" when it does not:
+// every field, times compared as instants.
+func sameMessage(got, want *core.Message) string {
+	g, w := *got, *want
+	if !g.Created.Equal(w.Created) || !g.Expiry.Equal(w.Expiry) {
+		return fmt.Sprintf("times %v %v, want %v %v", g.Created, g.Expiry, w.Created, w.Expiry)
+	}
+	g.Created, g.Expiry, w.Created, w.Expiry = time.Time{}, time.Time{}, time.Time{}, time.Time{}
+	// A nil and an empty payload are the same message (an MQTT PUBLISH has
+	// no way to tell them apart); correlation data and user properties
+	// are not (absent, or present and empty).
+	if len(g.Payload) == 0 && len(w.Payload) == 0 {
+		g.Payload, w.Payload = nil, nil
+	}
+	if !reflect.DeepEqual(g, w) {
+		return fmt.Sprintf("%+v, want %+v", g, w)
+	}
+	return ""
+}
+
 // Run runs the suite.
-func Run(t *testing.T, open Factory) {
+func Run(t *testing.T, open Factory, opts ...Option) {
+	var e expect
+	for _, o := range opts {
+		o(&e)
+	}
 	ctx := context.Background()
 	t.Run("configs", func(t *testing.T) {
 		b, reopen := open(t)
@@ -139,20 +201,30 @@ func Run(t *testing.T, open Factory) {
 			len(m.UserProperties) != 1 || m.UserProperties[0] != want.UserProperties[0] || m.QoS != 1 {
 			t.Fatalf("record 3 is %+v, want %+v", m, want)
 		}
-		if got := ReadAll(t, l, ids[9]); len(got) != 10 || string(got[0].Msg.Payload) != "m10" {
-			t.Fatalf("read after %d: %v", ids[9], payloads(got))
+		if !e.shared {
+			if got := ReadAll(t, l, ids[9]); len(got) != 10 || string(got[0].Msg.Payload) != "m10" {
+				t.Fatalf("read after %d: %v", ids[9], payloads(got))
+			}
 		}
 		l.Remove(ids[0], ids[5], ids[19])
 		l.Remove(ids[5]) // twice is harmless
-		check := func(l queue.Log) {
+		var left int64   // Stats's bytes: the Size of the records left
+		for i := range 20 {
+			if i != 0 && i != 5 && i != 19 {
+				left += int64(Msg("t", i).Size())
+			}
+		}
+		check := func(l queue.Log, read bool) {
 			t.Helper()
-			got := payloads(ReadAll(t, l, 0))
-			if len(got) != 17 || got[0] != "m1" || got[4] != "m6" || got[16] != "m18" {
-				t.Fatalf("after remove: %v", got)
+			if read {
+				got := payloads(ReadAll(t, l, 0))
+				if len(got) != 17 || got[0] != "m1" || got[4] != "m6" || got[16] != "m18" {
+					t.Fatalf("after remove: %v", got)
+				}
 			}
 			n, bytes, err := l.Stats(ctx)
-			if err != nil || n != 17 || bytes <= 0 {
-				t.Fatalf("stats %d %d %v", n, bytes, err)
+			if err != nil || n != 17 || bytes != left {
+				t.Fatalf("stats %d %d %v, want 17 %d", n, bytes, err, left)
 			}
 		}
 		// Remove may be batched: give it until a reopen (durable) or a read.
@@ -161,15 +233,154 @@ func Run(t *testing.T, open Factory) {
 			if l, err = b.Open(ctx, queue.Config{Name: "q"}); err != nil {
 				t.Fatal(err)
 			}
-			check(l)
+			check(l, true)
 			// IDs are never reused after a reopen.
 			if id := Append(t, l, Msg("t", 99)); id <= ids[19] {
 				t.Fatalf("id %d reused (last was %d)", id, ids[19])
 			}
 		} else {
-			check(l)
+			// A shared Log has handed its records out already: Stats
+			// tells what is left.
+			check(l, !e.shared)
 		}
 		b.Close()
+	})
+	t.Run("every field kept", func(t *testing.T) {
+		b, reopen := open(t)
+		l, err := b.Open(ctx, queue.Config{Name: "q"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// And a message with nothing but a topic: nil and empty differ.
+		bare := &core.Message{Topic: "bare"}
+		Append(t, l, Full(1))
+		Append(t, l, bare)
+		check := func(l queue.Log) {
+			t.Helper()
+			recs := ReadAll(t, l, 0)
+			if len(recs) != 2 {
+				t.Fatalf("read %d records", len(recs))
+			}
+			if d := sameMessage(recs[0].Msg, Full(1)); d != "" {
+				t.Fatalf("full message: %s", d)
+			}
+			if d := sameMessage(recs[1].Msg, bare); d != "" {
+				t.Fatalf("bare message: %s", d)
+			}
+		}
+		if reopen == nil {
+			check(l)
+			b.Close()
+			return
+		}
+		if !e.shared {
+			check(l) // a shared Log hands them out once: after the reopen
+		}
+		b = reopen(b)
+		defer b.Close()
+		if l, err = b.Open(ctx, queue.Config{Name: "q"}); err != nil {
+			t.Fatal(err)
+		}
+		check(l)
+	})
+	t.Run("remove is counted", func(t *testing.T) {
+		b, _ := open(t)
+		defer b.Close()
+		l, err := b.Open(ctx, queue.Config{Name: "q"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []uint64
+		var sizes []int64
+		var total int64
+		for i := range 10 {
+			m := Msg("t", i)
+			m.Payload = make([]byte, 100*i) // sizes differ: bytes must be each one's
+			sizes = append(sizes, int64(m.Size()))
+			total += sizes[i]
+			ids = append(ids, Append(t, l, m))
+		}
+		ReadAll(t, l, 0) // a shared Log removes what it handed out
+		if n, bytes, err := l.Stats(ctx); err != nil || n != 10 || bytes != total {
+			t.Fatalf("stats %d %d %v, want 10 %d", n, bytes, err, total)
+		}
+		l.Remove(ids[9], ids[2])
+		total -= sizes[9] + sizes[2]
+		// Remove may be batched: Stats catches up.
+		coretest.Eventually(t, "stats after remove", 10*time.Second, func() bool {
+			n, bytes, err := l.Stats(ctx)
+			return err == nil && n == 8 && bytes == total
+		})
+	})
+	t.Run("ids never reused, even when the queue was emptied", func(t *testing.T) {
+		b, reopen := open(t)
+		l, err := b.Open(ctx, queue.Config{Name: "q"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var last uint64
+		for i := range 3 {
+			last = Append(t, l, Msg("t", i))
+		}
+		recs := ReadAll(t, l, 0)
+		for _, r := range recs {
+			l.Remove(r.ID)
+		}
+		coretest.Eventually(t, "empty", 10*time.Second, func() bool {
+			n, _, err := l.Stats(ctx)
+			return err == nil && n == 0
+		})
+		if reopen != nil {
+			b = reopen(b)
+			if l, err = b.Open(ctx, queue.Config{Name: "q"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		defer b.Close()
+		if id := Append(t, l, Msg("t", 3)); id <= last {
+			t.Fatalf("id %d after %d", id, last)
+		}
+		if got := ReadAll(t, l, 0); len(got) != 1 || string(got[0].Msg.Payload) != "m3" {
+			t.Fatalf("read %v", payloads(got))
+		}
+	})
+	t.Run("read returns at most max", func(t *testing.T) {
+		b, _ := open(t)
+		defer b.Close()
+		l, err := b.Open(ctx, queue.Config{Name: "q"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 5 {
+			Append(t, l, Msg("t", i))
+		}
+		recs, err := l.Read(ctx, 0, 3)
+		if err != nil || len(recs) != 3 || string(recs[2].Msg.Payload) != "m2" {
+			t.Fatalf("read 3: %v %v", payloads(recs), err)
+		}
+		recs, err = l.Read(ctx, recs[2].ID, 3)
+		if err != nil || len(recs) != 2 || string(recs[0].Msg.Payload) != "m3" {
+			t.Fatalf("read the rest: %v %v", payloads(recs), err)
+		}
+	})
+	t.Run("append after close is answered", func(t *testing.T) {
+		b, _ := open(t)
+		l, err := b.Open(ctx, queue.Config{Name: "q"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Close(); err != nil {
+			t.Fatal(err)
+		}
+		answered := make(chan struct{})
+		// Either answer is fine (memory takes it); none is not.
+		l.Append(Msg("t", 1), func(uint64, error) { close(answered) })
+		select {
+		case <-answered:
+		case <-time.After(10 * time.Second):
+			t.Fatal("append after close: done never called")
+		}
+		l.Remove(1) // must not panic or block
 	})
 	t.Run("concurrent appends keep call order per goroutine", func(t *testing.T) {
 		b, _ := open(t)
@@ -222,22 +433,40 @@ func Run(t *testing.T, open Factory) {
 		}
 	})
 	t.Run("drop removes messages", func(t *testing.T) {
-		b, _ := open(t)
-		defer b.Close()
+		b, reopen := open(t)
 		l, err := b.Open(ctx, queue.Config{Name: "q"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		Append(t, l, Msg("t", 1))
+		other, err := b.Open(ctx, queue.Config{Name: "other"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		Append(t, other, Msg("o", 1))
 		if err := b.Drop(ctx, "q"); err != nil {
 			t.Fatal(err)
 		}
+		if reopen != nil {
+			b = reopen(b)
+			if other, err = b.Open(ctx, queue.Config{Name: "other"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		defer b.Close()
 		l, err = b.Open(ctx, queue.Config{Name: "q"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if got := ReadAll(t, l, 0); len(got) != 0 {
 			t.Fatalf("after drop: %v", payloads(got))
+		}
+		if n, bytes, err := l.Stats(ctx); err != nil || n != 0 || bytes != 0 {
+			t.Fatalf("stats after drop: %d %d %v", n, bytes, err)
+		}
+		// Dropping one queue leaves the others alone.
+		if got := ReadAll(t, other, 0); len(got) != 1 || string(got[0].Msg.Payload) != "m1" {
+			t.Fatalf("other queue after drop: %v", payloads(got))
 		}
 	})
 }
@@ -250,4 +479,45 @@ func cmpString(a, b string) int {
 		return 1
 	}
 	return 0
+}
+
+// BenchAppend appends b.N messages of 1 KiB to l from appenders
+// goroutines, each keeping window appends in flight (a front-end's window
+// of unacknowledged publishes: an Append's done frees a slot), and reports
+// appends/s. With remove, each record is removed once its append is done,
+// as a consumer that acknowledges at once would: the same rate of removes.
+// Backends run it from their own BenchmarkAppend and BenchmarkAppendRemove.
+func BenchAppend(b *testing.B, l queue.Log, appenders, window int, remove bool) {
+	payload := make([]byte, 1024)
+	var next sync.WaitGroup
+	per := b.N / appenders
+	b.ReportAllocs()
+	b.SetBytes(int64(len(payload)))
+	b.ResetTimer()
+	for w := range appenders {
+		n := per
+		if w == 0 {
+			n += b.N % appenders
+		}
+		next.Go(func() {
+			slots := make(chan struct{}, window)
+			m := &core.Message{Topic: fmt.Sprintf("bench/%d", w), Payload: payload, QoS: 1}
+			for range n {
+				slots <- struct{}{}
+				l.Append(m, func(id uint64, err error) {
+					if err != nil {
+						b.Error(err)
+					} else if remove {
+						l.Remove(id)
+					}
+					<-slots
+				})
+			}
+			for range window {
+				slots <- struct{}{}
+			}
+		})
+	}
+	next.Wait()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "appends/s")
 }

@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 
 	"github.com/tolsey/tolsey/core"
-	"github.com/tolsey/tolsey/retain/internal/codec"
+	"github.com/tolsey/tolsey/core/codec"
 )
 
 // Catalog indexes retained topics with a value V per topic (the whole message

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/tolsey/tolsey/retain/internal/codec"
+	"github.com/tolsey/tolsey/core/codec"
 )
 
 func newMeta() *Catalog[codec.Meta] { return New(func(m codec.Meta) codec.Meta { return m }) }

@@ -1,6 +1,9 @@
-// Package codec is the binary encoding of a retained core.Message shared by
-// the embedded and Redis backends. It owns the byte layout only: no storage,
-// no I/O. Every length read is bounded by the bytes that remain before
+// Package codec is the binary encoding of a stored core.Message, shared by
+// every store that writes messages out of memory: the retained store's
+// embedded and Redis backends and the queue backends (core/queue/embedded,
+// core/queue/redis). It sits in core, beside the Message it encodes, so that
+// both retain/ and core/queue may import it (the core imports nothing of
+// ours). It owns the byte layout only: no storage, no I/O. Every length read is bounded by the bytes that remain before
 // anything is allocated, so a corrupt file or a hostile Redis value cannot make
 // a decoder allocate more than the value's own size.
 //
