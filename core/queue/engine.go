@@ -70,6 +70,10 @@ type Options struct {
 	// Window is how many messages of one queue are kept in memory for
 	// delivery; the rest wait in the Log. Default 1,000.
 	Window int
+	// Poll is how often a queue whose Log is shared with other gateways
+	// (SharedLog) is read for their records while it has consumers.
+	// Default 200 ms.
+	Poll   time.Duration
 	Now    func() time.Time
 	Logger *slog.Logger
 }
@@ -80,6 +84,8 @@ type Engine struct {
 	temp *Memory // temporary queues
 	idx  *match.Index[*Queue]
 	wg   sync.WaitGroup // loaders
+
+	stop chan struct{} // closed by Close: the poller ends
 
 	mu     sync.Mutex
 	queues map[string]*Queue
@@ -98,11 +104,14 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.Poll <= 0 {
+		opts.Poll = 200 * time.Millisecond
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
 	opts.Limits = opts.Limits.withDefaults()
-	e := &Engine{opts: opts, temp: NewMemory(), idx: &match.Index[*Queue]{}, queues: map[string]*Queue{}}
+	e := &Engine{opts: opts, temp: NewMemory(), idx: &match.Index[*Queue]{}, queues: map[string]*Queue{}, stop: make(chan struct{})}
 	cfgs, err := opts.Backend.Declared(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("queues: %w", err)
@@ -112,13 +121,52 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 			return nil, fmt.Errorf("queues: stored queue %q: %w", cfg.Name, err)
 		}
 	}
+	e.wg.Add(1)
+	go e.poll()
 	return e, nil
+}
+
+// poll reads the shared Logs of queues with consumers, for the records
+// other gateways appended.
+func (e *Engine) poll() {
+	defer e.wg.Done()
+	t := time.NewTicker(e.opts.Poll)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.stop:
+			return
+		case <-t.C:
+		}
+		e.mu.Lock()
+		shared := make([]*Queue, 0, 8)
+		for _, q := range e.queues {
+			if sl, ok := q.log.(SharedLog); ok && sl.Shared() {
+				shared = append(shared, q)
+			}
+		}
+		e.mu.Unlock()
+		for _, q := range shared {
+			q.mu.Lock()
+			wanted := len(q.cons) > 0 && !q.deleted
+			if wanted {
+				q.more = true
+			}
+			q.mu.Unlock()
+			if wanted {
+				q.fill()
+			}
+		}
+	}
 }
 
 // Close stops the engine: it leaves the router, and waits for its loaders.
 // The backend is the caller's to close.
 func (e *Engine) Close() {
 	e.mu.Lock()
+	if !e.closed {
+		close(e.stop)
+	}
 	e.closed = true
 	if e.sub != nil {
 		e.opts.Router.Unsubscribe(e.sub)

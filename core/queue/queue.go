@@ -150,10 +150,14 @@ func (q *Queue) admitLocked(size int64) error {
 	return nil
 }
 
-// fill starts a loader when the window has room and the log has more.
+// fill starts a loader when the window has room, the log has more, and
+// someone consumes.
 func (q *Queue) fill() {
 	q.mu.Lock()
-	start := !q.loading && !q.deleted && q.more && len(q.entries) < q.e.opts.Window
+	// Only for consumers: a queue nobody consumes keeps its messages in
+	// the Log, and a shared Log's records stay free for the gateways
+	// that have consumers.
+	start := !q.loading && !q.deleted && q.more && len(q.cons) > 0 && len(q.entries) < q.e.opts.Window
 	if start {
 		q.loading = true
 	}

@@ -64,6 +64,14 @@ type Log interface {
 	Stats(ctx context.Context) (messages int, bytes int64, err error)
 }
 
+// SharedLog is a Log that other gateways append to as well (Redis): its
+// new records do not all pass through this engine's Put, so the engine
+// reads it every Options.Poll while the queue has consumers.
+type SharedLog interface {
+	Log
+	Shared() bool
+}
+
 // ErrUnavailable wraps a backend failure (disk, Redis down).
 var ErrUnavailable = errors.New("queue store unavailable")
 

@@ -371,6 +371,9 @@ func (l *rlog) Append(m *core.Message, done func(uint64, error)) {
 }
 
 // Remove implements queue.Log: XACK and XDEL, queued to the writer.
+// Shared implements queue.SharedLog: other gateways append to the stream.
+func (l *rlog) Shared() bool { return true }
+
 func (l *rlog) Remove(ids ...uint64) {
 	if len(ids) == 0 {
 		return

@@ -1,0 +1,117 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/tolsey/tolsey/core"
+	"github.com/tolsey/tolsey/core/queue"
+	"github.com/tolsey/tolsey/retain/redistest"
+)
+
+// TestTwoEnginesShareAQueue: two gateways' engines on one Redis queue.
+// What one gateway's publisher puts reaches a consumer on the other (the
+// engine polls a shared Log), and with consumers on both, each message is
+// delivered exactly once across them.
+func TestTwoEnginesShareAQueue(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	engine := func(node string) *queue.Engine {
+		b := open(t, srv, node, time.Minute)
+		t.Cleanup(func() { _ = b.Close() })
+		e, err := queue.New(ctx, queue.Options{Backend: b, Poll: 20 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(e.Close)
+		if _, err := e.Declare(ctx, queue.Config{Name: "shared"}); err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	a, b := engine("gw-a"), engine("gw-b")
+	put := func(e *queue.Engine, from, to int) {
+		for i := from; i < to; i++ {
+			ch := make(chan error, 1)
+			e.Put("shared", &core.Message{Topic: "t", Payload: []byte(fmt.Sprint(i)), QoS: 1}, func(err error) { ch <- err })
+			if err := <-ch; err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	attach := func(e *queue.Engine) (*queue.Consumer, chan struct{}) {
+		q, _ := e.Queue("shared")
+		wake := make(chan struct{}, 1)
+		c, err := q.Consume(queue.ConsumerOptions{Notify: func() {
+			select {
+			case wake <- struct{}{}:
+			default:
+			}
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		return c, wake
+	}
+	seen := map[string]string{}
+	receive := func(who string, c *queue.Consumer, wake chan struct{}, until func() bool) {
+		deadline := time.After(10 * time.Second)
+		for !until() {
+			d, ok := c.Next()
+			if !ok {
+				select {
+				case <-wake:
+				case <-deadline:
+					t.Fatalf("%s: stuck with %d of the messages", who, len(seen))
+				}
+				continue
+			}
+			p := string(d.Msg.Payload)
+			if prev, dup := seen[p]; dup {
+				t.Fatalf("message %s delivered to %s and %s", p, prev, who)
+			}
+			seen[p] = who
+			c.Ack(d.ID)
+		}
+	}
+	cb, wb := attach(b)
+	put(a, 0, 50)
+	receive("b", cb, wb, func() bool { return len(seen) == 50 })
+
+	ca, wa := attach(a)
+	put(a, 50, 100)
+	put(b, 100, 150)
+	// Both pull in turns until every message is in.
+	deadline := time.Now().Add(10 * time.Second)
+	for len(seen) < 150 && time.Now().Before(deadline) {
+		for _, c := range []struct {
+			who  string
+			c    *queue.Consumer
+			wake chan struct{}
+		}{{"a", ca, wa}, {"b", cb, wb}} {
+			for {
+				d, ok := c.c.Next()
+				if !ok {
+					break
+				}
+				p := string(d.Msg.Payload)
+				if prev, dup := seen[p]; dup {
+					t.Fatalf("message %s delivered to %s and %s", p, prev, c.who)
+				}
+				seen[p] = c.who
+				c.c.Ack(d.ID)
+			}
+		}
+		select {
+		case <-wa:
+		case <-wb:
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if len(seen) != 150 {
+		t.Fatalf("%d of 150 messages delivered", len(seen))
+	}
+}
