@@ -44,9 +44,14 @@ type Acks struct {
 	mu      sync.Mutex
 	res     PublishResult
 	errs    []error
-	done    func(PublishResult)
-	r       *Router // its delivered count forgets a held delivery refused
+	done    func(PublishResult) // PublishAsync's
+	wake    chan struct{}       // Publish's: the last holder's signal (cap 1)
+	r       *Router             // its delivered count forgets a held delivery refused
 }
+
+// acksPool serves Publish, which waits for its Acks to be done and can
+// reuse them: a QoS 1 publish nobody holds allocates nothing.
+var acksPool = sync.Pool{New: func() any { return &Acks{wake: make(chan struct{}, 1)} }}
 
 // Hold says the subscriber answers later, with Done. Call it in Deliver,
 // before returning nil; a Deliver that returns an error must not hold.
@@ -73,6 +78,10 @@ func (a *Acks) release() {
 		return
 	case n < 0:
 		panic("core: Acks.Done called more often than Hold")
+	}
+	if a.done == nil { // Publish waits
+		a.wake <- struct{}{}
+		return
 	}
 	a.mu.Lock()
 	res := a.res
@@ -366,9 +375,22 @@ func (r *Router) Publish(ctx context.Context, m *Message) PublishResult {
 	if m.QoS == 0 {
 		return r.publish(ctx, m, nil)
 	}
-	ch := make(chan PublishResult, 1)
-	r.PublishAsync(ctx, m, func(res PublishResult) { ch <- res })
-	return <-ch
+	a := acksPool.Get().(*Acks)
+	a.r = r
+	a.pending.Store(1)
+	res := r.publish(ctx, m, a)
+	if a.pending.Add(-1) != 0 {
+		<-a.wake // the last holder is done
+	}
+	if a.res.Failed > 0 { // every holder is done: nobody else touches a
+		res.Failed += a.res.Failed
+		res.Err = errors.Join(append([]error{res.Err}, a.errs...)...)
+	}
+	a.res, a.r = PublishResult{}, nil
+	clear(a.errs)
+	a.errs = a.errs[:0]
+	acksPool.Put(a)
+	return res
 }
 
 // PublishAsync is Publish for a publisher that waits for an
