@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -61,23 +60,6 @@ func decode[T any](t *testing.T, body string) T {
 		t.Fatalf("%v: %s", err, body)
 	}
 	return v
-}
-
-// mqttClient connects a paho MQTT 5 client to g.
-func mqttClient(t *testing.T, g *Gateway, id string) *paho.Client {
-	t.Helper()
-	conn, err := net.Dial("tcp", g.MQTTAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := paho.NewClient(paho.ClientConfig{Conn: conn})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if _, err := c.Connect(ctx, &paho.Connect{ClientID: id, CleanStart: true}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Disconnect(&paho.Disconnect{}); <-c.Done() })
-	return c
 }
 
 // The queue API end to end over HTTP: a queue created with PUT, changed,

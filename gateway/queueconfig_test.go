@@ -121,15 +121,7 @@ func TestConfigQueuesErrorsNameTheKey(t *testing.T) {
 		{args: []string{"--config", list}, key: "queues", msg: "declare"},
 	}
 	for _, c := range cases {
-		_, err := LoadConfig(c.args, nil, io.Discard)
-		var ce *ConfigError
-		if !errors.As(err, &ce) {
-			t.Errorf("%v: want ConfigError, got %v", c.args, err)
-			continue
-		}
-		if ce.Key != c.key || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), c.msg) {
-			t.Errorf("%v: error %q names key %q, want %q on one line saying %q", c.args, err, ce.Key, c.key, c.msg)
-		}
+		wantConfigError(t, c.args, nil, c.key, c.msg)
 	}
 }
 
