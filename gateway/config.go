@@ -275,7 +275,11 @@ func LoadConfig(args, environ []string, help io.Writer) (*Config, error) {
 		}
 		flat := fk.All()
 		for key, v := range flat {
-			if key == "queues" {
+			if v == nil && isSection(key) {
+				delete(flat, key) // a section with every key commented out
+				continue
+			}
+			if _, list := v.([]any); list && key == "queues" {
 				// The first sketch had the list itself at queues:,
 				// where it cannot sit beside queues.backend and the rest.
 				return nil, &ConfigError{Key: key, Msg: fmt.Sprintf("in %s, queues: holds the settings (backend, autoCreate, ...) and the list of queues goes under queues: declare:", *configFile)}
@@ -469,6 +473,16 @@ func buildConfig(k *koanf.Koanf, byName map[string]*keyDef) (*Config, error) {
 		c.Bridge.NATS.Name = "tolsey-" + c.NodeID
 	}
 	return c, nil
+}
+
+// isSection reports whether key is the parent of keys (mqtt, queues).
+func isSection(key string) bool {
+	for _, d := range keyDefs {
+		if strings.HasPrefix(d.name, key+".") {
+			return true
+		}
+	}
+	return false
 }
 
 func normDuration(v string) string {

@@ -71,6 +71,13 @@ func TestConfigQueues(t *testing.T) {
 		t.Errorf("queue 1: %+v", d)
 	}
 
+	// A section whose keys are all commented out is no key at all.
+	empty := filepath.Join(t.TempDir(), "empty.yaml")
+	os.WriteFile(empty, []byte("queues:\n  # backend: memory\nlog:\n  level: warn\n"), 0o644)
+	if c, err := LoadConfig([]string{"--config", empty}, nil, io.Discard); err != nil || c.LogLevel != "warn" {
+		t.Fatalf("an empty queues: section: %v", err)
+	}
+
 	env := []string{`TOLSEY_QUEUES_DECLARE=[{"name":"q1","subscriptions":["a/>"],"maxBytes":"1KiB","ttl":"30s"}]`}
 	c, err = LoadConfig(nil, env, io.Discard)
 	if err != nil || len(c.Queues.Declare) != 1 || c.Queues.Declare[0].MaxBytes != 1024 || c.Queues.Declare[0].TTL != queue.Duration(30*time.Second) {
