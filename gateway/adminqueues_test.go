@@ -252,3 +252,18 @@ func TestQueueRates(t *testing.T) {
 		t.Error("keep(nil) kept samples")
 	}
 }
+
+// A create beyond queues.maxQueues is refused with 409 naming the key; a
+// change of an existing queue is not a create.
+func TestAdminQueueLimit(t *testing.T) {
+	g := startGateway(t, "--queues.maxQueues=1")
+	if code, body := call(t, g, "PUT", "/api/v1/queues/a", ""); code != http.StatusCreated {
+		t.Fatalf("first: %d %s", code, body)
+	}
+	if code, body := call(t, g, "PUT", "/api/v1/queues/b", ""); code != http.StatusConflict || !strings.Contains(body, "queues.maxQueues") {
+		t.Fatalf("second: %d %s, want 409 naming queues.maxQueues", code, body)
+	}
+	if code, body := call(t, g, "PUT", "/api/v1/queues/a", `{"maxMessages": 3}`); code != http.StatusOK {
+		t.Fatalf("change at the limit: %d %s", code, body)
+	}
+}
