@@ -19,13 +19,16 @@ import (
 	"github.com/tolsey/tolsey/core/accept"
 )
 
-// adminServer is the admin HTTP API: /healthz, /readyz, /metrics and
-// /api/v1/retained.
+// adminServer is the admin HTTP API: /healthz, /readyz, /metrics,
+// /api/v1/retained, /api/v1/bridges and /api/v1/queues.
 type adminServer struct {
 	g   *Gateway
 	ln  *accept.Listener // retries temporary accept errors; Err says if it died
 	srv *http.Server
 	wg  sync.WaitGroup
+
+	rates queueRates // GET /api/v1/queues's in and out rates
+	qmu   sync.Mutex // one queue change (PUT, DELETE) at a time
 }
 
 func newAdminServer(g *Gateway) *adminServer {
@@ -40,6 +43,7 @@ func newAdminServer(g *Gateway) *adminServer {
 	mux.HandleFunc("GET /api/v1/retained", a.listRetained)
 	mux.HandleFunc("DELETE /api/v1/retained", a.deleteRetained)
 	mux.HandleFunc("GET /api/v1/bridges", a.listBridges)
+	a.routeQueues(mux)
 	// Profiles for performance work, as Caddy's admin API has them. The admin
 	// API listens on loopback unless admin.listen says otherwise.
 	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
@@ -169,16 +173,8 @@ func (a *adminServer) listRetained(w http.ResponseWriter, r *http.Request) {
 		} else {
 			j.PayloadBase64 = base64.StdEncoding.EncodeToString(m.Payload)
 		}
-		if !m.Expiry.IsZero() {
-			e := m.Expiry.UTC()
-			j.Expiry = &e
-		}
-		if len(m.UserProperties) > 0 {
-			j.UserProperties = map[string]string{}
-			for _, p := range m.UserProperties {
-				j.UserProperties[p.Key] = p.Value
-			}
-		}
+		j.Expiry = expiryJSON(m.Expiry)
+		j.UserProperties = userPropertiesJSON(m.UserProperties)
 		out = append(out, j)
 		return len(out) < limit
 	})
@@ -205,4 +201,26 @@ func (a *adminServer) deleteRetained(w http.ResponseWriter, r *http.Request) {
 	}
 	a.g.log.Info("retained messages cleared", "filter", f, "deleted", n)
 	writeJSON(w, http.StatusOK, map[string]int{"deleted": n})
+}
+
+// expiryJSON is a message's expiry for the API: nil when it has none.
+func expiryJSON(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	t = t.UTC()
+	return &t
+}
+
+// userPropertiesJSON is a message's user properties for the API (the last
+// value of a repeated key), nil when it has none.
+func userPropertiesJSON(ps []core.UserProperty) map[string]string {
+	if len(ps) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(ps))
+	for _, p := range ps {
+		out[p.Key] = p.Value
+	}
+	return out
 }

@@ -102,6 +102,15 @@ var keyDefs = []keyDef{
 	{name: "bridge.buffer.maxBytes", def: "1GiB", kind: kindBytes, help: "on-disk store-and-forward buffer of outbound QoS 1 rules, in data.dir/bridge, bytes: one budget for the JetStream rules, one for all AMQP bridges together"},
 	{name: "bridge.buffer.policy", def: "rejectNew", kind: kindEnum, enum: []string{"rejectNew", "dropOldest"}, help: "when the buffer is full: rejectNew refuses the publish (MQTT 5 PUBACK 0x97, AMQP rejected resource-limit-exceeded), dropOldest drops the oldest buffered message and counts it"},
 	{name: "bridge.buffer.drainRate", def: "0", kind: kindInt, help: "messages/s per rule when draining the buffer; 0 = as fast as the remote acknowledges"},
+	{name: "queues.declare", def: "", kind: kindJSON, optional: true, help: "durable queues declared at start: a YAML list in the file, a JSON array in env/flags, of {name, subscriptions: [filter or !exception], access: exclusive|non-exclusive, maxMessages, maxBytes, ttl, deadLetter, maxDeliveries}; a stored queue the list names takes the file's configuration, and queues created through the admin API stay although the list does not name them"},
+	{name: "queues.backend", def: "memory", kind: kindEnum, enum: []string{"memory", "embedded", "redis"}, help: "where durable queues and their messages are kept: memory (lost on restart), embedded (a file in data.dir), redis (shared by many gateways)"},
+	{name: "queues.autoCreate", def: "false", kind: kindBool, help: "a client attaching to an unknown queue creates it (with the queues.* defaults); false: AMQP amqp:not-found"},
+	{name: "queues.v311Full", def: "disconnect", kind: kindEnum, enum: []string{"disconnect", "drop"}, help: "an MQTT 3.1.1 QoS 1/2 publish that a matching queue cannot take (it has no negative acknowledgement): disconnect the publisher without PUBACK, so that it retries later, or drop the message for that queue (counted) and acknowledge"},
+	{name: "queues.maxQueues", def: "10000", kind: kindInt, max: 1 << 24, help: "most queues in all, durable and temporary; a create beyond it is refused"},
+	{name: "queues.maxTemporary", def: "100", kind: kindInt, max: 1 << 20, help: "most temporary queues (AMQP dynamic nodes, JMS temporary queues) per client connection"},
+	{name: "queues.maxMessages", def: "100000", kind: kindInt, help: "a queue's maxMessages when it sets none; a full queue refuses publishes (MQTT 5 PUBACK 0x97, AMQP rejected amqp:resource-limit-exceeded)"},
+	{name: "queues.maxBytes", def: "64MiB", kind: kindBytes, help: "a queue's maxBytes (payloads and headers) when it sets none; refused as for queues.maxMessages"},
+	{name: "queues.window", def: "1000", kind: kindInt, max: 1 << 20, help: "messages of each queue kept in memory, ready or in flight; the rest wait in the backend and are read as consumers take messages"},
 	{name: "node.id", def: "", kind: kindString, optional: true, help: "this gateway's identity in a cluster (loop prevention); default: the host name"},
 	{name: "log.format", def: "text", kind: kindEnum, enum: []string{"text", "json"}, help: "log format"},
 	{name: "log.level", def: "info", kind: kindEnum, enum: []string{"debug", "info", "warn", "error"}, help: "log level"},
@@ -146,6 +155,7 @@ type Config struct {
 	RetainMaxMessages int
 	NodeID            string
 	Bridge            BridgeConfig
+	Queues            QueuesConfig
 	LogFormat         string
 	LogLevel          string
 	ShutdownTimeout   time.Duration
@@ -265,6 +275,15 @@ func LoadConfig(args, environ []string, help io.Writer) (*Config, error) {
 		}
 		flat := fk.All()
 		for key, v := range flat {
+			if v == nil && isSection(key) {
+				delete(flat, key) // a section with every key commented out
+				continue
+			}
+			if _, list := v.([]any); list && key == "queues" {
+				// The first sketch had the list itself at queues:,
+				// where it cannot sit beside queues.backend and the rest.
+				return nil, &ConfigError{Key: key, Msg: fmt.Sprintf("in %s, queues: holds the settings (backend, autoCreate, ...) and the list of queues goes under queues: declare:", *configFile)}
+			}
 			if byName[key] == nil {
 				return nil, &ConfigError{Key: key, Msg: fmt.Sprintf("unknown key in %s", *configFile)}
 			}
@@ -386,6 +405,7 @@ func buildConfig(k *koanf.Koanf, byName map[string]*keyDef) (*Config, error) {
 	c.RetainMaxMessages = int(num("retain.maxMessages"))
 	c.NodeID = get("node.id")
 	bridgeErr := buildBridgeConfig(c, get, num)
+	queuesErr := buildQueuesConfig(c, get, num)
 	c.LogFormat = get("log.format")
 	c.LogLevel = get("log.level")
 	c.ShutdownTimeout = dur("shutdown.timeout")
@@ -446,10 +466,23 @@ func buildConfig(k *koanf.Koanf, byName map[string]*keyDef) (*Config, error) {
 	if bridgeErr != nil {
 		return nil, bridgeErr
 	}
+	if queuesErr != nil {
+		return nil, queuesErr
+	}
 	if c.Bridge.NATS.Name == "" {
 		c.Bridge.NATS.Name = "tolsey-" + c.NodeID
 	}
 	return c, nil
+}
+
+// isSection reports whether key is the parent of keys (mqtt, queues).
+func isSection(key string) bool {
+	for _, d := range keyDefs {
+		if strings.HasPrefix(d.name, key+".") {
+			return true
+		}
+	}
+	return false
 }
 
 func normDuration(v string) string {

@@ -120,15 +120,22 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{args: []string{"--mqtt.maxTopicLength=40000"}, key: "mqtt.maxTopicLength"},
 	}
 	for _, c := range cases {
-		_, err := LoadConfig(c.args, c.env, io.Discard)
-		var ce *ConfigError
-		if !errors.As(err, &ce) {
-			t.Errorf("%v %v: want ConfigError, got %v", c.args, c.env, err)
-			continue
-		}
-		if ce.Key != c.key || strings.Contains(err.Error(), "\n") {
-			t.Errorf("%v %v: error %q names key %q, want %q on one line", c.args, c.env, err, ce.Key, c.key)
-		}
+		wantConfigError(t, c.args, c.env, c.key, "")
+	}
+}
+
+// wantConfigError checks that args and env are refused with a one-line
+// ConfigError naming key and saying msg.
+func wantConfigError(t *testing.T, args, env []string, key, msg string) {
+	t.Helper()
+	_, err := LoadConfig(args, env, io.Discard)
+	var ce *ConfigError
+	if !errors.As(err, &ce) {
+		t.Errorf("%v %v: want ConfigError, got %v", args, env, err)
+		return
+	}
+	if ce.Key != key || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), msg) {
+		t.Errorf("%v %v: error %q names key %q, want %q on one line saying %q", args, env, err, ce.Key, key, msg)
 	}
 }
 

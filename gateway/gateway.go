@@ -1,7 +1,7 @@
 // Package gateway wires the parts together and owns their lifecycle: it
 // builds every part from Config, starts them in a fixed order (admin API,
-// retained store, router, bridge, MQTT, AMQP), stops them in reverse, and serves the
-// admin HTTP API. It is the only package that knows every part.
+// retained store, router, queues, bridge, MQTT, AMQP), stops them in
+// reverse, and serves the admin HTTP API. It is the only package that knows every part.
 package gateway
 
 import (
@@ -21,6 +21,7 @@ import (
 	"github.com/tolsey/tolsey/core"
 	"github.com/tolsey/tolsey/core/accept"
 	"github.com/tolsey/tolsey/core/metrics"
+	"github.com/tolsey/tolsey/core/queue"
 	"github.com/tolsey/tolsey/mqtt"
 	"github.com/tolsey/tolsey/retain"
 )
@@ -32,6 +33,7 @@ type Gateway struct {
 	metrics     *metrics.Metrics
 	store       retain.Store
 	router      *core.Router
+	queues      atomic.Pointer[queue.Engine] // set once at start; the admin API reads it meanwhile
 	mqtt        *mqtt.Server
 	amqp        *amqp.Server   // nil when amqp.listen is empty
 	nats        *bridge.NATS   // nil when bridge.nats.url is empty
@@ -101,6 +103,10 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 		// from the router.
 		TopicLimits: core.TopicLimits{MaxLevels: g.cfg.MQTT.MaxTopicLevels, MaxLength: g.cfg.MQTT.MaxTopicLength},
 	})
+
+	if err := g.startQueues(ctx); err != nil {
+		return err
+	}
 
 	if err := g.startBridge(ctx); err != nil {
 		return err

@@ -27,6 +27,23 @@ func testConfig(t *testing.T, args ...string) *Config {
 	return c
 }
 
+// mqttClient connects a paho MQTT 5 client to g.
+func mqttClient(t *testing.T, g *Gateway, id string) *paho.Client {
+	t.Helper()
+	conn, err := net.Dial("tcp", g.MQTTAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := paho.NewClient(paho.ClientConfig{Conn: conn})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := c.Connect(ctx, &paho.Connect{ClientID: id, CleanStart: true}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Disconnect(&paho.Disconnect{}); <-c.Done() })
+	return c
+}
+
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // Start, serve a client, stop: every goroutine is gone afterwards (goleak
@@ -39,16 +56,9 @@ func TestLifecycle(t *testing.T) {
 	if err := g.Ready(); err != nil {
 		t.Fatalf("not ready after Start: %v", err)
 	}
-	conn, err := net.Dial("tcp", g.MQTTAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := paho.NewClient(paho.ClientConfig{Conn: conn})
+	c := mqttClient(t, g, "life")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := c.Connect(ctx, &paho.Connect{ClientID: "life", CleanStart: true}); err != nil {
-		t.Fatal(err)
-	}
 	if _, err := c.Publish(ctx, &paho.Publish{Topic: "life/state", QoS: 1, Retain: true, Payload: []byte("up")}); err != nil {
 		t.Fatal(err)
 	}
@@ -62,8 +72,6 @@ func TestLifecycle(t *testing.T) {
 	if g.Ready() == nil {
 		t.Fatal("ready after Stop")
 	}
-	_ = c.Disconnect(&paho.Disconnect{})
-	<-c.Done()
 }
 
 // When a part fails to start, the parts already started are stopped and
@@ -107,15 +115,7 @@ func TestTopicLimitsReachTheFrontEnds(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer g.Stop(ctx)
-	conn, err := net.Dial("tcp", g.MQTTAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := paho.NewClient(paho.ClientConfig{Conn: conn})
-	if _, err := c.Connect(ctx, &paho.Connect{ClientID: "limits", CleanStart: true}); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = c.Disconnect(&paho.Disconnect{}); <-c.Done() }()
+	c := mqttClient(t, g, "limits")
 	if pr, err := c.Publish(ctx, &paho.Publish{Topic: "a/b/c", QoS: 1, Payload: []byte("x")}); err != nil || pr.ReasonCode >= 0x80 {
 		t.Fatalf("3 levels: %+v %v", pr, err)
 	}

@@ -4,7 +4,6 @@ package gateway
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -84,18 +83,10 @@ func TestDeadListenerFailsReadiness(t *testing.T) {
 	}
 }
 
-// get GETs path from the admin API on a connection of its own (none left
-// idle for goleak).
+// get GETs path from the admin API.
 func get(t *testing.T, g *Gateway, path string) (int, string) {
 	t.Helper()
-	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
-	resp, err := c.Get("http://" + g.AdminAddr() + path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return call(t, g, "GET", path, "")
 }
 
 // shutdownListener finds this process's listening socket bound to addr and

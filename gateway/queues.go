@@ -1,0 +1,104 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tolsey/tolsey/core/queue"
+)
+
+// openQueueBackend opens the store of durable queues that queues.backend
+// names. The one place that knows the backends.
+func (g *Gateway) openQueueBackend(context.Context) (queue.Backend, error) {
+	switch b := g.cfg.Queues.Backend; b {
+	case "memory":
+		return queue.NewMemory(), nil
+	case "embedded", "redis":
+		return nil, &ConfigError{Key: "queues.backend", Msg: fmt.Sprintf("%s is not available in this build (memory is)", b)}
+	default:
+		return nil, &ConfigError{Key: "queues.backend", Msg: fmt.Sprintf("unknown backend %q", b)}
+	}
+}
+
+// startQueues builds the queue engine on the router, then declares the
+// queues of queues.declare. A declared queue the backend holds already
+// takes the file's configuration and keeps its messages; a queue the
+// backend holds and the file does not name (created through the admin
+// API) stays: the file adds and changes, it never deletes. It comes after
+// the router and before the bridge and the front-ends, which publish into
+// it and consume from it, so that it stops after them: the engine first,
+// then its backend.
+func (g *Gateway) startQueues(ctx context.Context) error {
+	b, err := g.openQueueBackend(ctx)
+	if err != nil {
+		return err
+	}
+	g.onStop(func(context.Context) error { return b.Close() })
+	e, err := queue.New(ctx, queue.Options{
+		Router:  g.router,
+		Backend: b,
+		Limits:  g.cfg.Queues.Limits,
+		Window:  g.cfg.Queues.Window,
+		Logger:  g.log.With("part", "queues"),
+	})
+	if err != nil {
+		return err
+	}
+	g.queues.Store(e)
+	g.onStop(func(context.Context) error { e.Close(); return nil })
+	for i, cfg := range g.cfg.Queues.Declare {
+		if _, err := e.Declare(ctx, cfg); err != nil {
+			return &ConfigError{Key: fmt.Sprintf("queues.declare[%d]", i), Msg: err.Error()}
+		}
+	}
+	g.metrics.Registry.MustRegister(queueCollector{e})
+	return nil
+}
+
+// Queues is the queue engine, for tests and benchmarks in this module.
+func (g *Gateway) Queues() *queue.Engine { return g.queues.Load() }
+
+// queueCollector exports every queue's depth and counters, read from
+// Queue.Info at scrape time: nothing is counted per message.
+type queueCollector struct{ e *queue.Engine }
+
+var (
+	queueMessagesDesc = prometheus.NewDesc("tolsey_queue_messages",
+		"Messages a queue holds (ready, in flight and stored).", []string{"queue"}, nil)
+	queueBytesDesc = prometheus.NewDesc("tolsey_queue_bytes",
+		"Bytes of the messages a queue holds.", []string{"queue"}, nil)
+	queueConsumersDesc = prometheus.NewDesc("tolsey_queue_consumers",
+		"Consumers attached to a queue, standby and browsers included.", []string{"queue"}, nil)
+	queueEventsDesc = prometheus.NewDesc("tolsey_queue_messages_total",
+		"What happened to a queue's messages since the gateway started: in (stored), out (delivered, redeliveries included), acked, redelivered, expired, dead_lettered, dropped (rejected or over maxDeliveries without a dead-letter queue), refused (publishes refused: full, store failed).",
+		[]string{"queue", "event"}, nil)
+)
+
+func (c queueCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- queueMessagesDesc
+	ch <- queueBytesDesc
+	ch <- queueConsumersDesc
+	ch <- queueEventsDesc
+}
+
+func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, q := range c.e.Queues() {
+		i := q.Info()
+		n := q.Name()
+		ch <- prometheus.MustNewConstMetric(queueMessagesDesc, prometheus.GaugeValue, float64(i.Messages), n)
+		ch <- prometheus.MustNewConstMetric(queueBytesDesc, prometheus.GaugeValue, float64(i.Bytes), n)
+		ch <- prometheus.MustNewConstMetric(queueConsumersDesc, prometheus.GaugeValue, float64(i.Consumers), n)
+		k := i.Counters
+		for _, ev := range []struct {
+			name string
+			v    uint64
+		}{
+			{"in", k.In}, {"out", k.Out}, {"acked", k.Acked}, {"redelivered", k.Redelivered},
+			{"expired", k.Expired}, {"dead_lettered", k.DeadLettered}, {"dropped", k.Dropped}, {"refused", k.Refused},
+		} {
+			ch <- prometheus.MustNewConstMetric(queueEventsDesc, prometheus.CounterValue, float64(ev.v), n, ev.name)
+		}
+	}
+}
