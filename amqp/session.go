@@ -48,8 +48,9 @@ type sessionOut struct {
 // pending is a delivery we sent and the peer has not settled. The message
 // is kept so that a durable subscription gets it back if the link goes.
 type pending struct {
-	l *outLink
-	q queued
+	l   *outLink
+	q   queued
+	qid uint64 // the queue delivery's ID, on a queue link
 }
 
 // dispRange is a batched disposition for deliveries first..last we received.
@@ -240,11 +241,23 @@ func (s *session) linkFail(ep endpoint, e *LinkError) error {
 	s.c.log.Info("amqp link detached", "link", b.name, "condition", string(e.Cond), "description", e.Desc)
 	b.detachSent = true
 	ep.teardown(false)
-	it := outItem{sess: s, body: &frames.Detach{Handle: b.handle, Closed: true, Error: wireError(e.Cond, e.Desc)}}
-	if l, ok := ep.(*outLink); ok {
-		it.do = func(w *writer) { w.detachOut(l) }
+	return s.c.send(detachItem(s, ep, &frames.Detach{Handle: b.handle, Closed: true, Error: wireError(e.Cond, e.Desc)}))
+}
+
+// detachItem is the work of sending detach d for ep. For a link we send
+// on, the writer sends it only if it has not detached the link itself
+// meanwhile (its queue was deleted: writer.detachDeleted), so that the
+// peer never gets two detaches for one link.
+func detachItem(s *session, ep endpoint, d *frames.Detach) outItem {
+	l, ok := ep.(*outLink)
+	if !ok {
+		return outItem{sess: s, body: d}
 	}
-	return s.c.send(it)
+	return outItem{sess: s, do: func(w *writer) {
+		if w.detachOut(l) {
+			w.write(s.ch, d, nil)
+		}
+	}}
 }
 
 func (s *session) detach(d *frames.Detach) error {
@@ -260,15 +273,15 @@ func (s *session) detach(d *frames.Detach) error {
 	if ep.base().detachSent {
 		return nil // the answer to our detach
 	}
+	if l, ok := ep.(*outLink); ok && l.qdetached.Load() {
+		l.teardown(d.Closed) // the answer to the writer's detach
+		return nil
+	}
 	if d.Error != nil {
 		s.c.log.Info("amqp link detached by client with an error", "link", ep.base().name, "condition", string(d.Error.Condition), "description", d.Error.Description)
 	}
 	ep.teardown(d.Closed)
-	it := outItem{sess: s, body: &frames.Detach{Handle: d.Handle, Closed: d.Closed}}
-	if l, ok := ep.(*outLink); ok {
-		it.do = func(w *writer) { w.detachOut(l) }
-	}
-	return s.c.send(it)
+	return s.c.send(detachItem(s, ep, &frames.Detach{Handle: d.Handle, Closed: d.Closed}))
 }
 
 func (s *session) transfer(t *frames.Transfer, payload []byte) error {
