@@ -224,14 +224,13 @@ func settleQueued(qc *queue.Consumer, id uint64, st frames.DeliveryState) {
 	}
 }
 
-// detachDeleted detaches l because its queue was deleted: the writer sends
-// the detach (the reader, blocked on the socket, cannot), and the reader
-// takes the peer's detach as the answer (qdetached).
+// detachDeleted detaches l because its queue was deleted. The writer sends
+// the detach (the reader, blocked on the socket, cannot); the reader takes
+// the peer's detach as for any link, and its answer is not sent (detachItem).
 func (w *writer) detachDeleted(l *outLink) {
 	if !w.detachOut(l) {
 		return
 	}
-	l.qdetached.Store(true)
 	w.c.log.Info("amqp link detached: its queue was deleted", "link", l.name, "queue", l.qc.Queue().Name())
 	w.write(l.sess.ch, &frames.Detach{Handle: l.handle, Closed: true,
 		Error: wireError(frames.ErrCondResourceDeleted, "queue "+strconv.Quote(l.qc.Queue().Name())+" was deleted")}, nil)

@@ -40,9 +40,6 @@ type outLink struct {
 	qc     *queue.Consumer
 	browse bool        // distribution-mode copy: deliveries settled, nothing taken
 	qgone  atomic.Bool // the queue was deleted: the writer detaches the link
-	// qdetached: the writer detached the link (qgone); the peer's detach
-	// is the answer.
-	qdetached atomic.Bool
 
 	// Shared by Deliver, the retained feeder and the writer.
 	mu           sync.Mutex

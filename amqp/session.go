@@ -246,8 +246,9 @@ func (s *session) linkFail(ep endpoint, e *LinkError) error {
 
 // detachItem is the work of sending detach d for ep. For a link we send
 // on, the writer sends it only if it has not detached the link itself
-// meanwhile (its queue was deleted: writer.detachDeleted), so that the
-// peer never gets two detaches for one link.
+// (its queue was deleted: writer.detachDeleted), so that the peer never
+// gets two detaches for one link: the peer's detach, answer or not, then
+// needs no answer.
 func detachItem(s *session, ep endpoint, d *frames.Detach) outItem {
 	l, ok := ep.(*outLink)
 	if !ok {
@@ -272,10 +273,6 @@ func (s *session) detach(d *frames.Detach) error {
 	s.gone[d.Handle] = true
 	if ep.base().detachSent {
 		return nil // the answer to our detach
-	}
-	if l, ok := ep.(*outLink); ok && l.qdetached.Load() {
-		l.teardown(d.Closed) // the answer to the writer's detach
-		return nil
 	}
 	if d.Error != nil {
 		s.c.log.Info("amqp link detached by client with an error", "link", ep.base().name, "condition", string(d.Error.Condition), "description", d.Error.Description)
