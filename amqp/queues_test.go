@@ -248,6 +248,8 @@ func TestQueueDetachRedelivers(t *testing.T) {
 		t.Fatalf("after detach: %q delivery-count %d first-acquirer %v, want m1 1 false", body(m), c, f)
 	}
 	c.Close() // the connection goes with m1 unsettled again
+	// The gateway answers the close before it lets go of the consumer.
+	eventually(t, "the connection gone", func() bool { return e.srv.Connections() == 1 })
 	r3 := newReceiver(t, s, "queue://q", nil)
 	if m := receive(t, r3); body(m) != "m1" {
 		t.Fatalf("after the connection closed: %q, want m1", body(m))
