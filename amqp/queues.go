@@ -137,6 +137,19 @@ func (c *conn) newTempQueue() (string, *LinkError) {
 	return name, nil
 }
 
+// dropTempQueue deletes the temporary queue b's attach created: a dynamic
+// node lives as long as the link that made it (lifetime-policy
+// delete-on-close, the default [3.5.10]), or its connection. A link that
+// is only suspended (detach closed=false, session end) keeps it until the
+// connection ends.
+func (c *conn) dropTempQueue(b *linkBase) {
+	if b.tmpQueue == "" {
+		return
+	}
+	_ = c.s.opts.Queues.Delete(context.Background(), b.tmpQueue) // deleted already: fine
+	b.tmpQueue = ""
+}
+
 // isTempQueue reports whether a queue name is a temporary queue's.
 func isTempQueue(name string) bool { return strings.HasPrefix(name, tmpQueuePrefix) }
 
@@ -228,6 +241,12 @@ func settleQueued(qc *queue.Consumer, id uint64, st frames.DeliveryState) {
 // the detach (the reader, blocked on the socket, cannot); the reader takes
 // the peer's detach as for any link, and its answer is not sent (detachItem).
 func (w *writer) detachDeleted(l *outLink) {
+	l.mu.Lock()
+	closed := l.closed
+	l.mu.Unlock()
+	if closed {
+		return // the reader detached it first: its detach is on its way
+	}
 	if !w.detachOut(l) {
 		return
 	}

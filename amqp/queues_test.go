@@ -542,3 +542,27 @@ func TestRawQueueBrowseAndDelete(t *testing.T) {
 		t.Fatalf("re-attach on the handle refused: %+v", a)
 	}
 }
+
+// TestTemporaryQueueLinkClose: a temporary queue lives as long as the
+// link that created it (delete-on-close, Qpid JMS TemporaryQueue.delete
+// closes it); other links on it are detached with amqp:resource-deleted.
+func TestTemporaryQueueLinkClose(t *testing.T) {
+	e := startServer(t)
+	s := e.session(t)
+	creator := newSender(t, s, "", &goamqp.SenderOptions{DynamicAddress: true, TargetCapabilities: []string{"temporary-queue"}})
+	name := strings.TrimPrefix(creator.Address(), "queue://")
+	r := newReceiver(t, s, creator.Address(), &goamqp.ReceiverOptions{SourceCapabilities: []string{"temporary-queue"}})
+	send(t, creator, goamqp.NewMessage([]byte("x")))
+	if body(receive(t, r)) != "x" {
+		t.Fatal("want x")
+	}
+	if err := creator.Close(ctx5(t)); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := e.queues.Queue(name); ok {
+		t.Fatalf("temporary queue %q still there after its link closed", name)
+	}
+	if _, err := r.Receive(ctx5(t), nil); amqpCond(err) != "amqp:resource-deleted" {
+		t.Fatalf("receiver on the deleted temporary queue: %v, want amqp:resource-deleted", err)
+	}
+}

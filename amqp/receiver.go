@@ -69,7 +69,7 @@ func (s *session) attachIn(a *frames.Attach) error {
 		if le != nil {
 			return s.refuse(l, reply, le)
 		}
-		l.queue = name
+		l.queue, l.tmpQueue = name, name
 		reply.Target = &frames.Target{Address: prefixQueue + name, Dynamic: true, Capabilities: t.Capabilities, ExpiryPolicy: t.ExpiryPolicy}
 	case t != nil && t.Dynamic:
 		addr := s.c.newTemp(t.Capabilities)

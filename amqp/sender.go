@@ -193,6 +193,7 @@ func (s *session) attachOut(a *frames.Attach) error {
 			return s.refuse(l, reply, le)
 		}
 		sc.Address = prefixQueue + name
+		l.tmpQueue = name
 		return s.attachQueueOut(l, reply, &sc, q)
 	case src.Dynamic:
 		sc.Address = c.newTemp(src.Capabilities)

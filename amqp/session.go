@@ -76,6 +76,7 @@ type linkBase struct {
 	handle     uint32 // the peer's handle and ours
 	detachSent bool   // we detached with an error and wait for the peer's detach
 	refused    bool   // refused at attach: never attached (counted in conn.refusing)
+	tmpQueue   string // the temporary queue this link's attach created, deleted with it
 }
 
 // refusedLink holds the handle of a link refused before anything was made
@@ -241,6 +242,7 @@ func (s *session) linkFail(ep endpoint, e *LinkError) error {
 	s.c.log.Info("amqp link detached", "link", b.name, "condition", string(e.Cond), "description", e.Desc)
 	b.detachSent = true
 	ep.teardown(false)
+	s.c.dropTempQueue(b)
 	return s.c.send(detachItem(s, ep, &frames.Detach{Handle: b.handle, Closed: true, Error: wireError(e.Cond, e.Desc)}))
 }
 
@@ -278,6 +280,9 @@ func (s *session) detach(d *frames.Detach) error {
 		s.c.log.Info("amqp link detached by client with an error", "link", ep.base().name, "condition", string(d.Error.Condition), "description", d.Error.Description)
 	}
 	ep.teardown(d.Closed)
+	if d.Closed {
+		s.c.dropTempQueue(ep.base())
+	}
 	return s.c.send(detachItem(s, ep, &frames.Detach{Handle: d.Handle, Closed: d.Closed}))
 }
 
