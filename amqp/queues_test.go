@@ -35,6 +35,17 @@ func sendN(t testing.TB, snd *goamqp.Sender, prefix string, n int) {
 	}
 }
 
+// filled starts a server with queue cfg holding n messages ("m0"…),
+// sent over a session it returns.
+func filled(t testing.TB, cfg queue.Config, n int) (*env, *queue.Queue, *goamqp.Session) {
+	t.Helper()
+	e := startServer(t)
+	q := e.declare(t, cfg)
+	s := e.session(t)
+	sendN(t, newSender(t, s, "queue://"+cfg.Name, nil), "m", n)
+	return e, q, s
+}
+
 // next receives one message without settling it.
 func next(t testing.TB, r *goamqp.Receiver) *goamqp.Message {
 	t.Helper()
@@ -117,10 +128,7 @@ func TestQueueBareAddress(t *testing.T) {
 // TestQueueRelease: released makes the message available again, without
 // counting a failed delivery; it comes back with first-acquirer false.
 func TestQueueRelease(t *testing.T) {
-	e := startServer(t)
-	e.declare(t, queue.Config{Name: "q"})
-	s := e.session(t)
-	sendN(t, newSender(t, s, "queue://q", nil), "m", 1)
+	_, _, s := filled(t, queue.Config{Name: "q"}, 1)
 	r := newReceiver(t, s, "queue://q", nil)
 	m := next(t, r)
 	if err := r.ReleaseMessage(ctx5(t), m); err != nil {
@@ -135,10 +143,7 @@ func TestQueueRelease(t *testing.T) {
 // TestQueueModified: modified delivery-failed counts a failed delivery
 // (delivery-count 1); undeliverable-here keeps it from that link.
 func TestQueueModified(t *testing.T) {
-	e := startServer(t)
-	e.declare(t, queue.Config{Name: "q"})
-	s := e.session(t)
-	sendN(t, newSender(t, s, "queue://q", nil), "m", 1)
+	_, _, s := filled(t, queue.Config{Name: "q"}, 1)
 	r := newReceiver(t, s, "queue://q", nil)
 	if err := r.ModifyMessage(ctx5(t), next(t, r), &goamqp.ModifyMessageOptions{DeliveryFailed: true}); err != nil {
 		t.Fatal(err)
@@ -227,10 +232,7 @@ func TestQueueSpread(t *testing.T) {
 // receiver gets them with delivery-count 1. What it accepted before
 // detaching stays accepted.
 func TestQueueDetachRedelivers(t *testing.T) {
-	e := startServer(t)
-	q := e.declare(t, queue.Config{Name: "q"})
-	s := e.session(t)
-	sendN(t, newSender(t, s, "queue://q", nil), "m", 3)
+	e, q, s := filled(t, queue.Config{Name: "q"}, 3)
 	c := e.dial(t, nil)
 	cs, err := c.NewSession(ctx5(t), nil)
 	if err != nil {
@@ -266,10 +268,7 @@ func TestQueueDetachRedelivers(t *testing.T) {
 // TestQueueSettledMode: a receiver asking snd-settle-mode settled gets
 // each delivery settled; the queue lets it go as it is sent (at most once).
 func TestQueueSettledMode(t *testing.T) {
-	e := startServer(t)
-	q := e.declare(t, queue.Config{Name: "q"})
-	s := e.session(t)
-	sendN(t, newSender(t, s, "queue://q", nil), "m", 1)
+	_, q, s := filled(t, queue.Config{Name: "q"}, 1)
 	mode := goamqp.SenderSettleModeSettled
 	r := newReceiver(t, s, "queue://q", &goamqp.ReceiverOptions{RequestedSenderSettleMode: &mode})
 	if m := next(t, r); body(m) != "m0" {
@@ -281,10 +280,7 @@ func TestQueueSettledMode(t *testing.T) {
 // TestQueueBrowse: a receiver with distribution-mode copy sees every
 // message, settled, and takes none: a consumer gets them all afterwards.
 func TestQueueBrowse(t *testing.T) {
-	e := startServer(t)
-	q := e.declare(t, queue.Config{Name: "q"})
-	s := e.session(t)
-	sendN(t, newSender(t, s, "queue://q", nil), "m", 3)
+	_, q, s := filled(t, queue.Config{Name: "q"}, 3)
 	b := newReceiver(t, s, "queue://q", &goamqp.ReceiverOptions{Credit: 10, SourceDistributionMode: goamqp.SourceDistributionModeCopy})
 	for i := range 3 {
 		m := next(t, b)
