@@ -12,12 +12,13 @@ import (
 // in a receiver's source) or a queue. Capability "topic" or prefix
 // "topic://" says topic; capability "queue" or prefix "queue://" says
 // queue; a bare address is a queue of that name if one exists, otherwise a
-// topic. Queues are not built yet, so a bare address is always a topic for
-// now.
+// topic (Server.resolve, queues.go).
 //
 // Dynamic nodes get an address under "$tmp/": a "$" topic, so "#" and "+"
 // at the first level never match it [MQTT-4.7.2-1]. Such an address is a
-// topic whatever capability names it (Qpid JMS says "temporary-queue").
+// topic whatever capability names it. With the queue engine, a dynamic
+// node with capability "temporary-queue" (Qpid JMS createTemporaryQueue)
+// is a temporary queue instead, named "queue://$tmpq/..." (queues.go).
 
 type nodeKind uint8
 
@@ -72,7 +73,7 @@ func resolveAddress(addr string, caps []encoding.Symbol) (string, nodeKind) {
 			return addr, nodeTopic
 		}
 	}
-	return addr, nodeTopic // no queues exist yet: a bare address is a topic
+	return addr, nodeTopic // Server.resolve makes it a queue when one of that name exists
 }
 
 // resolveTo names the node of an anonymous-relay message: its "to"

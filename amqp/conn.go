@@ -14,6 +14,7 @@ import (
 
 	"github.com/tolsey/tolsey/amqp/internal/encoding"
 	"github.com/tolsey/tolsey/amqp/internal/frames"
+	"github.com/tolsey/tolsey/core/queue"
 )
 
 // conn is one client connection. Its reader goroutine (serve) owns the
@@ -33,6 +34,7 @@ type conn struct {
 	sessions    map[uint16]*session // by channel (ours mirrors the peer's)
 	dirty       []*session          // sessions with batched dispositions or flows to send
 	temps       []string            // temporary addresses created on this connection
+	ownsQueues  bool                // temporary queues were created on this connection
 	tmpSeq      uint64
 	idle        time.Duration // our idle time-out: the read deadline
 	links       int           // attached links of every session (Options.MaxLinksPerConnection)
@@ -59,6 +61,12 @@ type conn struct {
 	heldSlots  chan struct{}
 	answeredMu sync.Mutex
 	answered   []heldOutcome
+
+	// Queue consumers of this connection's links, added by the reader at
+	// attach, removed by whoever closes them (the writer, with their link
+	// or session); those left are closed when the connection ends.
+	consumersMu sync.Mutex
+	consumers   map[*queue.Consumer]struct{}
 
 	// The socket's write deadline, set by the writer before each write
 	// (Options.WriteTimeout) and by whoever closes the connection, which
@@ -96,6 +104,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 		wdone:    make(chan struct{}),
 
 		heldSlots: make(chan struct{}, maxHeldOutcomes),
+		consumers: map[*queue.Consumer]struct{}{},
 	}
 }
 
@@ -422,6 +431,7 @@ func (c *conn) finish(err error) {
 	for _, s := range c.sessions {
 		s.requeueAll()
 	}
+	c.closeQueues()
 	c.linger()
 }
 

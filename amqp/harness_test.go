@@ -14,6 +14,7 @@ import (
 	"github.com/tolsey/tolsey/core"
 	"github.com/tolsey/tolsey/core/coretest"
 	"github.com/tolsey/tolsey/core/metrics"
+	"github.com/tolsey/tolsey/core/queue"
 	"github.com/tolsey/tolsey/retain"
 	"github.com/tolsey/tolsey/retain/memory"
 )
@@ -25,6 +26,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 type env struct {
 	srv     *Server
 	router  *core.Router
+	queues  *queue.Engine // nil when a test's Options removed it
 	store   retain.Store
 	metrics *metrics.Metrics
 	addr    string
@@ -43,7 +45,12 @@ func startServer(t testing.TB, mods ...func(*Options)) *env {
 	store := memory.New(retain.Limits{})
 	router := core.NewRouter(core.RouterOptions{Retainer: retain.Retainer{Store: store}, Node: "test-node"})
 	met := metrics.New()
+	eng, err := queue.New(context.Background(), queue.Options{Router: router, Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
 	opts := Options{
+		Queues:         eng,
 		Listen:         "127.0.0.1:0",
 		Router:         router,
 		Store:          store,
@@ -62,6 +69,13 @@ func startServer(t testing.TB, mods ...func(*Options)) *env {
 	if st != retain.Store(store) {
 		router = core.NewRouter(core.RouterOptions{Retainer: retain.Retainer{Store: st}, Node: "test-node"})
 		opts.Router = router
+		if opts.Queues == eng {
+			eng.Close()
+			if eng, err = queue.New(context.Background(), queue.Options{Router: router, Logger: testLogger()}); err != nil {
+				t.Fatal(err)
+			}
+			opts.Queues = eng
+		}
 	}
 	srv, err := New(opts)
 	if err != nil {
@@ -70,13 +84,14 @@ func startServer(t testing.TB, mods ...func(*Options)) *env {
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
-	e := &env{srv: srv, router: router, store: st, metrics: met, addr: srv.Addr()}
+	e := &env{srv: srv, router: router, queues: opts.Queues, store: st, metrics: met, addr: srv.Addr()}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if err := srv.Shutdown(ctx); err != nil {
 			t.Errorf("shutdown: %v", err)
 		}
+		eng.Close()
 		store.Close()
 	})
 	return e

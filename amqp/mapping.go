@@ -275,14 +275,22 @@ type encoder struct {
 	data  [1][]byte
 }
 
+// deliveryHeader is what the header says about one delivery of a queued
+// message (its delivery-count and first-acquirer [3.2.1]); zero for a
+// topic delivery.
+type deliveryHeader struct {
+	count         uint32
+	firstAcquirer bool
+}
+
 // encode appends m as an AMQP message to w. retained marks a stored copy
 // sent to a late subscriber (x-opt-retain = true; live messages never carry
 // it: docs/architecture.md, decision 1). dest and replyTo are
 // x-opt-jms-dest and x-opt-jms-reply-to (-1: omit).
-func (e *encoder) encode(w *buffer.Buffer, m *core.Message, retained bool, dest, replyTo int8, now time.Time) error {
+func (e *encoder) encode(w *buffer.Buffer, m *core.Message, retained bool, dest, replyTo int8, dh deliveryHeader, now time.Time) error {
 	e.msg = frames.Message{}
-	if m.QoS > 0 || !m.Expiry.IsZero() {
-		e.hdr = frames.MessageHeader{Durable: m.QoS > 0}
+	if m.QoS > 0 || !m.Expiry.IsZero() || dh != (deliveryHeader{}) {
+		e.hdr = frames.MessageHeader{Durable: m.QoS > 0, DeliveryCount: dh.count, FirstAcquirer: dh.firstAcquirer}
 		if left := m.Expiry.Sub(now); !m.Expiry.IsZero() {
 			ms := max(left.Milliseconds(), 1)
 			e.ttl = uint32(min(ms, int64(^uint32(0))))
@@ -309,8 +317,12 @@ func (e *encoder) encode(w *buffer.Buffer, m *core.Message, retained bool, dest,
 	}
 	e.msg.MessageAnnotations = e.ann
 
+	to := m.Topic
+	if q, ok := strings.CutPrefix(to, queueTopic); ok {
+		to = prefixQueue + q // put straight into a queue: its address
+	}
 	e.props = frames.MessageProperties{
-		To:          m.Topic,
+		To:          to,
 		ReplyTo:     m.ResponseTopic,
 		ContentType: encoding.Symbol(m.ContentType),
 	}

@@ -153,7 +153,7 @@ func decodeOut(t *testing.T, m *core.Message, retained bool, now time.Time) *fra
 	t.Helper()
 	var e encoder
 	var b buffer.Buffer
-	if err := e.encode(&b, m, retained, jmsTopic, jmsTempQueue, now); err != nil {
+	if err := e.encode(&b, m, retained, jmsTopic, jmsTempQueue, deliveryHeader{}, now); err != nil {
 		t.Fatal(err)
 	}
 	var am frames.Message
@@ -307,10 +307,10 @@ func TestEncodeAllocs(t *testing.T) {
 	var e encoder
 	var b buffer.Buffer
 	now := time.Now()
-	e.encode(&b, m, false, jmsTopic, -1, now)
+	e.encode(&b, m, false, jmsTopic, -1, deliveryHeader{}, now)
 	allocs := testing.AllocsPerRun(100, func() {
 		b.Reset()
-		e.encode(&b, m, false, jmsTopic, -1, now)
+		e.encode(&b, m, false, jmsTopic, -1, deliveryHeader{}, now)
 	})
 	if allocs > 8 {
 		t.Fatalf("%v allocations per encode", allocs)

@@ -20,6 +20,7 @@ type inLink struct {
 
 	anonymous bool   // null target: each message is routed by its "to" (ANONYMOUS-RELAY)
 	topic     string // the target topic otherwise
+	queue     string // or the target queue: messages are put straight into it
 	second    bool   // rcv-settle-mode second: the peer settles after our outcome
 	maxSize   uint64 // max-message-size we announced; 0 = none
 
@@ -63,6 +64,13 @@ func (s *session) attachIn(a *frames.Attach) error {
 	}
 	t := a.Target
 	switch {
+	case t != nil && t.Dynamic && s.c.s.wantsTempQueue(t.Capabilities):
+		name, le := s.c.newTempQueue()
+		if le != nil {
+			return s.refuse(l, reply, le)
+		}
+		l.queue, l.tmpQueue = name, name
+		reply.Target = &frames.Target{Address: prefixQueue + name, Dynamic: true, Capabilities: t.Capabilities, ExpiryPolicy: t.ExpiryPolicy}
 	case t != nil && t.Dynamic:
 		addr := s.c.newTemp(t.Capabilities)
 		l.topic = addr
@@ -75,14 +83,18 @@ func (s *session) attachIn(a *frames.Attach) error {
 			reply.Target = &tc
 		}
 	default:
-		name, kind := resolveAddress(t.Address, t.Capabilities)
+		name, kind := s.c.s.resolve(t.Address, t.Capabilities)
 		if kind == nodeQueue {
-			return s.refuse(l, reply, linkErr(frames.ErrCondNotFound, "queue %q does not exist", name))
+			if _, le := s.c.s.queueFor(name); le != nil {
+				return s.refuse(l, reply, le)
+			}
+			l.queue = name
+		} else {
+			if err := s.c.s.checkTopic(name); err != nil {
+				return s.refuse(l, reply, linkErr(frames.ErrCondInvalidField, "target %q is not a topic name: %v", core.ShortTopic(t.Address), err))
+			}
+			l.topic = name
 		}
-		if err := s.c.s.checkTopic(name); err != nil {
-			return s.refuse(l, reply, linkErr(frames.ErrCondInvalidField, "target %q is not a topic name: %v", core.ShortTopic(t.Address), err))
-		}
-		l.topic = name
 		tc := *t
 		reply.Target = &tc
 	}
@@ -236,24 +248,33 @@ func (l *inLink) deliver(payload []byte) {
 	}
 	m := in.msg
 	m.Topic = l.topic
+	qname := l.queue
 	if l.anonymous {
 		if in.to == "" {
 			l.outcome(&frames.Rejected{Error: wireError(frames.ErrCondInvalidField, `anonymous relay: the message has no "to" address`)})
 			return
 		}
-		name, kind := resolveTo(in.to, in.jmsDest)
-		if kind == nodeQueue {
+		name, kind := c.s.resolveRelay(in.to, in.jmsDest)
+		switch {
+		case kind == nodeQueue && opts.Queues == nil:
 			l.outcome(&frames.Rejected{Error: wireError(frames.ErrCondNotFound, fmt.Sprintf("queue %q does not exist", name))})
 			return
+		case kind == nodeQueue:
+			qname = name // Put refuses an unknown one: amqp:not-found
+		default:
+			if err := c.s.checkTopic(name); err != nil {
+				l.outcome(&frames.Rejected{Error: wireError(frames.ErrCondInvalidField, fmt.Sprintf("%q is not a topic name: %v", core.ShortTopic(in.to), err))})
+				return
+			}
+			m.Topic = name
 		}
-		if err := c.s.checkTopic(name); err != nil {
-			l.outcome(&frames.Rejected{Error: wireError(frames.ErrCondInvalidField, fmt.Sprintf("%q is not a topic name: %v", core.ShortTopic(in.to), err))})
-			return
-		}
-		m.Topic = name
 	}
 	m.Origin = core.Origin{Protocol: core.ProtocolAMQP, Node: opts.Node, Client: c.containerID}
 	opts.Metrics.In("amqp")
+	if qname != "" {
+		l.putQueue(qname, m)
+		return
+	}
 	if l.second {
 		// Our outcome goes in s.second, the reader's: answer before
 		// reading on. (Qpid JMS, Proton, rhea and go-amqp settle first.)
@@ -262,56 +283,61 @@ func (l *inLink) deliver(payload []byte) {
 		return
 	}
 	// A subscriber may hold the outcome while it writes durably (a bridge
-	// buffer, a queue): the reader goes on meanwhile, up to
-	// maxHeldOutcomes per connection.
+	// buffer, a queue): the reader goes on meanwhile.
+	l.hold(func(h *heldPublish) {
+		opts.Router.PublishAsync(context.Background(), m, func(res core.PublishResult) { h.answer(l.result(m, res)) })
+	})
+}
+
+// hold starts a publish whose outcome may come later, on another
+// goroutine (start calls h.answer then): the reader goes on meanwhile, up
+// to maxHeldOutcomes per connection, and the outcome goes to the writer
+// when it comes. An outcome given before start returns is answered here.
+func (l *inLink) hold(start func(h *heldPublish)) {
+	c := l.sess.c
 	select {
 	case c.heldSlots <- struct{}{}:
 	case <-c.wdone:
 		return // the connection is going: nobody to answer
 	}
-	h := &heldPublish{l: l, id: l.curID, settled: l.curSettled, m: m}
-	opts.Router.PublishAsync(context.Background(), m, h.done)
-	if h.state.CompareAndSwap(heldWaiting, heldLater) {
-		return // the holder answers: h.done
+	h := &heldPublish{l: l, id: l.curID, settled: l.curSettled}
+	start(h)
+	if h.st.CompareAndSwap(heldWaiting, heldLater) {
+		return // the holder answers: h.answer
 	}
-	// Answered before PublishAsync returned, on this goroutine.
+	// Answered before start returned, on this goroutine.
 	<-c.heldSlots
-	if !h.settled {
-		l.outcome(l.result(m, h.res))
-	} else {
-		l.result(m, h.res) // counted and logged all the same
-	}
+	l.outcome(h.state)
 }
 
 // maxHeldOutcomes bounds the publishes of one connection whose outcome a
 // subscriber holds: as many as two links' worth of credit.
 const maxHeldOutcomes = 2 * creditBatch
 
-// heldPublish is one publish on its way through PublishAsync.
+// heldPublish is one publish whose outcome may come later (hold).
 type heldPublish struct {
 	l       *inLink
 	id      uint32
-	settled bool // the sender settled it: no outcome is sent
-	m       *core.Message
-	res     core.PublishResult // set by done before state leaves heldWaiting
-	state   atomic.Uint32
+	settled bool                 // the sender settled it: no outcome is sent
+	state   frames.DeliveryState // set by answer before st leaves heldWaiting
+	st      atomic.Uint32
 }
 
 const (
-	heldWaiting uint32 = iota // PublishAsync has not returned, nor done run
-	heldInline                // done ran inside PublishAsync: the reader answers
-	heldLater                 // PublishAsync returned first: done answers
+	heldWaiting uint32 = iota // start has not returned, nor answer run
+	heldInline                // answer ran inside start: the reader answers
+	heldLater                 // start returned first: answer answers
 )
 
-func (h *heldPublish) done(res core.PublishResult) {
-	h.res = res
-	if h.state.CompareAndSwap(heldWaiting, heldInline) {
+// answer gives the outcome, on any goroutine.
+func (h *heldPublish) answer(state frames.DeliveryState) {
+	h.state = state
+	if h.st.CompareAndSwap(heldWaiting, heldInline) {
 		return
 	}
 	// On the holder's goroutine: hand the outcome to the writer without
 	// blocking on this connection.
 	c := h.l.sess.c
-	state := h.l.result(h.m, res)
 	<-c.heldSlots
 	if h.settled {
 		return

@@ -3,11 +3,13 @@ package amqp
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tolsey/tolsey/amqp/internal/encoding"
 	"github.com/tolsey/tolsey/amqp/internal/frames"
 	"github.com/tolsey/tolsey/core"
+	"github.com/tolsey/tolsey/core/queue"
 	"github.com/tolsey/tolsey/retain"
 )
 
@@ -31,6 +33,13 @@ type outLink struct {
 	// group is the durable or shared subscription the link consumes from,
 	// or nil. Set before the link is handed to the writer.
 	group *subscription
+
+	// qc is the queue consumer of a link on a queue (queues.go), or nil:
+	// such a link has no live queue of its own, the writer pulls from qc.
+	// Set before the link is handed to the writer.
+	qc     *queue.Consumer
+	browse bool        // distribution-mode copy: deliveries settled, nothing taken
+	qgone  atomic.Bool // the queue was deleted: the writer detaches the link
 
 	// Shared by Deliver, the retained feeder and the writer.
 	mu           sync.Mutex
@@ -173,13 +182,30 @@ func (s *session) attachOut(a *frames.Attach) error {
 		return c.send(outItem{sess: s, body: reply, do: func(w *writer) { w.attachOut(l) }})
 	}
 	sc := *src
-	if src.Dynamic {
+	switch {
+	case src.Dynamic && c.s.wantsTempQueue(src.Capabilities):
+		name, le := c.newTempQueue()
+		if le != nil {
+			return s.refuse(l, reply, le)
+		}
+		q, le := c.s.queueFor(name)
+		if le != nil {
+			return s.refuse(l, reply, le)
+		}
+		sc.Address = prefixQueue + name
+		l.tmpQueue = name
+		return s.attachQueueOut(l, reply, &sc, q)
+	case src.Dynamic:
 		sc.Address = c.newTemp(src.Capabilities)
 		l.filter = sc.Address
-	} else {
-		name, kind := resolveAddress(src.Address, src.Capabilities)
+	default:
+		name, kind := c.s.resolve(src.Address, src.Capabilities)
 		if kind == nodeQueue {
-			return s.refuse(l, reply, linkErr(frames.ErrCondNotFound, "queue %q does not exist", name))
+			q, le := c.s.queueFor(name)
+			if le != nil {
+				return s.refuse(l, reply, le)
+			}
+			return s.attachQueueOut(l, reply, &sc, q)
 		}
 		if err := c.s.checkFilter(name); err != nil {
 			return s.refuse(l, reply, linkErr(frames.ErrCondInvalidField, "source %q is not a topic filter: %v", core.ShortTopic(src.Address), err))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/tolsey/tolsey/core"
 	"github.com/tolsey/tolsey/core/accept"
 	"github.com/tolsey/tolsey/core/metrics"
+	"github.com/tolsey/tolsey/core/queue"
 	"github.com/tolsey/tolsey/retain"
 )
 
@@ -61,6 +63,14 @@ type Options struct {
 	// stops reading for that long (while the gateway has frames for it,
 	// heartbeats included) is disconnected. 0 disables it.
 	WriteTimeout time.Duration
+
+	// Queues is the queue engine (docs/queues.md, "AMQP"); nil: no queues,
+	// and a queue address is refused with amqp:not-found.
+	Queues *queue.Engine
+	// AutoCreateQueues (queues.autoCreate): an attach to a queue that does
+	// not exist creates a durable one with the defaults, instead of being
+	// refused with amqp:not-found.
+	AutoCreateQueues bool
 }
 
 // Defaults and fixed limits.
@@ -103,6 +113,7 @@ type Server struct {
 	tmp     map[string]int8          // temporary address → x-opt-jms-dest kind
 	subsMu  sync.Mutex               // guards subs
 	subs    map[string]*subscription // durable and shared subscriptions by key
+	autoMu  sync.Mutex               // serialises AutoCreateQueues: Declare changes an existing queue
 }
 
 // New builds the front-end; Start binds and serves.
@@ -270,9 +281,16 @@ func (s *Server) Connections() int {
 // Temporary addresses (dynamic nodes) live in one registry so that a
 // delivery to one can say which JMS destination type it is.
 
-// jmsKindFor is the x-opt-jms-dest / x-opt-jms-reply-to value of a topic:
-// 1 topic, 2 temporary queue, 3 temporary topic.
+// jmsKindFor is the x-opt-jms-dest / x-opt-jms-reply-to value of a topic
+// or address: 0 queue (a message put straight into one, a queue:// reply
+// address), 1 topic, 2 temporary queue, 3 temporary topic.
 func (s *Server) jmsKindFor(topic string) int8 {
+	if q, ok := strings.CutPrefix(topic, queueTopic); ok {
+		return jmsQueueKind(q)
+	}
+	if q, ok := strings.CutPrefix(topic, prefixQueue); ok && !isTemp(q) {
+		return jmsQueueKind(q)
+	}
 	if !isTemp(topic) {
 		return jmsTopic
 	}

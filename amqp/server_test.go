@@ -301,8 +301,11 @@ func TestCorrelationIDTypes(t *testing.T) {
 	}
 }
 
+// TestDynamicSender: without the queue engine, a dynamic node with
+// capability temporary-queue is a temporary topic (queues_test.go has it
+// with the engine: a temporary queue).
 func TestDynamicSender(t *testing.T) {
-	e := startServer(t)
+	e := startServer(t, func(o *Options) { o.Queues = nil })
 	s := e.session(t)
 	snd := newSender(t, s, "", &goamqp.SenderOptions{DynamicAddress: true, TargetCapabilities: []string{"temporary-queue"}})
 	addr := snd.Address()

@@ -48,8 +48,9 @@ type sessionOut struct {
 // pending is a delivery we sent and the peer has not settled. The message
 // is kept so that a durable subscription gets it back if the link goes.
 type pending struct {
-	l *outLink
-	q queued
+	l   *outLink
+	q   queued
+	qid uint64 // the queue delivery's ID, on a queue link
 }
 
 // dispRange is a batched disposition for deliveries first..last we received.
@@ -75,6 +76,7 @@ type linkBase struct {
 	handle     uint32 // the peer's handle and ours
 	detachSent bool   // we detached with an error and wait for the peer's detach
 	refused    bool   // refused at attach: never attached (counted in conn.refusing)
+	tmpQueue   string // the temporary queue this link's attach created, deleted with it
 }
 
 // refusedLink holds the handle of a link refused before anything was made
@@ -240,11 +242,25 @@ func (s *session) linkFail(ep endpoint, e *LinkError) error {
 	s.c.log.Info("amqp link detached", "link", b.name, "condition", string(e.Cond), "description", e.Desc)
 	b.detachSent = true
 	ep.teardown(false)
-	it := outItem{sess: s, body: &frames.Detach{Handle: b.handle, Closed: true, Error: wireError(e.Cond, e.Desc)}}
-	if l, ok := ep.(*outLink); ok {
-		it.do = func(w *writer) { w.detachOut(l) }
+	s.c.dropTempQueue(b)
+	return s.c.send(detachItem(s, ep, &frames.Detach{Handle: b.handle, Closed: true, Error: wireError(e.Cond, e.Desc)}))
+}
+
+// detachItem is the work of sending detach d for ep. For a link we send
+// on, the writer sends it only if it has not detached the link itself
+// (its queue was deleted: writer.detachDeleted), so that the peer never
+// gets two detaches for one link: the peer's detach, answer or not, then
+// needs no answer.
+func detachItem(s *session, ep endpoint, d *frames.Detach) outItem {
+	l, ok := ep.(*outLink)
+	if !ok {
+		return outItem{sess: s, body: d}
 	}
-	return s.c.send(it)
+	return outItem{sess: s, do: func(w *writer) {
+		if w.detachOut(l) {
+			w.write(s.ch, d, nil)
+		}
+	}}
 }
 
 func (s *session) detach(d *frames.Detach) error {
@@ -264,11 +280,10 @@ func (s *session) detach(d *frames.Detach) error {
 		s.c.log.Info("amqp link detached by client with an error", "link", ep.base().name, "condition", string(d.Error.Condition), "description", d.Error.Description)
 	}
 	ep.teardown(d.Closed)
-	it := outItem{sess: s, body: &frames.Detach{Handle: d.Handle, Closed: d.Closed}}
-	if l, ok := ep.(*outLink); ok {
-		it.do = func(w *writer) { w.detachOut(l) }
+	if d.Closed {
+		s.c.dropTempQueue(ep.base())
 	}
-	return s.c.send(it)
+	return s.c.send(detachItem(s, ep, &frames.Detach{Handle: d.Handle, Closed: d.Closed}))
 }
 
 func (s *session) transfer(t *frames.Transfer, payload []byte) error {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tolsey/tolsey/amqp/internal/buffer"
 	"github.com/tolsey/tolsey/amqp/internal/frames"
+	"github.com/tolsey/tolsey/core/queue"
 )
 
 // writer is a connection's writer goroutine. It owns the socket's write
@@ -234,10 +235,11 @@ func (w *writer) attachOut(l *outLink) {
 	l.sess.w.links = append(l.sess.w.links, l)
 }
 
-// detachOut stops sending on l (its detach is written next).
-func (w *writer) detachOut(l *outLink) {
+// detachOut stops sending on l; its detach is written next, unless it
+// reports false: l was detached already.
+func (w *writer) detachOut(l *outLink) bool {
 	if l.detached {
-		return
+		return false
 	}
 	l.detached = true
 	s := l.sess
@@ -262,6 +264,12 @@ func (w *writer) detachOut(l *outLink) {
 	if l.group != nil {
 		l.group.requeue(back)
 	}
+	if l.qc != nil {
+		// After every disposition the peer sent before its detach: what
+		// it settled stays settled, the rest is delivered again.
+		w.c.closeConsumer(l.qc)
+	}
+	return true
 }
 
 // takeUnsettled removes l's unsettled deliveries from s, returning their
@@ -305,6 +313,9 @@ func (s *session) requeueAll() {
 		l.partial, l.partialMsg = nil, queued{}
 		if l.group != nil {
 			l.group.requeue(back)
+		}
+		if l.qc != nil {
+			s.c.closeConsumer(l.qc)
 		}
 	}
 	s.w.links = nil
@@ -389,6 +400,10 @@ func (w *writer) peerDisposition(s *session, d *frames.Disposition) {
 			freed = append(freed, l)
 		}
 		l.unsettled--
+		if l.qc != nil {
+			settleQueued(l.qc, p.qid, d.State)
+			return
+		}
 		w.countOutcome(d.State)
 	})
 	if settleBack {
@@ -420,8 +435,13 @@ func (w *writer) pump(l *outLink) {
 	if !l.attached || l.detached || w.closed || w.err != nil {
 		return
 	}
+	if l.qgone.Load() {
+		w.detachDeleted(l)
+		return
+	}
 	s := l.sess
 	maxUnsettled := w.c.s.opts.LinkBuffer
+	empty := false // a queue link's consumer had nothing for it
 	for s.w.remoteIncomingWindow > 0 {
 		if l.partial != nil {
 			w.transfers(l, 0, false, l.partial, l.partialSettled, true)
@@ -429,6 +449,15 @@ func (w *writer) pump(l *outLink) {
 		}
 		if l.credit == 0 || l.unsettled >= maxUnsettled {
 			break
+		}
+		if l.qc != nil {
+			d, ok := l.nextQueued()
+			if !ok {
+				empty = true
+				break
+			}
+			w.sendDelivery(l, queued{m: d.Msg}, &d)
+			continue
 		}
 		q, ok := l.pop()
 		if !ok {
@@ -438,9 +467,12 @@ func (w *writer) pump(l *outLink) {
 			w.c.s.opts.Metrics.Drop("amqp", "expired")
 			continue
 		}
-		w.sendDelivery(l, q)
+		w.sendDelivery(l, q, nil)
 	}
-	if l.drainPending && l.partial == nil && (l.credit == 0 || l.queuedLen() == 0) {
+	if l.qc == nil {
+		empty = l.queuedLen() == 0
+	}
+	if l.drainPending && l.partial == nil && (l.credit == 0 || empty) {
 		// Drain: use up the credit we cannot fill [2.6.7].
 		l.deliveryCount += l.credit
 		l.credit = 0
@@ -449,7 +481,8 @@ func (w *writer) pump(l *outLink) {
 	}
 }
 
-func (w *writer) sendDelivery(l *outLink, q queued) {
+// sendDelivery sends q on l; d is the queue delivery it is, or nil.
+func (w *writer) sendDelivery(l *outLink, q queued, d *queue.Delivery) {
 	s := l.sess
 	m := q.m
 	srv := w.c.s
@@ -457,20 +490,39 @@ func (w *writer) sendDelivery(l *outLink, q queued) {
 	if m.ResponseTopic != "" {
 		replyKind = srv.jmsKindFor(m.ResponseTopic)
 	}
+	var h deliveryHeader
+	settled := false
+	if d != nil {
+		settled = l.queueSettled()
+		// first-acquirer: no earlier acquirer may have seen it [3.2.1];
+		// a browser acquires nothing.
+		h = deliveryHeader{count: d.DeliveryCount, firstAcquirer: !d.Redelivered && !l.browse}
+	} else {
+		settled = l.presettle(m)
+	}
 	w.msg.Reset()
-	if err := w.enc.encode(&w.msg, m, q.retained, srv.jmsKindFor(m.Topic), replyKind, w.now); err != nil {
+	if err := w.enc.encode(&w.msg, m, q.retained, srv.jmsKindFor(m.Topic), replyKind, h, w.now); err != nil {
 		w.c.log.Warn("amqp message not encodable", "topic", m.Topic, "error", err)
 		srv.opts.Metrics.Drop("amqp", "encode")
+		if d != nil && !l.browse {
+			l.qc.Reject(d.ID) // it never will be: to the dead-letter queue
+		}
 		return
 	}
-	settled := l.presettle(m)
 	id := s.w.nextDeliveryID
 	s.w.nextDeliveryID++
 	l.credit--
 	l.deliveryCount++
-	if !settled {
-		s.w.unsettled[id] = pending{l: l, q: q}
+	switch {
+	case !settled:
+		p := pending{l: l, q: q}
+		if d != nil {
+			p.qid = d.ID
+		}
+		s.w.unsettled[id] = p
 		l.unsettled++
+	case d != nil && !l.browse:
+		l.qc.Ack(d.ID) // snd-settle-mode settled: at most once
 	}
 	if q.retained {
 		srv.out.Out(time.Time{})

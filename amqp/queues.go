@@ -1,0 +1,307 @@
+package amqp
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+
+	"github.com/tolsey/tolsey/amqp/internal/encoding"
+	"github.com/tolsey/tolsey/amqp/internal/frames"
+	"github.com/tolsey/tolsey/core"
+	"github.com/tolsey/tolsey/core/queue"
+)
+
+// Queues over AMQP (docs/queues.md, "AMQP"). The engine (core/queue) does
+// the queueing; this file maps AMQP onto it:
+//
+//   - a receiving link on a queue is a queue.Consumer. The writer pulls
+//     from it (Next) while the link has credit; the peer's outcomes settle
+//     the deliveries (Ack, Release, Modify, Reject); the consumer closes
+//     on the writer once the link, session or connection is gone, after the
+//     dispositions the peer sent before, so that what it accepted is not
+//     delivered again.
+//   - a sending link to a queue (or an anonymous-relay message whose "to"
+//     names one) puts each message straight into it, and the outcome goes
+//     out once the queue holds it durably, through the same held-outcome
+//     path as a topic publish a queue holds (heldPublish).
+//   - a dynamic node with capability temporary-queue is a temporary queue
+//     owned by the connection, deleted with it.
+
+const (
+	// tmpQueuePrefix starts the name of a temporary queue: a "$" name, so
+	// that no wildcard subscription reaches it if it is ever used as a
+	// topic, and unlike any name a user declares by accident.
+	tmpQueuePrefix = "$tmpq/"
+	// queueTopic prefixes the topic of a message put straight into a queue
+	// (core.Message.Topic): the MQTT form of a queue's address
+	// (docs/architecture.md, "$queue/<name>"). An AMQP receiver sees it as
+	// "to" = queue://<name>.
+	queueTopic = "$queue/"
+)
+
+// distribution-mode values [3.5.3].
+const distCopy encoding.Symbol = "copy"
+
+// resolve names the node an address refers to (resolveAddress), and makes
+// a bare address without a topic capability a queue when a queue of that
+// name exists.
+func (s *Server) resolve(addr string, caps []encoding.Symbol) (string, nodeKind) {
+	name, kind := resolveAddress(addr, caps)
+	if kind == nodeTopic && name == addr && s.opts.Queues != nil && !isTemp(addr) &&
+		!hasCap(caps, capTopic) && !hasCap(caps, capTempTopic) {
+		if _, ok := s.opts.Queues.Queue(addr); ok {
+			return addr, nodeQueue
+		}
+	}
+	return name, kind
+}
+
+// resolveRelay is resolve for an anonymous-relay message's "to".
+func (s *Server) resolveRelay(to string, jmsDest int8) (string, nodeKind) {
+	name, kind := resolveTo(to, jmsDest)
+	if kind == nodeTopic && jmsDest < 0 {
+		return s.resolve(to, nil)
+	}
+	return name, kind
+}
+
+// queueFor returns the queue an attach names. An unknown one is refused
+// with amqp:not-found, or created (durable, defaults) with AutoCreateQueues.
+func (s *Server) queueFor(name string) (*queue.Queue, *LinkError) {
+	e := s.opts.Queues
+	if e == nil {
+		return nil, linkErr(frames.ErrCondNotFound, "queue %q does not exist", name)
+	}
+	if q, ok := e.Queue(name); ok {
+		return q, nil
+	}
+	if !s.opts.AutoCreateQueues {
+		return nil, linkErr(frames.ErrCondNotFound, "queue %q does not exist", name)
+	}
+	// Declare changes an existing queue's configuration: two attaches
+	// creating the same queue must not reset each other's (or the first
+	// one's) settings, so look again under the lock.
+	s.autoMu.Lock()
+	defer s.autoMu.Unlock()
+	if q, ok := e.Queue(name); ok {
+		return q, nil
+	}
+	q, err := e.Declare(context.Background(), queue.Config{Name: name})
+	if err != nil {
+		return nil, linkErr(queueCond(err), "%v", err)
+	}
+	s.log.Info("amqp: queue created by an attach (queues.autoCreate)", "queue", name)
+	return q, nil
+}
+
+// queueCond is the AMQP condition of an engine error.
+func queueCond(err error) encoding.Symbol {
+	switch {
+	case errors.Is(err, queue.ErrFull), errors.Is(err, queue.ErrTooMany):
+		return frames.ErrCondResourceLimitExceeded
+	case errors.Is(err, queue.ErrNotFound):
+		return frames.ErrCondNotFound
+	case errors.Is(err, queue.ErrInvalid):
+		return frames.ErrCondInvalidField
+	}
+	return frames.ErrCondInternalError // the store failed
+}
+
+// queueOutcome is the outcome of a message put straight into a queue.
+func queueOutcome(err error) frames.DeliveryState {
+	if err == nil {
+		return stateAccepted
+	}
+	return &frames.Rejected{Error: wireError(queueCond(err), err.Error())}
+}
+
+// wantsTempQueue reports whether a dynamic node asks for a temporary queue
+// (Qpid JMS createTemporaryQueue), which needs the engine.
+func (s *Server) wantsTempQueue(caps []encoding.Symbol) bool {
+	return s.opts.Queues != nil && hasCap(caps, capTempQueue)
+}
+
+// owner is the connection's identity as the owner of its temporary queues.
+func (c *conn) owner() string { return "amqp/" + strconv.FormatUint(c.id, 10) }
+
+// newTempQueue creates a temporary queue owned by the connection.
+func (c *conn) newTempQueue() (string, *LinkError) {
+	c.tmpSeq++
+	name := tmpQueuePrefix + c.s.opts.Node + "/" + strconv.FormatUint(c.id, 10) + "/" + strconv.FormatUint(c.tmpSeq, 10)
+	_, err := c.s.opts.Queues.Declare(context.Background(), queue.Config{Name: name, Temporary: true, Owner: c.owner()})
+	if err != nil {
+		return "", linkErr(queueCond(err), "temporary queue: %v", err)
+	}
+	c.ownsQueues = true
+	return name, nil
+}
+
+// dropTempQueue deletes the temporary queue b's attach created: a dynamic
+// node lives as long as the link that made it (lifetime-policy
+// delete-on-close, the default [3.5.10]), or its connection. A link that
+// is only suspended (detach closed=false, session end) keeps it until the
+// connection ends.
+func (c *conn) dropTempQueue(b *linkBase) {
+	if b.tmpQueue == "" {
+		return
+	}
+	_ = c.s.opts.Queues.Delete(context.Background(), b.tmpQueue) // deleted already: fine
+	b.tmpQueue = ""
+}
+
+// isTempQueue reports whether a queue name is a temporary queue's.
+func isTempQueue(name string) bool { return strings.HasPrefix(name, tmpQueuePrefix) }
+
+// jmsQueueKind is x-opt-jms-dest for a queue: 0, or 2 for a temporary one.
+func jmsQueueKind(name string) int8 {
+	if isTempQueue(name) {
+		return jmsTempQueue
+	}
+	return jmsQueue
+}
+
+// attachQueueOut makes l a consumer of q: a browser when the source asks
+// for distribution-mode copy (JMS QueueBrowser).
+func (s *session) attachQueueOut(l *outLink, reply *frames.Attach, sc *frames.Source, q *queue.Queue) error {
+	c := s.c
+	l.browse = sc.DistributionMode == distCopy
+	l.retainedDone = true // a queue has no retained copies
+	qc, err := q.Consume(queue.ConsumerOptions{Browse: l.browse, Notify: l.wake, Deleted: l.queueDeleted})
+	if err != nil {
+		return s.refuse(l, reply, linkErr(queueCond(err), "%v", err))
+	}
+	l.qc = qc
+	c.addConsumer(qc)
+	// Filters (JMS selectors, no-local) do not apply to a queue: left out
+	// of the answer, so the client knows.
+	sc.Filter = nil
+	reply.Source = sc
+	s.keep(l)
+	return c.send(outItem{sess: s, body: reply, do: func(w *writer) { w.attachOut(l) }})
+}
+
+// wake tells the writer that l may have something to send: the engine's
+// Notify. It never blocks.
+func (l *outLink) wake() {
+	l.mu.Lock()
+	w := !l.ready && !l.closed
+	l.ready = l.ready || w
+	l.mu.Unlock()
+	if w {
+		l.c.markReady(l)
+	}
+}
+
+// queueDeleted is the engine's Deleted: the writer detaches l with
+// amqp:resource-deleted.
+func (l *outLink) queueDeleted() {
+	l.qgone.Store(true)
+	l.wake()
+}
+
+// nextQueued takes the next delivery from l's consumer. Called by the
+// writer.
+func (l *outLink) nextQueued() (queue.Delivery, bool) {
+	l.mu.Lock()
+	closed := l.closed
+	l.mu.Unlock()
+	if closed {
+		return queue.Delivery{}, false // detached by the peer: the writer hears of it next
+	}
+	return l.qc.Next()
+}
+
+// queueSettled says whether l's deliveries go out settled: a browser's
+// (nothing is taken), and those of a receiver that asked snd-settle-mode
+// settled (acknowledged as they are sent: at most once).
+func (l *outLink) queueSettled() bool {
+	return l.browse || l.sndMode == frames.SenderSettleModeSettled
+}
+
+// settleQueued applies the peer's outcome of a queue delivery [3.4].
+func settleQueued(qc *queue.Consumer, id uint64, st frames.DeliveryState) {
+	switch st := st.(type) {
+	case nil, *frames.Accepted:
+		qc.Ack(id) // a settlement without a state accepts [2.6.12]: at-most-once receivers
+	case *frames.Released:
+		qc.Release(id)
+	case *frames.Modified:
+		qc.Modify(id, st.DeliveryFailed, st.UndeliverableHere)
+	case *frames.Rejected:
+		qc.Reject(id)
+	default:
+		// Not an outcome (received, a transactional state): the delivery
+		// is settled without one, so it goes back, uncounted.
+		qc.Release(id)
+	}
+}
+
+// detachDeleted detaches l because its queue was deleted. The writer sends
+// the detach (the reader, blocked on the socket, cannot); the reader takes
+// the peer's detach as for any link, and its answer is not sent (detachItem).
+func (w *writer) detachDeleted(l *outLink) {
+	l.mu.Lock()
+	closed := l.closed
+	l.mu.Unlock()
+	if closed {
+		return // the reader detached it first: its detach is on its way
+	}
+	if !w.detachOut(l) {
+		return
+	}
+	w.c.log.Info("amqp link detached: its queue was deleted", "link", l.name, "queue", l.qc.Queue().Name())
+	w.write(l.sess.ch, &frames.Detach{Handle: l.handle, Closed: true,
+		Error: wireError(frames.ErrCondResourceDeleted, "queue "+strconv.Quote(l.qc.Queue().Name())+" was deleted")}, nil)
+}
+
+// addConsumer registers a consumer of the connection, closed when the
+// connection ends if the writer has not closed it with its link.
+func (c *conn) addConsumer(qc *queue.Consumer) {
+	c.consumersMu.Lock()
+	c.consumers[qc] = struct{}{}
+	c.consumersMu.Unlock()
+}
+
+// closeConsumer closes a consumer of the connection: what it was
+// delivered and not settled is delivered again.
+func (c *conn) closeConsumer(qc *queue.Consumer) {
+	c.consumersMu.Lock()
+	delete(c.consumers, qc)
+	c.consumersMu.Unlock()
+	qc.Close()
+}
+
+// closeQueues ends the connection's part in the queues: its consumers
+// close (once the writer, which applied the peer's last dispositions, has
+// exited) and its temporary queues are deleted.
+func (c *conn) closeQueues() {
+	c.consumersMu.Lock()
+	cs := c.consumers
+	c.consumers = map[*queue.Consumer]struct{}{}
+	c.consumersMu.Unlock()
+	for qc := range cs {
+		qc.Close()
+	}
+	if c.ownsQueues {
+		c.s.opts.Queues.DeleteOwned(context.Background(), c.owner())
+	}
+}
+
+// putQueue puts m straight into the queue named name and answers the
+// delivery once the queue holds it durably (or refused it).
+func (l *inLink) putQueue(name string, m *core.Message) {
+	eng := l.sess.c.s.opts.Queues
+	m.Topic = queueTopic + name
+	m.Retain = false // a queue keeps every message; retaining is a topic's
+	if l.second {
+		// Our outcome goes in s.second, the reader's: wait for it.
+		ch := make(chan error, 1)
+		eng.Put(name, m, func(err error) { ch <- err })
+		l.outcome(queueOutcome(<-ch))
+		return
+	}
+	l.hold(func(h *heldPublish) {
+		eng.Put(name, m, func(err error) { h.answer(queueOutcome(err)) })
+	})
+}
