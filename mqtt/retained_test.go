@@ -62,7 +62,7 @@ func TestReplayWaitsForAcknowledgements(t *testing.T) {
 		}
 		c.write(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: pk.PacketID})
 	}
-	waitUntil(t, "the replay to end", func() bool { return r.gateN.Load() == 0 })
+	waitUntil(t, "the replay to end", func() bool { return r.holding.Load() == 0 })
 	if w := r.wakes.Load(); w != n-1 {
 		t.Fatalf("the worker woke %d times for %d acknowledgements it waited for", w, n-1)
 	}

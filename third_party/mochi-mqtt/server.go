@@ -537,6 +537,7 @@ func (s *Server) establishClient(cl *Client, listener string) (counted bool, err
 		if err != nil {
 			return true, fmt.Errorf("resend inflight: %w", err)
 		}
+		cl.sendHeld() // gateway patch 13: what was held back goes as the quota allows
 	}
 
 	s.hooks.OnSessionEstablished(cl, pk)
@@ -867,20 +868,13 @@ func (s *Server) processPacket(cl *Client, pk packets.Packet) error {
 		return err
 	}
 
-	if cl.State.Inflight.Len() > 0 && atomic.LoadInt32(&cl.State.Inflight.sendQuota) > 0 {
-		next, ok := cl.State.Inflight.NextImmediate()
-		// gateway patch: queued for the client's writer, not written
-		// here: the reader must not block on a write (a write held up by
-		// a hook, the gateway's retained-copy gate, waited for PUBACKs
-		// only this reader could process). A full queue leaves it held
-		// for the next packet.
-		if ok && cl.enqueue(&next) {
-			if ok := cl.State.Inflight.Delete(next.PacketID); ok {
-				atomic.AddInt64(&s.Info.Inflight, -1)
-			}
-			cl.State.Inflight.DecreaseSendQuota()
-		}
-	}
+	// gateway patch: held-back messages are queued for the client's
+	// writer, not written here: the reader must not block on a write. A
+	// full queue leaves them held for the next packet. gateway patch 13:
+	// as many as the quota allows, and each stays in the inflight store
+	// until acknowledged (upstream took it out as it sent it, so its
+	// PUBACK never gave the quota back).
+	cl.sendHeld()
 
 	return nil
 }
@@ -1267,19 +1261,24 @@ func (s *Server) publishToClient(cl *Client, sub packets.Subscription, pk packet
 		}
 
 		out.PacketID = uint16(i) // [MQTT-2.2.1-4]
-		sentQuota := atomic.LoadInt32(&cl.State.Inflight.sendQuota)
-
-		if ok := cl.State.Inflight.Set(out); ok { // [MQTT-4.3.2-3] [MQTT-4.3.3-3]
+		// gateway patch 13: held back (no quota left, earlier ones held,
+		// or a hook holds the client's PUBLISHes) or the quota taken, in
+		// one step (hold.go).
+		held, added := cl.setInflight(&out) // [MQTT-4.3.2-3] [MQTT-4.3.3-3]
+		if added {
 			atomic.AddInt64(&s.Info.Inflight, 1)
 			s.hooks.OnQosPublish(cl, out, out.Created, 0)
-			cl.State.Inflight.DecreaseSendQuota()
 		}
-
-		if sentQuota == 0 && atomic.LoadInt32(&cl.State.Inflight.maximumSendQuota) > 0 {
-			out.Expiry = -1
-			cl.State.Inflight.Set(out)
-			return out, nil
+		if held {
+			return out, nil // [MQTT-3.3.4-9]
 		}
+	} else if held, kept := cl.holdQoS0(out); held { // gateway patch 13
+		if !kept {
+			atomic.AddInt64(&s.Info.MessagesDropped, 1)
+			cl.ops.hooks.OnPublishDropped(cl, pk)
+			return out, packets.ErrPendingClientWritesExceeded
+		}
+		return out, nil
 	}
 
 	if cl.Net.Conn == nil || cl.Closed() {
@@ -1400,8 +1399,10 @@ func (s *Server) processPubrel(cl *Client, pk packets.Packet) error {
 		return err
 	}
 
-	cl.State.Inflight.IncreaseReceiveQuota()             // +1 RECV QUOTA
-	cl.State.Inflight.IncreaseSendQuota()                // +1 SENT QUOTA
+	cl.State.Inflight.IncreaseReceiveQuota() // +1 RECV QUOTA
+	// gateway patch 13: no +1 send quota here: a PUBREL ends an inbound
+	// flow, which took none (upstream's let one more PUBLISH out to a
+	// client at its Receive Maximum [MQTT-3.3.4-9]).
 	if ok := cl.State.Inflight.Delete(pk.PacketID); ok { // [MQTT-4.3.3-12]
 		atomic.AddInt64(&s.Info.Inflight, -1)
 		s.hooks.OnQosComplete(cl, pk)
@@ -1414,8 +1415,8 @@ func (s *Server) processPubrel(cl *Client, pk packets.Packet) error {
 func (s *Server) processPubcomp(cl *Client, pk packets.Packet) error {
 	// regardless of whether the pubcomp is a success or failure, we end the qos flow, delete inflight, and restore the quotas.
 	cl.State.Inflight.IncreaseReceiveQuota() // +1 RECV QUOTA
-	cl.State.Inflight.IncreaseSendQuota()    // +1 SENT QUOTA
 	if ok := cl.State.Inflight.Delete(pk.PacketID); ok {
+		cl.State.Inflight.IncreaseSendQuota() // +1 SENT QUOTA; gateway patch 13: only for a flow that took it
 		atomic.AddInt64(&s.Info.Inflight, -1)
 		s.hooks.OnQosComplete(cl, pk)
 	}
