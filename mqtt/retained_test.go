@@ -101,7 +101,8 @@ func dialRawVersion(t *testing.T, addr, id string, version byte, clean bool, rec
 		Properties: packets.Properties{ReceiveMaximum: receiveMaximum},
 	})
 	if pk := c.read(t); pk.FixedHeader.Type != packets.Connack || pk.ReasonCode != 0 {
-		t.Fatalf("%s: want a successful CONNACK, got %v", id, pk)
+		t.Fatalf("%s: want a successful CONNACK first, got %s (topic %q, code %#x)",
+			id, packets.PacketNames[pk.FixedHeader.Type], pk.TopicName, pk.ReasonCode)
 	}
 	return c
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mochi-mqtt/server/v2/packets"
+
 	"github.com/tolsey/tolsey/retain"
 	"github.com/tolsey/tolsey/retain/memory"
 )
@@ -76,5 +78,40 @@ func TestTakeoverTellsOldConnection(t *testing.T) {
 		if !flood && got != rounds {
 			t.Errorf("an idle old connection got DISCONNECT 0x8E in %d of %d takeovers", got, rounds)
 		}
+	}
+}
+
+// TestTakeoverConnackFirst: a client that takes its persistent session over
+// while messages flow to it gets its CONNACK before any PUBLISH
+// [MQTT-3.2.0-1]. mochi subscribed the new connection to the session's
+// filters before it wrote the CONNACK, so a publisher's message could be
+// written first; paho then fails the connection.
+func TestTakeoverConnackFirst(t *testing.T) {
+	s := startTestServer(t, memory.New(retain.Limits{}))
+	for _, version := range []byte{4, 5} {
+		first := dialRawVersion(t, s.Addr(), "busy", version, false, 0)
+		first.write(t, packets.Packet{
+			FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1},
+			PacketID:    1,
+			Filters:     packets.Subscriptions{{Filter: "flood/#"}},
+		})
+		if pk := first.read(t); pk.FixedHeader.Type != packets.Suback {
+			t.Fatalf("want SUBACK, got %v", pk)
+		}
+		stop := floodRouter(s, "flood/x", 64)
+		old := first
+		for range 500 {
+			// dialRawVersion fails the test unless the first packet
+			// is a successful CONNACK.
+			c := dialRawVersion(t, s.Addr(), "busy", version, false, 0)
+			old.conn.Close()
+			old = c
+		}
+		stop()
+		old.conn.Close()
+		waitUntil(t, "busy gone", func() bool {
+			cl, ok := s.mochi.Clients.Get("busy")
+			return !ok || cl.Closed()
+		})
 	}
 }

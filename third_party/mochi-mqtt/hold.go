@@ -36,33 +36,43 @@ import (
 // MaximumClientWritesPending. ReleasePublishes queues them for the writer,
 // QoS 1/2 as the quota allows. The held count (Inflight.Held) lets a hook
 // that sends its own QoS 1/2 PUBLISHes meanwhile count only those sent.
+// mochi holds a new connection's PUBLISHes the same way until its CONNACK
+// is out: a session it inherits makes it a subscriber before, and a
+// publisher's message was written first [MQTT-3.2.0-1].
 
 // publishHold is a client's hold on its PUBLISHes. mu also orders each
 // publisher's decision to hold a QoS 1/2 PUBLISH back against sendHeld, so
 // none is left held while the quota would let it go.
 type publishHold struct {
 	mu   sync.Mutex
-	on   bool             // guarded by mu
-	qos0 []packets.Packet // guarded by mu: QoS 0 PUBLISHes held while on
+	n    int              // guarded by mu: HoldPublishes not yet released
+	qos0 []packets.Packet // guarded by mu: QoS 0 PUBLISHes held while n > 0
 }
 
 // HoldPublishes holds every PUBLISH mochi routes to the client from now on
 // until ReleasePublishes: none is queued for the writer, none takes send
-// quota. What is already queued still goes.
+// quota. What is already queued still goes. Holds nest: mochi holds a new
+// connection's until its CONNACK is written, a hook may hold them later.
 func (cl *Client) HoldPublishes() {
 	cl.State.hold.mu.Lock()
-	cl.State.hold.on = true
+	cl.State.hold.n++
 	cl.State.hold.mu.Unlock()
 }
 
-// ReleasePublishes ends HoldPublishes: the held QoS 0 PUBLISHes are queued
-// in the order they came, then the held QoS 1/2 ones as the send quota
-// allows (the rest go as acknowledgements give quota back).
+// ReleasePublishes ends one HoldPublishes; once none is left, the held QoS
+// 0 PUBLISHes are queued in the order they came, then the held QoS 1/2
+// ones as the send quota allows (the rest go as acknowledgements give
+// quota back).
 func (cl *Client) ReleasePublishes() {
 	h := &cl.State.hold
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.on = false
+	if h.n > 0 {
+		h.n--
+	}
+	if h.n > 0 {
+		return
+	}
 	for i := range h.qos0 {
 		if !cl.enqueue(&h.qos0[i]) {
 			atomic.AddInt64(&cl.ops.info.MessagesDropped, 1)
@@ -79,7 +89,7 @@ func (cl *Client) holdQoS0(pk packets.Packet) (held, kept bool) {
 	h := &cl.State.hold
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if !h.on {
+	if h.n == 0 {
 		return false, false
 	}
 	if len(h.qos0) >= int(cl.ops.options.Capabilities.MaximumClientWritesPending) {
@@ -99,7 +109,7 @@ func (cl *Client) setInflight(pk *packets.Packet) (held, added bool) {
 	in := cl.State.Inflight
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	held = h.on || in.Held() > 0 || !in.TakeSendQuota()
+	held = h.n > 0 || in.Held() > 0 || !in.TakeSendQuota()
 	if held {
 		pk.Expiry = -1
 	}
@@ -120,7 +130,7 @@ func (cl *Client) sendHeld() {
 // sendHeldLocked is sendHeld; the caller holds cl.State.hold.mu.
 func (cl *Client) sendHeldLocked() {
 	in := cl.State.Inflight
-	if cl.State.hold.on || in.Held() == 0 || cl.Closed() {
+	if cl.State.hold.n > 0 || in.Held() == 0 || cl.Closed() {
 		return
 	}
 	for _, pk := range in.GetAll(true) {

@@ -509,6 +509,12 @@ func (s *Server) establishClient(cl *Client, listener string) (counted bool, err
 
 	s.hooks.OnSessionEstablish(cl, pk)
 
+	// gateway patch 13: the session inherited makes cl a subscriber at
+	// once; what publishers route to it waits for the CONNACK and the
+	// messages resent [MQTT-3.2.0-1] [MQTT-4.6.0-6] (upstream could write
+	// a PUBLISH first).
+	cl.HoldPublishes()
+
 	// gateway patch: the session is taken and cl registered under the id's
 	// lock (see sessionLocks); the old connection is told after the
 	// CONNACK, which it must not delay.
@@ -537,8 +543,8 @@ func (s *Server) establishClient(cl *Client, listener string) (counted bool, err
 		if err != nil {
 			return true, fmt.Errorf("resend inflight: %w", err)
 		}
-		cl.sendHeld() // gateway patch 13: what was held back goes as the quota allows
 	}
+	cl.ReleasePublishes() // gateway patch 13: what was held back goes, as the quota allows
 
 	s.hooks.OnSessionEstablished(cl, pk)
 	return true, nil
