@@ -167,6 +167,25 @@ type Server struct {
 	willOwners sync.Map // string → *Client
 }
 
+// inSession runs fn, which changes cl's subscriptions in Topics (indexed by
+// client id) and in its session, under the id's lock, unless a new
+// connection has taken the session over; it reports whether fn ran
+// (gateway patch 14). receivePacket skips the packets of a connection
+// taken over, but a SUBSCRIBE it was processing as the takeover came went
+// on: with clean start, its filters stayed in Topics under the id, and the
+// new session, which had none, got their messages; without, an
+// UNSUBSCRIBE took a filter out of Topics from the session carried on.
+func (s *Server) inSession(cl *Client, fn func()) bool {
+	mu := s.sessionLock(cl.ID)
+	mu.Lock()
+	defer mu.Unlock()
+	if cl.State.takenOver.Load() || cl.State.isTakenOver.Load() {
+		return false
+	}
+	fn()
+	return true
+}
+
 // sessionLock is the lock of id's stripe (gateway patch).
 func (s *Server) sessionLock(id string) *sync.Mutex {
 	h := uint32(2166136261) // FNV-1a
@@ -1454,11 +1473,17 @@ func (s *Server) processSubscribe(cl *Client, pk packets.Packet) error {
 				reasonCodes[i] = packets.ErrUnspecifiedError.Code
 			}
 		} else {
-			isNew := s.Topics.Subscribe(cl.ID, sub) // [MQTT-3.8.4-3]
+			var isNew bool
+			if !s.inSession(cl, func() {
+				isNew = s.Topics.Subscribe(cl.ID, sub)      // [MQTT-3.8.4-3]
+				cl.State.Subscriptions.Add(sub.Filter, sub) // [MQTT-3.2.2-10]
+			}) {
+				reasonCodes[i] = packets.ErrUnspecifiedError.Code // taken over: nobody reads the SUBACK
+				continue
+			}
 			if isNew {
 				atomic.AddInt64(&s.Info.Subscriptions, 1)
 			}
-			cl.State.Subscriptions.Add(sub.Filter, sub) // [MQTT-3.2.2-10]
 
 			if sub.Qos > s.Options.Capabilities.MaximumQos {
 				sub.Qos = s.Options.Capabilities.MaximumQos // [MQTT-3.2.2-9]
@@ -1520,14 +1545,17 @@ func (s *Server) processUnsubscribe(cl *Client, pk packets.Packet) error {
 			continue
 		}
 
-		if q := s.Topics.Unsubscribe(sub.Filter, cl.ID); q {
+		var q bool
+		s.inSession(cl, func() {
+			q = s.Topics.Unsubscribe(sub.Filter, cl.ID)
+			cl.State.Subscriptions.Delete(sub.Filter) // [MQTT-3.10.4-2] [MQTT-3.10.4-2] ~[MQTT-3.10.4-3]
+		})
+		if q {
 			atomic.AddInt64(&s.Info.Subscriptions, -1)
 			reasonCodes[i] = packets.CodeSuccess.Code
 		} else {
 			reasonCodes[i] = packets.CodeNoSubscriptionExisted.Code
 		}
-
-		cl.State.Subscriptions.Delete(sub.Filter) // [MQTT-3.10.4-2] [MQTT-3.10.4-2] ~[MQTT-3.10.4-3]
 	}
 
 	ack := packets.Packet{ // [MQTT-3.10.4-4]
