@@ -45,12 +45,7 @@ func TestReplayWithLiveMessagesDoesNotStall(t *testing.T) {
 		live        = maxInflight // fills the store; one more would be dropped
 	)
 	store := &heldMatchStore{Store: memory.New(retain.Limits{}), entered: make(chan struct{}), release: make(chan struct{})}
-	for i := range retained {
-		m := &core.Message{Topic: fmt.Sprintf("r/%d", i), Payload: []byte("v"), QoS: 1, Created: time.Now().Add(-time.Hour)}
-		if err := store.Store.Set(context.Background(), m); err != nil {
-			t.Fatal(err)
-		}
-	}
+	setRetained(t, store.Store, retained)
 	released := false
 	release := func() {
 		if !released {
@@ -62,14 +57,7 @@ func TestReplayWithLiveMessagesDoesNotStall(t *testing.T) {
 	t.Cleanup(release) // before the shutdown, which waits for the worker
 
 	sub := dialRaw(t, s.Addr(), "late", receiveMax)
-	sub.write(t, packets.Packet{
-		FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1},
-		PacketID:    1,
-		Filters:     packets.Subscriptions{{Filter: "r/#", Qos: 1}},
-	})
-	if pk := sub.read(t); pk.FixedHeader.Type != packets.Suback || len(pk.ReasonCodes) != 1 || pk.ReasonCodes[0] != 1 {
-		t.Fatalf("want SUBACK granting QoS 1, got %v", pk)
-	}
+	sub.subscribeQoS1(t, "r/#")
 	select {
 	case <-store.entered:
 	case <-time.After(20 * time.Second):
