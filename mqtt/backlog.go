@@ -84,6 +84,9 @@ func (b *backlog) keep(cl *mochi.Client, pk packets.Packet) {
 	if s.track(cl, &out) != nil {
 		return
 	}
+	// Not waiting for the send quota (docs/mqtt-frontend.md, "Receive
+	// Maximum"); counted in it, as mochi counted it before it dropped it.
+	cl.State.Inflight.DecreaseSendQuota()
 	s.opts.Metrics.Drop("mqtt", "requeued") // not lost: counted to show pressure
 	b.push(cl, out)
 }

@@ -228,12 +228,10 @@ func (h *hook) OnSubscribed(cl *mochi.Client, _ packets.Packet, codes []byte) {
 // OnPacketProcessed runs on the client's reader once mochi has handled a
 // packet from it. After a SUBSCRIBE (its SUBACK written) the retained copies
 // are queued for the client's replay worker. After an acknowledgement
-// mochi may have freed an inflight slot, which a replay worker may be
-// waiting for. Signalled here rather than in OnQosComplete: mochi also
-// frees a slot without that hook, when after a packet it writes a message
-// it had held back for the client's send quota and takes it out of the
-// inflight store; that message's PUBACK, which mochi then ignores, still
-// comes through here.
+// mochi may have freed an inflight slot and given back send quota, which a
+// replay worker may be waiting for. Signalled after every acknowledgement
+// rather than from OnQosComplete: one place for every way a slot frees,
+// and a wake that finds none just waits again.
 func (h *hook) OnPacketProcessed(cl *mochi.Client, pk packets.Packet, err error) {
 	if cl.Net.Inline {
 		return
@@ -304,16 +302,12 @@ func (h *hook) routeWill(cl *mochi.Client, pk *packets.Packet) {
 
 // OnPacketEncode strips properties mochi copies onto SUBACK/UNSUBACK, and
 // drops the message expiry interval mochi adds to messages that had none.
+// It never blocks: it runs on the client's writer.
 func (h *hook) OnPacketEncode(cl *mochi.Client, pk packets.Packet) packets.Packet {
 	switch pk.FixedHeader.Type {
 	case packets.Publish:
 		if pk.Properties.MessageExpiryInterval > noExpiryCap/2 {
 			pk.Properties.MessageExpiryInterval = 0
-		}
-		if pk.Origin != retainedOrigin {
-			if g := h.replay.gate(cl); g != nil {
-				<-g // the client's retained copies go first
-			}
 		}
 	case packets.Suback, packets.Unsuback:
 		pk.Properties.User = nil // mochi echoes the SUBSCRIBE's user properties

@@ -17,8 +17,9 @@ import (
 
 // track gives a QoS 1/2 PUBLISH the gateway writes itself a packet id and a
 // place in the session's inflight store, as mochi's publishToClient does for
-// its own: the client's PUBACK clears it, a reconnecting persistent session
-// gets it again, and it counts against the client's send quota.
+// its own: the client's PUBACK clears it (and gives back a unit of the
+// client's send quota, which the caller took) and a reconnecting persistent
+// session gets it again.
 func (s *Server) track(cl *mochi.Client, pk *packets.Packet) error {
 	id, err := cl.NextPacketID()
 	if err != nil {
@@ -28,14 +29,24 @@ func (s *Server) track(cl *mochi.Client, pk *packets.Packet) error {
 	pk.PacketID = uint16(id)
 	if cl.State.Inflight.Set(*pk) {
 		atomic.AddInt64(&s.mochi.Info.Inflight, 1)
-		cl.State.Inflight.DecreaseSendQuota()
 	}
 	return nil
 }
 
+// takeSlot takes a place for one more QoS 1/2 retained copy in flight to
+// cl, and reports whether there was one: a unit of the client's send quota
+// (its Receive Maximum [MQTT-3.3.4-9]), and fewer than mqtt.maxInflight
+// messages sent and not acknowledged. Messages mochi holds back unsent (the
+// live ones held while the copies go, patch 13) do not count: they wait
+// for the copies, which must not wait for them.
+func (s *Server) takeSlot(cl *mochi.Client) bool {
+	in := cl.State.Inflight
+	return in.Len()-in.Held() < int(s.mochi.Options.Capabilities.MaximumInflight) && in.TakeSendQuota()
+}
+
 // inflightFull reports whether cl's session holds mqtt.maxInflight messages
-// in flight: mochi drops a QoS 1/2 message it would add then, and a
-// retained copy waits.
+// in flight: mochi drops a QoS 1/2 message it would add then, and so does
+// the backlog.
 func (s *Server) inflightFull(cl *mochi.Client) bool {
 	return cl.State.Inflight.Len() >= int(s.mochi.Options.Capabilities.MaximumInflight)
 }

@@ -27,13 +27,14 @@ import (
 // of being cut short, and a client that stops reading while its own PUBACK
 // writes block cannot deadlock the reader.
 //
-// From OnSubscribe until the last copy is out, the client's gate holds back
-// live PUBLISHes (OnPacketEncode), so a stale stored copy never lands after
-// a newer live message on the same topic.
-
-// retainedOrigin marks the copies the replayer writes itself: the gate lets
-// them through.
-const retainedOrigin = "\x00retained"
+// From OnSubscribe until the last copy is out, mochi holds back the live
+// PUBLISHes routed to the client (Client.HoldPublishes, patch 13 of our
+// copy), so a stale stored copy never lands after a newer live message on
+// the same topic. Held there, they take no place in the client's Receive
+// Maximum and are not counted against the worker's window: the copies,
+// which are written meanwhile, need both, and the held messages can only go
+// once the copies are out (before, they waited in mochi's write queue with
+// both taken, and the worker waited for them for ever).
 
 // replayer sends late MQTT subscribers their stored retained copies.
 //
@@ -43,14 +44,12 @@ const retainedOrigin = "\x00retained"
 //     SUBSCRIBE, and forget as the client leaves (OnDisconnect);
 //   - one worker goroutine per client with copies to send runs work: queue
 //     starts it, and it ends when that client's jobs are done or it left;
-//   - the goroutine encoding a PUBLISH to the client runs gate;
 //   - slotFreed runs on the client's reader (an acknowledgement processed)
 //     or on mochi's expiry loop (an inflight message dropped);
 //   - close runs on Shutdown's goroutine, once the clients are gone.
 //
 // mu guards clients and closing, and the clientReplay fields marked so.
-// gateN and waiting are read without it on hot paths: every PUBLISH encoded,
-// every acknowledgement processed.
+// waiting is read without it on a hot path: every acknowledgement processed.
 type replayer struct {
 	s    *Server
 	rule retain.Replay
@@ -60,7 +59,7 @@ type replayer struct {
 	clients map[*mochi.Client]*clientReplay
 	closing bool // Shutdown: no new workers
 
-	gateN   atomic.Int32 // clients whose gate is closed
+	holding atomic.Int32 // clients whose live PUBLISHes mochi holds
 	waiting atomic.Int32 // workers waiting for an inflight slot
 	// wakes counts the times a waiting worker was woken. Each is an
 	// acknowledgement processed or an inflight message dropped, never a
@@ -72,8 +71,7 @@ type replayer struct {
 // clientReplay is one client's SUBSCRIBEs with retained copies to send.
 type clientReplay struct {
 	// Guarded by replayer.mu.
-	gate     chan struct{} // closed once every copy is out (or the client left)
-	released bool          // gate closed
+	released bool          // live PUBLISHes no longer held
 	cur      *pendingSub   // the SUBSCRIBE mochi is processing
 	jobs     []*pendingSub // processed SUBSCRIBEs, copies still to send
 	running  bool          // a worker is sending jobs
@@ -101,7 +99,8 @@ func newReplayer(s *Server) *replayer {
 }
 
 // subscribing notes which of a SUBSCRIBE's filters the session held already
-// (for Retain Handling 1), before mochi adds them, and closes cl's gate.
+// (for Retain Handling 1), before mochi adds them, and holds cl's live
+// PUBLISHes.
 func (r *replayer) subscribing(cl *mochi.Client, filters []packets.Subscription) {
 	p := &pendingSub{filters: filters, existed: make([]bool, len(filters))}
 	for i, f := range filters {
@@ -110,9 +109,10 @@ func (r *replayer) subscribing(cl *mochi.Client, filters []packets.Subscription)
 	r.mu.Lock()
 	c := r.clients[cl]
 	if c == nil {
-		c = &clientReplay{gate: make(chan struct{})}
+		c = &clientReplay{}
 		r.clients[cl] = c
-		r.gateN.Add(1)
+		r.holding.Add(1)
+		cl.HoldPublishes()
 	}
 	c.cur = p
 	r.mu.Unlock()
@@ -154,28 +154,16 @@ func (r *replayer) queue(cl *mochi.Client, err error) {
 	}
 }
 
-// gate returns the channel live PUBLISHes to cl wait on, or nil.
-func (r *replayer) gate(cl *mochi.Client) chan struct{} {
-	if r.gateN.Load() == 0 {
-		return nil
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if c := r.clients[cl]; c != nil {
-		return c.gate
-	}
-	return nil
-}
-
-// releaseLocked opens c's gate and forgets c. r.mu is held.
+// releaseLocked lets mochi send cl's held live PUBLISHes and forgets c.
+// r.mu is held.
 func (r *replayer) releaseLocked(cl *mochi.Client, c *clientReplay) {
 	if r.clients[cl] == c {
 		delete(r.clients, cl)
 	}
 	if !c.released {
 		c.released = true
-		r.gateN.Add(-1)
-		close(c.gate)
+		r.holding.Add(-1)
+		cl.ReleasePublishes()
 	}
 }
 
@@ -263,7 +251,6 @@ func (r *replayer) replay(cl *mochi.Client, c *clientReplay, sub packets.Subscri
 	// the store bounds its own round trips, and a client that leaves ends it.
 	r.rule.Run(context.Background(), sub.Filter, since, func(m *core.Message) bool {
 		pk := toPacket(m, true, time.Now())
-		pk.Origin = retainedOrigin
 		pk.FixedHeader.Qos = min(m.QoS, sub.Qos)
 		if sub.Identifier > 0 {
 			pk.Properties.SubscriptionIdentifier = []int{sub.Identifier}
@@ -277,27 +264,29 @@ func (r *replayer) replay(cl *mochi.Client, c *clientReplay, sub packets.Subscri
 }
 
 // write sends one retained copy, tracking QoS 1/2 in the session's inflight
-// store as mochi does for its own deliveries. While the session's inflight
-// window (mqtt.maxInflight) is full it waits for the client's
-// acknowledgements rather than drop the copy.
+// store as mochi does for its own deliveries. While the client's window is
+// full (its Receive Maximum, or mqtt.maxInflight messages sent and not
+// acknowledged) it waits for the client's acknowledgements rather than drop
+// the copy.
 func (r *replayer) write(cl *mochi.Client, c *clientReplay, pk packets.Packet) error {
 	if pk.FixedHeader.Qos > 0 {
 		if err := r.waitForSlot(cl, c); err != nil {
 			return err
 		}
 		if err := r.s.track(cl, &pk); err != nil {
+			cl.State.Inflight.IncreaseSendQuota()
 			return err
 		}
 	}
 	return cl.WritePacket(pk)
 }
 
-// waitForSlot returns once cl's session has room for one more message in
-// flight, or mochi.ErrConnectionClosed once cl has left. It sleeps on
-// c.freed, which slotFreed fills from mochi's acknowledgement path: no
-// clock, no polling.
+// waitForSlot returns once cl may have one more QoS 1/2 message in flight,
+// the unit of its send quota taken (takeSlot), or mochi.ErrConnectionClosed
+// once cl has left. It sleeps on c.freed, which slotFreed fills from mochi's
+// acknowledgement path: no clock, no polling.
 func (r *replayer) waitForSlot(cl *mochi.Client, c *clientReplay) error {
-	if !r.s.inflightFull(cl) {
+	if r.s.takeSlot(cl) {
 		return nil
 	}
 	// Counted before the drain and the check below, so that a slot freed
@@ -309,7 +298,7 @@ func (r *replayer) waitForSlot(cl *mochi.Client, c *clientReplay) error {
 	case <-c.freed:
 	default:
 	}
-	for r.s.inflightFull(cl) {
+	for !r.s.takeSlot(cl) {
 		select {
 		case <-c.freed:
 			r.wakes.Add(1)

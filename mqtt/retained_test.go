@@ -29,23 +29,11 @@ import (
 func TestReplayWaitsForAcknowledgements(t *testing.T) {
 	store := memory.New(retain.Limits{})
 	const n = 5
-	for i := range n {
-		m := &core.Message{Topic: fmt.Sprintf("r/%d", i), Payload: []byte("v"), QoS: 1, Created: time.Now().Add(-time.Hour)}
-		if err := store.Set(context.Background(), m); err != nil {
-			t.Fatal(err)
-		}
-	}
+	setRetained(t, store, n)
 	s := startTestServer(t, store, func(o *Options) { o.MaxInflight = 1 })
 	r := s.hook.replay
 	c := dialRaw(t, s.Addr(), "late", 1)
-	c.write(t, packets.Packet{
-		FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1},
-		PacketID:    1,
-		Filters:     packets.Subscriptions{{Filter: "r/#", Qos: 1}},
-	})
-	if pk := c.read(t); pk.FixedHeader.Type != packets.Suback || len(pk.ReasonCodes) != 1 || pk.ReasonCodes[0] != 1 {
-		t.Fatalf("want SUBACK granting QoS 1, got %v", pk)
-	}
+	c.subscribeQoS1(t, "r/#")
 	seen := map[string]bool{}
 	for i := range n {
 		pk := c.read(t)
@@ -62,9 +50,34 @@ func TestReplayWaitsForAcknowledgements(t *testing.T) {
 		}
 		c.write(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: pk.PacketID})
 	}
-	waitUntil(t, "the replay to end", func() bool { return r.gateN.Load() == 0 })
+	waitUntil(t, "the replay to end", func() bool { return r.holding.Load() == 0 })
 	if w := r.wakes.Load(); w != n-1 {
 		t.Fatalf("the worker woke %d times for %d acknowledgements it waited for", w, n-1)
+	}
+}
+
+// setRetained stores n QoS 1 retained messages, r/0 to r/n-1, made an hour
+// ago (before any subscription of the test).
+func setRetained(t *testing.T, store retain.Store, n int) {
+	t.Helper()
+	for i := range n {
+		m := &core.Message{Topic: fmt.Sprintf("r/%d", i), Payload: []byte("v"), QoS: 1, Created: time.Now().Add(-time.Hour)}
+		if err := store.Set(context.Background(), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// subscribeQoS1 subscribes to filter at QoS 1 and wants it granted.
+func (c *rawClient) subscribeQoS1(t *testing.T, filter string) {
+	t.Helper()
+	c.write(t, packets.Packet{
+		FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1},
+		PacketID:    1,
+		Filters:     packets.Subscriptions{{Filter: filter, Qos: 1}},
+	})
+	if pk := c.read(t); pk.FixedHeader.Type != packets.Suback || len(pk.ReasonCodes) != 1 || pk.ReasonCodes[0] != 1 {
+		t.Fatalf("want SUBACK granting QoS 1, got %v", pk)
 	}
 }
 
@@ -101,7 +114,8 @@ func dialRawVersion(t *testing.T, addr, id string, version byte, clean bool, rec
 		Properties: packets.Properties{ReceiveMaximum: receiveMaximum},
 	})
 	if pk := c.read(t); pk.FixedHeader.Type != packets.Connack || pk.ReasonCode != 0 {
-		t.Fatalf("%s: want a successful CONNACK, got %v", id, pk)
+		t.Fatalf("%s: want a successful CONNACK first, got %s (topic %q, code %#x)",
+			id, packets.PacketNames[pk.FixedHeader.Type], pk.TopicName, pk.ReasonCode)
 	}
 	return c
 }

@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"sync/atomic"
 	"time"
 
 	mochi "github.com/mochi-mqtt/server/v2"
@@ -205,7 +206,7 @@ func (s *Server) WSAddr() string {
 }
 
 // Clients is the number of connected MQTT clients.
-func (s *Server) Clients() int64 { return s.mochi.Info.ClientsConnected }
+func (s *Server) Clients() int64 { return atomic.LoadInt64(&s.mochi.Info.ClientsConnected) }
 
 // Shutdown stops accepting, disconnects clients (their in-flight QoS 1/2
 // state stays in their sessions for the next connection, as MQTT defines)

@@ -2,10 +2,14 @@ package mqtt
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"testing"
 	"time"
+
+	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/tolsey/tolsey/retain"
 	"github.com/tolsey/tolsey/retain/memory"
@@ -76,5 +80,93 @@ func TestTakeoverTellsOldConnection(t *testing.T) {
 		if !flood && got != rounds {
 			t.Errorf("an idle old connection got DISCONNECT 0x8E in %d of %d takeovers", got, rounds)
 		}
+	}
+}
+
+// TestTakeoverConnackFirst: a client that takes its persistent session over
+// while messages flow to it gets its CONNACK before any PUBLISH
+// [MQTT-3.2.0-1]. mochi subscribed the new connection to the session's
+// filters before it wrote the CONNACK, so a publisher's message could be
+// written first; paho then fails the connection.
+func TestTakeoverConnackFirst(t *testing.T) {
+	s := startTestServer(t, memory.New(retain.Limits{}))
+	for _, version := range []byte{4, 5} {
+		first := dialRawVersion(t, s.Addr(), "busy", version, false, 0)
+		first.write(t, packets.Packet{
+			FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1},
+			PacketID:    1,
+			Filters:     packets.Subscriptions{{Filter: "flood/#"}},
+		})
+		if pk := first.read(t); pk.FixedHeader.Type != packets.Suback {
+			t.Fatalf("want SUBACK, got %v", pk)
+		}
+		stop := floodRouter(s, "flood/x", 64)
+		old := first
+		for range 500 {
+			// dialRawVersion fails the test unless the first packet
+			// is a successful CONNACK.
+			c := dialRawVersion(t, s.Addr(), "busy", version, false, 0)
+			old.conn.Close()
+			old = c
+		}
+		stop()
+		old.conn.Close()
+		waitUntil(t, "busy gone", func() bool {
+			cl, ok := s.mochi.Clients.Get("busy")
+			return !ok || cl.Closed()
+		})
+	}
+}
+
+// TestTakeoverLeavesNoStaleSubscription: a SUBSCRIBE the old connection
+// is still processing when a new connection takes the session over with
+// clean start must not leave its filters in mochi's index under the
+// client id: the new session has none, yet would get their messages (in
+// 300 rounds, the first stale filters came within 10). mochi checked
+// whether the connection was taken over before it processed a packet, not
+// under the id's lock as it added to the index (mochi patch 14).
+func TestTakeoverLeavesNoStaleSubscription(t *testing.T) {
+	s := startTestServer(t, memory.New(retain.Limits{}))
+	const filters = 50
+	sub := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1}, PacketID: 1,
+		ProtocolVersion: 5}
+	for i := range filters {
+		sub.Filters = append(sub.Filters, packets.Subscription{Filter: fmt.Sprintf("sub/%d", i)})
+	}
+	var buf bytes.Buffer
+	if err := sub.SubscribeEncode(&buf); err != nil {
+		t.Fatal(err)
+	}
+	indexed := func() (n int) {
+		for i := range filters {
+			if _, ok := s.mochi.Topics.Subscribers(fmt.Sprintf("sub/%d", i)).Subscriptions["busy"]; ok {
+				n++
+			}
+		}
+		return n
+	}
+	cur := dialRaw(t, s.Addr(), "busy", 0)
+	for round := range 300 {
+		wrote := make(chan error, 1)
+		go func(c *rawClient) {
+			_, err := c.conn.Write(buf.Bytes())
+			wrote <- err
+		}(cur)
+		next := dialRaw(t, s.Addr(), "busy", 0) // clean start
+		if err := <-wrote; err != nil {
+			t.Fatal(err)
+		}
+		// The old connection's reader is done once only the new one is
+		// counted.
+		waitUntil(t, "the old connection to end", func() bool { return s.Clients() == 1 })
+		cl, ok := s.mochi.Clients.Get("busy")
+		if !ok {
+			t.Fatal("no session")
+		}
+		if got, want := indexed(), cl.State.Subscriptions.Len(); got != want {
+			t.Fatalf("round %d: %d filters indexed for busy, its session has %d", round, got, want)
+		}
+		cur.conn.Close()
+		cur = next
 	}
 }

@@ -205,6 +205,7 @@ type ClientState struct {
 	disconnected    int64              // the time the client disconnected in unix time, for calculating expiry
 	outbound        outboundQueue      // queue for pending outbound packets (gateway patch: was a channel)
 	acks            ackQueue           // acks of inbound publishes a hook answers later, in order (gateway patch 12)
+	hold            publishHold        // PUBLISHes held back while a hook asks (gateway patch 13)
 	endOnce         sync.Once          // only end once
 	isTakenOver     atomic.Bool        // used to identify orphaned clients
 	takenOver       atomic.Bool        // another connection took the session: only its DISCONNECT is written (gateway patch)
@@ -504,7 +505,15 @@ func (cl *Client) ResendInflightMessages(force bool) error {
 
 	for _, tk := range cl.State.Inflight.GetAll(false) {
 		if tk.FixedHeader.Type == packets.Publish {
+			if tk.Expiry < 0 {
+				// gateway patch 13: held back, never sent: it goes as
+				// the send quota allows (sendHeld), not twice.
+				continue
+			}
 			tk.FixedHeader.Dup = true // [MQTT-3.3.1-1] [MQTT-3.3.1-3]
+			// It counts against the new connection's Receive Maximum
+			// (gateway patch 13); it is resent even when none is left.
+			cl.State.Inflight.TakeSendQuota()
 		}
 
 		cl.ops.hooks.OnQosPublish(cl, tk, tk.Created, 0)

@@ -382,3 +382,101 @@ func TestDeferredAckOutboundOrder(t *testing.T) {
 	cl.Stop(nil)
 	h.pending[1].Done(packets.CodeSuccess) // a second answer, after the end: harmless
 }
+
+// readPublishIDs reads what the server writes to r and sends the packet id
+// of each QoS 1 PUBLISH (0 for QoS 0) on the channel it returns.
+func readPublishIDs(r net.Conn) <-chan uint16 {
+	ids := make(chan uint16, 64)
+	go func() {
+		defer close(ids)
+		br := bufio.NewReader(r)
+		for {
+			var fh packets.FixedHeader
+			b, err := br.ReadByte()
+			if err != nil {
+				return
+			}
+			if err := fh.Decode(b); err != nil {
+				return
+			}
+			n, _, err := packets.DecodeLength(br)
+			if err != nil {
+				return
+			}
+			body := make([]byte, n)
+			if _, err := io.ReadFull(br, body); err != nil {
+				return
+			}
+			if fh.Type != packets.Publish {
+				continue
+			}
+			pk := packets.Packet{FixedHeader: fh, ProtocolVersion: 4}
+			if err := pk.PublishDecode(body); err != nil {
+				return
+			}
+			ids <- pk.PacketID
+		}
+	}()
+	return ids
+}
+
+// TestNextImmediateGivesQuotaBack: a client with a Receive Maximum of 2
+// that acknowledges each QoS 1 PUBLISH as it comes gets all of them. A
+// held-back message mochi sent left the inflight store at once, so its
+// PUBACK gave no quota back: after two of them nothing more was sent
+// (gateway patch 13). While a hook holds the client's PUBLISHes, none is
+// queued and none takes quota; released, they go, QoS 0 first.
+func TestNextImmediateGivesQuotaBack(t *testing.T) {
+	s := newServer()
+	cl, r, _ := newTestClient()
+	cl.ops.options.Capabilities.MaximumClientWritesPending = 64
+	cl.State.Inflight.ResetSendQuota(2)
+	defer cl.Stop(nil)
+	ids := readPublishIDs(r)
+	sub := packets.Subscription{Filter: "a/b/c", Qos: 1}
+	publish := func(qos byte) {
+		pk := *packets.TPacketData[packets.Publish].Get(packets.TPublishQos1).Packet
+		pk.FixedHeader.Qos = qos
+		_, err := s.publishToClient(cl, sub, pk)
+		require.NoError(t, err)
+	}
+	ack := func(id uint16) {
+		require.NoError(t, s.processPacket(cl, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: id}))
+	}
+	next := func() uint16 {
+		select {
+		case id := <-ids:
+			return id
+		case <-time.After(10 * time.Second):
+			t.Fatal("no PUBLISH written")
+			return 0
+		}
+	}
+
+	const n = 8
+	for i := 0; i < n; i++ {
+		publish(1)
+	}
+	require.Equal(t, n-2, cl.State.Inflight.Held())
+	for i := 0; i < n; i++ {
+		ack(next())
+	}
+	require.Equal(t, 0, cl.State.Inflight.Len())
+	require.Equal(t, int32(2), atomic.LoadInt32(&cl.State.Inflight.sendQuota))
+
+	// The writer counts a packet out once written (after the read above).
+	require.Eventually(t, func() bool { return atomic.LoadInt32(&cl.State.outboundQty) == 0 }, 10*time.Second, time.Millisecond)
+	cl.HoldPublishes()
+	publish(1)
+	publish(0)
+	publish(1)
+	require.Equal(t, 2, cl.State.Inflight.Held())
+	require.Equal(t, int32(2), atomic.LoadInt32(&cl.State.Inflight.sendQuota), "held PUBLISHes take no quota")
+	require.Equal(t, int32(0), atomic.LoadInt32(&cl.State.outboundQty))
+	cl.ReleasePublishes()
+	require.Equal(t, uint16(0), next(), "the QoS 0 one first")
+	ack(next())
+	ack(next())
+	require.Equal(t, 0, cl.State.Inflight.Len())
+	require.Equal(t, int32(2), atomic.LoadInt32(&cl.State.Inflight.sendQuota))
+}

@@ -18,6 +18,7 @@ type Inflight struct {
 	internal            map[uint16]packets.Packet // internal contains the inflight packets
 	order               map[uint16]uint64         // when each packet id was set (gateway patch)
 	next                uint64                    // the next order value
+	held                int                       // packets held back unsent, Expiry < 0 (gateway patch 13)
 	receiveQuota        int32                     // remaining inbound qos quota for flow control
 	sendQuota           int32                     // remaining outbound qos quota for flow control
 	maximumReceiveQuota int32                     // maximum allowed receive quota
@@ -37,13 +38,28 @@ func (i *Inflight) Set(m packets.Packet) bool {
 	i.Lock()
 	defer i.Unlock()
 
-	_, ok := i.internal[m.PacketID]
+	old, ok := i.internal[m.PacketID]
 	i.internal[m.PacketID] = m
 	if !ok { // an update (PUBREC to PUBREL) keeps its place
 		i.order[m.PacketID] = i.next
 		i.next++
 	}
+	if ok && old.Expiry < 0 {
+		i.held--
+	}
+	if m.Expiry < 0 {
+		i.held++
+	}
 	return !ok
+}
+
+// Held returns how many packets are held back, not yet sent: those waiting
+// for the client's send quota or for a hold (Client.HoldPublishes) to end
+// (gateway patch 13).
+func (i *Inflight) Held() int {
+	i.RLock()
+	defer i.RUnlock()
+	return i.held
 }
 
 // Get returns an inflight packet by packet id.
@@ -75,7 +91,7 @@ func (i *Inflight) Clone() *Inflight {
 		c.internal[k] = v
 		c.order[k] = i.order[k]
 	}
-	c.next = i.next
+	c.next, c.held = i.next, i.held
 	return c
 }
 
@@ -125,9 +141,12 @@ func (i *Inflight) Delete(id uint16) bool {
 	i.Lock()
 	defer i.Unlock()
 
-	_, ok := i.internal[id]
+	old, ok := i.internal[id]
 	delete(i.internal, id)
 	delete(i.order, id)
+	if ok && old.Expiry < 0 {
+		i.held--
+	}
 	if ok && len(i.internal) == 0 {
 		// gateway patch: let an emptied session's map groups go (a map
 		// keeps its largest size): most connections sit idle with nothing
@@ -162,6 +181,26 @@ func (i *Inflight) ResetReceiveQuota(n int32) {
 func (i *Inflight) DecreaseSendQuota() {
 	if atomic.LoadInt32(&i.sendQuota) > 0 {
 		atomic.AddInt32(&i.sendQuota, -1)
+	}
+}
+
+// TakeSendQuota takes one unit of the send quota for a QoS 1/2 PUBLISH
+// about to be sent, and reports whether it could: always when the client
+// set no Receive Maximum (the quota is then not kept), never when none is
+// left [MQTT-3.3.4-9]. Unlike a load followed by DecreaseSendQuota, two
+// senders cannot both take the last unit (gateway patch 13).
+func (i *Inflight) TakeSendQuota() bool {
+	if atomic.LoadInt32(&i.maximumSendQuota) == 0 {
+		return true
+	}
+	for {
+		q := atomic.LoadInt32(&i.sendQuota)
+		if q <= 0 {
+			return false
+		}
+		if atomic.CompareAndSwapInt32(&i.sendQuota, q, q-1) {
+			return true
+		}
 	}
 }
 

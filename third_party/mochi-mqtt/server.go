@@ -167,6 +167,25 @@ type Server struct {
 	willOwners sync.Map // string → *Client
 }
 
+// inSession runs fn, which changes cl's subscriptions in Topics (indexed by
+// client id) and in its session, under the id's lock, unless a new
+// connection has taken the session over; it reports whether fn ran
+// (gateway patch 14). receivePacket skips the packets of a connection
+// taken over, but a SUBSCRIBE it was processing as the takeover came went
+// on: with clean start, its filters stayed in Topics under the id, and the
+// new session, which had none, got their messages; without, an
+// UNSUBSCRIBE took a filter out of Topics from the session carried on.
+func (s *Server) inSession(cl *Client, fn func()) bool {
+	mu := s.sessionLock(cl.ID)
+	mu.Lock()
+	defer mu.Unlock()
+	if cl.State.takenOver.Load() || cl.State.isTakenOver.Load() {
+		return false
+	}
+	fn()
+	return true
+}
+
 // sessionLock is the lock of id's stripe (gateway patch).
 func (s *Server) sessionLock(id string) *sync.Mutex {
 	h := uint32(2166136261) // FNV-1a
@@ -509,6 +528,12 @@ func (s *Server) establishClient(cl *Client, listener string) (counted bool, err
 
 	s.hooks.OnSessionEstablish(cl, pk)
 
+	// gateway patch 13: the session inherited makes cl a subscriber at
+	// once; what publishers route to it waits for the CONNACK and the
+	// messages resent [MQTT-3.2.0-1] [MQTT-4.6.0-6] (upstream could write
+	// a PUBLISH first).
+	cl.HoldPublishes()
+
 	// gateway patch: the session is taken and cl registered under the id's
 	// lock (see sessionLocks); the old connection is told after the
 	// CONNACK, which it must not delay.
@@ -538,6 +563,7 @@ func (s *Server) establishClient(cl *Client, listener string) (counted bool, err
 			return true, fmt.Errorf("resend inflight: %w", err)
 		}
 	}
+	cl.ReleasePublishes() // gateway patch 13: what was held back goes, as the quota allows
 
 	s.hooks.OnSessionEstablished(cl, pk)
 	return true, nil
@@ -867,20 +893,13 @@ func (s *Server) processPacket(cl *Client, pk packets.Packet) error {
 		return err
 	}
 
-	if cl.State.Inflight.Len() > 0 && atomic.LoadInt32(&cl.State.Inflight.sendQuota) > 0 {
-		next, ok := cl.State.Inflight.NextImmediate()
-		// gateway patch: queued for the client's writer, not written
-		// here: the reader must not block on a write (a write held up by
-		// a hook, the gateway's retained-copy gate, waited for PUBACKs
-		// only this reader could process). A full queue leaves it held
-		// for the next packet.
-		if ok && cl.enqueue(&next) {
-			if ok := cl.State.Inflight.Delete(next.PacketID); ok {
-				atomic.AddInt64(&s.Info.Inflight, -1)
-			}
-			cl.State.Inflight.DecreaseSendQuota()
-		}
-	}
+	// gateway patch: held-back messages are queued for the client's
+	// writer, not written here: the reader must not block on a write. A
+	// full queue leaves them held for the next packet. gateway patch 13:
+	// as many as the quota allows, and each stays in the inflight store
+	// until acknowledged (upstream took it out as it sent it, so its
+	// PUBACK never gave the quota back).
+	cl.sendHeld()
 
 	return nil
 }
@@ -1267,19 +1286,24 @@ func (s *Server) publishToClient(cl *Client, sub packets.Subscription, pk packet
 		}
 
 		out.PacketID = uint16(i) // [MQTT-2.2.1-4]
-		sentQuota := atomic.LoadInt32(&cl.State.Inflight.sendQuota)
-
-		if ok := cl.State.Inflight.Set(out); ok { // [MQTT-4.3.2-3] [MQTT-4.3.3-3]
+		// gateway patch 13: held back (no quota left, earlier ones held,
+		// or a hook holds the client's PUBLISHes) or the quota taken, in
+		// one step (hold.go).
+		held, added := cl.setInflight(&out) // [MQTT-4.3.2-3] [MQTT-4.3.3-3]
+		if added {
 			atomic.AddInt64(&s.Info.Inflight, 1)
 			s.hooks.OnQosPublish(cl, out, out.Created, 0)
-			cl.State.Inflight.DecreaseSendQuota()
 		}
-
-		if sentQuota == 0 && atomic.LoadInt32(&cl.State.Inflight.maximumSendQuota) > 0 {
-			out.Expiry = -1
-			cl.State.Inflight.Set(out)
-			return out, nil
+		if held {
+			return out, nil // [MQTT-3.3.4-9]
 		}
+	} else if held, kept := cl.holdQoS0(out); held { // gateway patch 13
+		if !kept {
+			atomic.AddInt64(&s.Info.MessagesDropped, 1)
+			cl.ops.hooks.OnPublishDropped(cl, pk)
+			return out, packets.ErrPendingClientWritesExceeded
+		}
+		return out, nil
 	}
 
 	if cl.Net.Conn == nil || cl.Closed() {
@@ -1400,8 +1424,10 @@ func (s *Server) processPubrel(cl *Client, pk packets.Packet) error {
 		return err
 	}
 
-	cl.State.Inflight.IncreaseReceiveQuota()             // +1 RECV QUOTA
-	cl.State.Inflight.IncreaseSendQuota()                // +1 SENT QUOTA
+	cl.State.Inflight.IncreaseReceiveQuota() // +1 RECV QUOTA
+	// gateway patch 13: no +1 send quota here: a PUBREL ends an inbound
+	// flow, which took none (upstream's let one more PUBLISH out to a
+	// client at its Receive Maximum [MQTT-3.3.4-9]).
 	if ok := cl.State.Inflight.Delete(pk.PacketID); ok { // [MQTT-4.3.3-12]
 		atomic.AddInt64(&s.Info.Inflight, -1)
 		s.hooks.OnQosComplete(cl, pk)
@@ -1414,8 +1440,8 @@ func (s *Server) processPubrel(cl *Client, pk packets.Packet) error {
 func (s *Server) processPubcomp(cl *Client, pk packets.Packet) error {
 	// regardless of whether the pubcomp is a success or failure, we end the qos flow, delete inflight, and restore the quotas.
 	cl.State.Inflight.IncreaseReceiveQuota() // +1 RECV QUOTA
-	cl.State.Inflight.IncreaseSendQuota()    // +1 SENT QUOTA
 	if ok := cl.State.Inflight.Delete(pk.PacketID); ok {
+		cl.State.Inflight.IncreaseSendQuota() // +1 SENT QUOTA; gateway patch 13: only for a flow that took it
 		atomic.AddInt64(&s.Info.Inflight, -1)
 		s.hooks.OnQosComplete(cl, pk)
 	}
@@ -1447,11 +1473,17 @@ func (s *Server) processSubscribe(cl *Client, pk packets.Packet) error {
 				reasonCodes[i] = packets.ErrUnspecifiedError.Code
 			}
 		} else {
-			isNew := s.Topics.Subscribe(cl.ID, sub) // [MQTT-3.8.4-3]
+			var isNew bool
+			if !s.inSession(cl, func() {
+				isNew = s.Topics.Subscribe(cl.ID, sub)      // [MQTT-3.8.4-3]
+				cl.State.Subscriptions.Add(sub.Filter, sub) // [MQTT-3.2.2-10]
+			}) {
+				reasonCodes[i] = packets.ErrUnspecifiedError.Code // taken over: nobody reads the SUBACK
+				continue
+			}
 			if isNew {
 				atomic.AddInt64(&s.Info.Subscriptions, 1)
 			}
-			cl.State.Subscriptions.Add(sub.Filter, sub) // [MQTT-3.2.2-10]
 
 			if sub.Qos > s.Options.Capabilities.MaximumQos {
 				sub.Qos = s.Options.Capabilities.MaximumQos // [MQTT-3.2.2-9]
@@ -1513,14 +1545,17 @@ func (s *Server) processUnsubscribe(cl *Client, pk packets.Packet) error {
 			continue
 		}
 
-		if q := s.Topics.Unsubscribe(sub.Filter, cl.ID); q {
+		var q bool
+		s.inSession(cl, func() {
+			q = s.Topics.Unsubscribe(sub.Filter, cl.ID)
+			cl.State.Subscriptions.Delete(sub.Filter) // [MQTT-3.10.4-2] [MQTT-3.10.4-2] ~[MQTT-3.10.4-3]
+		})
+		if q {
 			atomic.AddInt64(&s.Info.Subscriptions, -1)
 			reasonCodes[i] = packets.CodeSuccess.Code
 		} else {
 			reasonCodes[i] = packets.CodeNoSubscriptionExisted.Code
 		}
-
-		cl.State.Subscriptions.Delete(sub.Filter) // [MQTT-3.10.4-2] [MQTT-3.10.4-2] ~[MQTT-3.10.4-3]
 	}
 
 	ack := packets.Packet{ // [MQTT-3.10.4-4]
