@@ -15,6 +15,8 @@ func (g *Gateway) startAMQP(context.Context) error {
 	s, err := amqp.New(amqp.Options{
 		Listen:                g.cfg.AMQP.Listen,
 		Router:                g.router,
+		Queues:                g.queues.Load(),
+		AutoCreateQueues:      g.cfg.Queues.AutoCreate,
 		Store:                 g.store,
 		Metrics:               g.metrics,
 		Logger:                g.log,

@@ -2,15 +2,14 @@ package gateway
 
 import (
 	"context"
-	"errors"
 	"io"
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/tolsey/tolsey/core"
 	"github.com/tolsey/tolsey/core/queue"
 )
 
@@ -134,13 +133,31 @@ func TestConfigQueuesErrorsNameTheKey(t *testing.T) {
 
 // The backends not in this build are refused at start, naming the key;
 // main exits 2 on a ConfigError.
-func TestQueueBackendNotInThisBuild(t *testing.T) {
-	for _, b := range []string{"embedded", "redis"} {
-		g := New(testConfig(t, "--queues.backend="+b), quiet())
-		err := g.Start(context.Background())
-		var ce *ConfigError
-		if !errors.As(err, &ce) || ce.Key != "queues.backend" || !strings.Contains(err.Error(), "not available in this build") {
-			t.Errorf("queues.backend=%s: %v", b, err)
-		}
+func TestQueueBackendEmbeddedKeepsMessages(t *testing.T) {
+	dir := t.TempDir()
+	args := []string{"--queues.backend=embedded", "--data.dir=" + dir,
+		`--queues.declare=[{"name":"kept","subscriptions":["k/#"]}]`}
+	g := New(testConfig(t, args...), quiet())
+	if err := g.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	res := g.router.Publish(context.Background(), &core.Message{Topic: "k/1", Payload: []byte("durable"), QoS: 1})
+	if res.Err != nil || res.Matched == 0 {
+		t.Fatalf("publish %+v", res)
+	}
+	if err := g.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	g = New(testConfig(t, args...), quiet())
+	if err := g.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer g.Stop(context.Background())
+	q, ok := g.Queues().Queue("kept")
+	if !ok {
+		t.Fatal("queue gone after a restart")
+	}
+	if n := q.Info().Messages; n != 1 {
+		t.Fatalf("%d messages after a restart, want 1", n)
 	}
 }

@@ -3,20 +3,37 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tolsey/tolsey/core/queue"
+	queueembedded "github.com/tolsey/tolsey/core/queue/embedded"
+	queueredis "github.com/tolsey/tolsey/core/queue/redis"
 )
 
 // openQueueBackend opens the store of durable queues that queues.backend
 // names. The one place that knows the backends.
-func (g *Gateway) openQueueBackend(context.Context) (queue.Backend, error) {
+func (g *Gateway) openQueueBackend(ctx context.Context) (queue.Backend, error) {
 	switch b := g.cfg.Queues.Backend; b {
 	case "memory":
 		return queue.NewMemory(), nil
-	case "embedded", "redis":
-		return nil, &ConfigError{Key: "queues.backend", Msg: fmt.Sprintf("%s is not available in this build (memory is)", b)}
+	case "embedded":
+		if err := os.MkdirAll(g.cfg.DataDir, 0o755); err != nil {
+			return nil, &ConfigError{Key: "data.dir", Msg: err.Error()}
+		}
+		qb, err := queueembedded.Open(filepath.Join(g.cfg.DataDir, queueembedded.FileName), queueembedded.Options{})
+		if err != nil {
+			return nil, &ConfigError{Key: "queues.backend", Msg: "embedded: " + err.Error()}
+		}
+		return qb, nil
+	case "redis":
+		qb, err := queueredis.Open(ctx, queueredis.Options{URL: g.cfg.RedisURL, Node: g.cfg.NodeID})
+		if err != nil {
+			return nil, &ConfigError{Key: "queues.backend", Msg: "redis (retain.redis.url): " + err.Error()}
+		}
+		return qb, nil
 	default:
 		return nil, &ConfigError{Key: "queues.backend", Msg: fmt.Sprintf("unknown backend %q", b)}
 	}
