@@ -59,7 +59,9 @@ func TestConformance(t *testing.T) {
 func TestTwoGateways(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.Start(t)
-	const claim = 300 * time.Millisecond
+	// Long enough that a's claims, made over a few claim rounds on a
+	// loaded machine, are all still fresh when b reads below.
+	const claim = 2 * time.Second
 	a := open(t, srv, "gw-a", claim)
 	defer a.Close()
 	b := open(t, srv, "gw-b", claim)
@@ -131,6 +133,7 @@ func TestTwoGateways(t *testing.T) {
 		t.Fatalf("a read %d records before the claim time", len(recs))
 	}
 	var claimed []uint64
+	var firstClaim time.Time
 	coretest.Eventually(t, "a claims what b left", 10*time.Second, func() bool {
 		recs, err := la.Read(ctx, 0, 1000)
 		if err != nil {
@@ -140,6 +143,9 @@ func TestTwoGateways(t *testing.T) {
 			if seen[r.ID] != "b" {
 				t.Fatalf("a got record %d, which %s had", r.ID, seen[r.ID])
 			}
+			if firstClaim.IsZero() {
+				firstClaim = time.Now()
+			}
 			claimed = append(claimed, r.ID)
 		}
 		return len(claimed) >= len(fromB)
@@ -148,8 +154,12 @@ func TestTwoGateways(t *testing.T) {
 		t.Fatalf("a claimed %d records, b had left %d", len(claimed), len(fromB))
 	}
 	// b, still alive, never gets back what a now holds, nor its own.
-	time.Sleep(claim / 2) // less than the claim time: a's claims are fresh
-	if recs, err := lb.Read(ctx, 0, 1000); err != nil || len(recs) != 0 {
+	time.Sleep(claim / 4)
+	recs, err = lb.Read(ctx, 0, 1000)
+	if age := time.Since(firstClaim); age >= claim {
+		t.Fatalf("a's first claim is %v old, not fresh: the test ran too slowly to tell", age)
+	}
+	if err != nil || len(recs) != 0 {
 		t.Fatalf("b read %d records after a claimed them (%v)", len(recs), err)
 	}
 	la.Remove(claimed...)
