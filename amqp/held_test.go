@@ -40,12 +40,7 @@ func holdAll(t *testing.T, e *env, filter string) *holdingSub {
 func TestHeldOutcomes(t *testing.T) {
 	e := startServer(t)
 	h := holdAll(t, e, "held/#")
-	c := rawDial(t, e.addr)
-	c.open(nil)
-	c.begin(0)
-	c.send(0, attachSender("s", 0, "held/t"), nil)
-	expectFrame[*frames.Attach](c)
-	expectFrame[*frames.Flow](c)
+	c, _ := rawSender(t, e, "held/t")
 	const n = 5
 	payload := encodeMessage(t, &frames.Message{Data: [][]byte{[]byte("x")}})
 	for i := range uint32(n) {
@@ -103,12 +98,7 @@ func TestHeldOutcomes(t *testing.T) {
 func TestHeldOutcomeAfterEnd(t *testing.T) {
 	e := startServer(t)
 	h := holdAll(t, e, "held/#")
-	c := rawDial(t, e.addr)
-	c.open(nil)
-	c.begin(0)
-	c.send(0, attachSender("s", 0, "held/t"), nil)
-	expectFrame[*frames.Attach](c)
-	expectFrame[*frames.Flow](c)
+	c, _ := rawSender(t, e, "held/t")
 	payload := encodeMessage(t, &frames.Message{Data: [][]byte{[]byte("x")}})
 	c.send(0, &frames.Transfer{Handle: 0, DeliveryID: ptr(uint32(0)), DeliveryTag: []byte{0}, MessageFormat: ptr(uint32(0))}, payload)
 	a := <-h.held

@@ -83,11 +83,11 @@ type Info struct {
 func (q *Queue) Info() Info {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	// In flight is what the attached consumers hold: a consumer that
+	// leaves gives its deliveries back (Close), so no walk of the window.
 	inflight := 0
-	for _, e := range q.entries {
-		if e.owner != nil {
-			inflight++
-		}
+	for _, c := range q.cons {
+		inflight += len(c.inflight)
 	}
 	return Info{Config: q.config, Messages: q.messages, Bytes: q.bytes, InFlight: inflight,
 		Consumers: len(q.cons), Counters: q.counters}
