@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -44,11 +43,11 @@ type AMQPOptions struct {
 	// messages until the remote accepted them: DrainRate paces the
 	// senders; Dir, MaxBytes and the policy are used only without Shared.
 	Buffer BufferOptions
-	// Shared is the buffer every AMQP bridge of the gateway appends to,
-	// so that bridge.buffer.maxBytes is one budget for all of them; the
+	// Shared is the buffer every bridge of the gateway appends to, so
+	// that bridge.buffer.maxBytes is one budget for all of them; the
 	// bridge does not close it. Nil: the bridge opens its own in
 	// Buffer.Dir and closes it on Stop.
-	Shared *AMQPBuffer
+	Shared *SharedBuffer
 	// ReconnectMax caps the reconnect backoff; 10 s when zero.
 	ReconnectMax time.Duration
 	// QueueLen bounds the QoS 0 messages waiting for a rule's sender;
@@ -147,7 +146,7 @@ func NewAMQP(opts AMQPOptions) (*AMQP, error) {
 	case needBuf && opts.Shared != nil:
 		b.buf, b.epoch = opts.Shared.buf, opts.Shared.epoch
 	case needBuf:
-		ab, err := OpenAMQPBuffer(opts.Buffer)
+		ab, err := OpenSharedBuffer(opts.Buffer)
 		if err != nil {
 			return nil, fmt.Errorf("bridge amqp %s: %w", name, err)
 		}
@@ -203,28 +202,6 @@ func (b *AMQP) Stop(context.Context) error {
 	}
 	return nil
 }
-
-// AMQPBuffer is the on-disk store-and-forward buffer the AMQP bridges of a
-// gateway share: one bbolt file, a queue per QoS 1 outbound rule (named
-// amqp:<bridge>:<local>><remote>), so that bridge.buffer.maxBytes bounds
-// them all together, as it bounds the NATS bridge's JetStream rules in
-// theirs.
-type AMQPBuffer struct {
-	buf   *buffer.Buffer
-	epoch string
-}
-
-// OpenAMQPBuffer opens (creating) the shared buffer in o.Dir.
-func OpenAMQPBuffer(o BufferOptions) (*AMQPBuffer, error) {
-	buf, epoch, err := openBuffer(o)
-	if err != nil {
-		return nil, err
-	}
-	return &AMQPBuffer{buf: buf, epoch: epoch}, nil
-}
-
-// Close closes the buffer, after every bridge using it stopped.
-func (a *AMQPBuffer) Close() error { return a.buf.Close() }
 
 // NeedsBuffer reports whether a bridge has a QoS 1 outbound rule, which
 // needs the buffer.
@@ -682,10 +659,4 @@ func (b *AMQP) Down() error {
 		return errors.New("connecting")
 	}
 	return errors.New(b.lastErr)
-}
-
-// AMQPBufferDir is where the AMQP bridges' shared buffer lives under the
-// bridge directory (data.dir/bridge/amqp).
-func AMQPBufferDir(bridgeDir string) string {
-	return filepath.Join(bridgeDir, "amqp")
 }

@@ -25,28 +25,40 @@ import (
 // flight together, and one buffer commit removes them all.
 const jsWindow = 512
 
-// jsShared is the NATS bridge's side of outbound JetStream: one buffer
-// file for every rule, a queue in it per rule.
+// jsShared is the NATS bridge's side of outbound JetStream: the buffer
+// its JetStream rules append to, and its epoch.
 type jsShared struct {
-	buf   *buffer.Buffer
-	epoch string
+	buf    *buffer.Buffer
+	epoch  string
+	ownBuf bool // buf is ours to close (no NATSOptions.Shared)
 }
 
-// openJS opens the buffer when a rule needs it, and each such rule's
-// sender side.
-func (b *NATS) openJS() error {
-	need := false
-	for _, r := range b.rules {
-		need = need || (r.rule.Direction.Outbound() && r.rule.JetStream.Enabled)
+// NATSNeedsBuffer reports whether rules hold an outbound JetStream rule,
+// which needs the buffer.
+func NATSNeedsBuffer(rules []Rule) bool {
+	for _, r := range rules {
+		if r.Direction.Outbound() && r.JetStream.Enabled {
+			return true
+		}
 	}
-	if !need {
+	return false
+}
+
+// openJS takes the buffer when a rule needs it (the gateway's shared one,
+// or its own), and builds each such rule's sender side.
+func (b *NATS) openJS() error {
+	if !NATSNeedsBuffer(b.opts.Rules) {
 		return nil
 	}
-	buf, epoch, err := openBuffer(b.opts.Buffer)
-	if err != nil {
-		return err
+	if s := b.opts.Shared; s != nil {
+		b.buf, b.epoch = s.buf, s.epoch
+	} else {
+		s, err := OpenSharedBuffer(b.opts.Buffer)
+		if err != nil {
+			return err
+		}
+		b.buf, b.epoch, b.ownBuf = s.buf, s.epoch, true
 	}
-	b.buf, b.epoch = buf, epoch
 	for _, r := range b.rules {
 		if r.rule.Direction.Outbound() && r.rule.JetStream.Enabled {
 			r.js = newJSOut(r)
@@ -56,11 +68,34 @@ func (b *NATS) openJS() error {
 }
 
 func (b *NATS) closeJS() error {
-	if b.buf == nil {
+	if !b.ownBuf {
 		return nil
 	}
 	return b.buf.Close()
 }
+
+// SharedBuffer is the on-disk store-and-forward buffer every bridge of a
+// gateway appends to, NATS JetStream rules and remote AMQP QoS 1 rules
+// alike: one bbolt file with a queue per rule (nats:<local>><remote>,
+// amqp:<bridge>:<local>><remote>), so that bridge.buffer.maxBytes is one
+// budget for them all. The gateway opens it and closes it after every
+// bridge stopped.
+type SharedBuffer struct {
+	buf   *buffer.Buffer
+	epoch string
+}
+
+// OpenSharedBuffer opens (creating) the buffer in o.Dir.
+func OpenSharedBuffer(o BufferOptions) (*SharedBuffer, error) {
+	buf, epoch, err := openBuffer(o)
+	if err != nil {
+		return nil, err
+	}
+	return &SharedBuffer{buf: buf, epoch: epoch}, nil
+}
+
+// Close closes the buffer, after every bridge using it stopped.
+func (s *SharedBuffer) Close() error { return s.buf.Close() }
 
 // openBuffer opens the bridge's buffer file and its epoch, a random id
 // kept beside it. Nats-Msg-Id is MessageID(node, epoch/queue, seq), so that a buffer deleted

@@ -47,8 +47,13 @@ type NATSOptions struct {
 	Registerer prometheus.Registerer
 
 	// Buffer is where outbound JetStream rules keep messages until
-	// JetStream acknowledged them.
+	// JetStream acknowledged them: DrainRate paces the senders; Dir,
+	// MaxBytes and the policy are used only without Shared.
 	Buffer BufferOptions
+	// Shared is the buffer every bridge of the gateway appends to (see
+	// AMQPOptions.Shared); the bridge does not close it. Nil: the bridge
+	// opens its own in Buffer.Dir and closes it on Stop.
+	Shared *SharedBuffer
 
 	// ReconnectMax caps the reconnect backoff; 10 s when zero.
 	ReconnectMax time.Duration

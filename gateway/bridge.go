@@ -13,7 +13,11 @@ import (
 // front-ends, so that it stops after them: the last publishes they took
 // are in its buffer before it closes.
 func (g *Gateway) startBridge(ctx context.Context) error {
-	if err := g.startAMQPBridges(ctx); err != nil {
+	shared, err := g.openBridgeBuffer()
+	if err != nil {
+		return err
+	}
+	if err := g.startAMQPBridges(ctx, shared); err != nil {
 		return err
 	}
 	n := g.cfg.Bridge.NATS
@@ -31,7 +35,8 @@ func (g *Gateway) startBridge(ctx context.Context) error {
 		Node:             g.cfg.NodeID,
 		Logger:           g.log,
 		Registerer:       g.metrics.Registry,
-		Buffer:           g.bufferOptions(filepath.Join(g.cfg.DataDir, "bridge")),
+		Buffer:           g.bufferOptions(),
+		Shared:           shared,
 	})
 	if err != nil {
 		return err
@@ -62,22 +67,30 @@ func (g *Gateway) BridgesDown() []string {
 	return out
 }
 
-// startAMQPBridges starts bridge.amqp's bridges. Those with QoS 1 out
-// rules share one buffer file, data.dir/bridge/amqp, so that
-// bridge.buffer.maxBytes is one budget for them all; it is closed after
-// they stopped.
-func (g *Gateway) startAMQPBridges(ctx context.Context) error {
-	bo := g.bufferOptions(bridge.AMQPBufferDir(filepath.Join(g.cfg.DataDir, "bridge")))
-	var shared *bridge.AMQPBuffer
+// openBridgeBuffer opens the store-and-forward buffer every bridge with a
+// QoS 1 outbound rule appends to (NATS JetStream, remote AMQP), in
+// data.dir/bridge, so that bridge.buffer.maxBytes is one budget for them
+// all; nil when no rule needs it. It closes after every bridge stopped
+// (stops run in reverse).
+func (g *Gateway) openBridgeBuffer() (*bridge.SharedBuffer, error) {
+	need := len(g.cfg.Bridge.NATS.URLs) > 0 && bridge.NATSNeedsBuffer(g.cfg.Bridge.NATS.Rules)
 	for _, ab := range g.cfg.Bridge.AMQP {
-		if ab.NeedsBuffer() && shared == nil {
-			var err error
-			if shared, err = bridge.OpenAMQPBuffer(bo); err != nil {
-				return err
-			}
-			g.onStop(func(context.Context) error { return shared.Close() })
-		}
+		need = need || ab.NeedsBuffer()
 	}
+	if !need {
+		return nil, nil
+	}
+	shared, err := bridge.OpenSharedBuffer(g.bufferOptions())
+	if err != nil {
+		return nil, err
+	}
+	g.onStop(func(context.Context) error { return shared.Close() })
+	return shared, nil
+}
+
+// startAMQPBridges starts bridge.amqp's bridges on the shared buffer.
+func (g *Gateway) startAMQPBridges(ctx context.Context, shared *bridge.SharedBuffer) error {
+	bo := g.bufferOptions()
 	for _, ab := range g.cfg.Bridge.AMQP {
 		b, err := bridge.NewAMQP(bridge.AMQPOptions{
 			Bridge:     ab,
@@ -116,10 +129,10 @@ func (a *adminServer) listBridges(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, a.g.Bridges())
 }
 
-// bufferOptions is bridge.buffer.* for a buffer in dir.
-func (g *Gateway) bufferOptions(dir string) bridge.BufferOptions {
+// bufferOptions is bridge.buffer.*, for the buffer in data.dir/bridge.
+func (g *Gateway) bufferOptions() bridge.BufferOptions {
 	return bridge.BufferOptions{
-		Dir:        dir,
+		Dir:        filepath.Join(g.cfg.DataDir, "bridge"),
 		MaxBytes:   g.cfg.Bridge.Buffer.MaxBytes,
 		DropOldest: g.cfg.Bridge.Buffer.DropOldest,
 		DrainRate:  g.cfg.Bridge.Buffer.DrainRate,

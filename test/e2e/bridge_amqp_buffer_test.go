@@ -180,3 +180,20 @@ func TestBridgeAMQPDrainRate(t *testing.T) {
 		t.Errorf("drainRate 50 not applied: %d messages in the first second, %d in %v", inFirstSecond, n, took)
 	}
 }
+
+// One bridge.buffer.maxBytes for every bridge: a remote AMQP bridge's QoS 1
+// rule filling the buffer leaves no room for the NATS bridge's JetStream
+// rule either (both remotes unreachable), and the other way round would
+// hold the same.
+func TestBridgeBufferOneBudgetNATSAndAMQP(t *testing.T) {
+	g := startGateway(t, "--node.id=L", "--bridge.buffer.maxBytes=4KiB", "--bridge.buffer.policy=rejectNew",
+		"--bridge.nats.url=nats://"+freePort(t),
+		rulesFlag(ruleJSON{"direction": "out", "local": "js/#", "remote": "js.>", "qos": 1, "jetstream": true}),
+		amqpBridgesFlag(map[string]any{"name": "a", "addr": freePort(t), "rules": []ruleJSON{{"direction": "out", "local": "alarms/#", "remote": "x", "qos": 1}}}))
+	held := fillBuffer(t, g)
+	pub := connect5(t, g.MQTTAddr(), "pub")
+	r := pub.publish(t, &paho.Publish{Topic: "js/1", QoS: 1, Payload: []byte(fillPayload)})
+	if r == nil || r.ReasonCode != 0x97 {
+		t.Fatalf("the JetStream rule's publish with the AMQP rule's %d records filling the budget: %+v, want 0x97", held, r)
+	}
+}
