@@ -34,7 +34,8 @@ type Consumer struct {
 	// Guarded by q.mu.
 	inflight map[uint64]*entry
 	closed   bool
-	browsed  uint64 // Browse: the last ID seen
+	browsed   uint64   // Browse: the last ID seen
+	browseBuf []Record // Browse: read from the log, not returned yet
 }
 
 // Delivery is a message handed to a consumer.
@@ -131,32 +132,35 @@ func (c *Consumer) Next() (Delivery, bool) {
 }
 
 // browse returns the next stored message after the last one seen, from
-// the log itself, so that a browser sees the whole queue, not the window.
+// the log itself (Log.Browse, which hands nothing out), so that a browser
+// sees the whole queue, not the window, and takes nothing from consumers.
 func (c *Consumer) browse() (Delivery, bool) {
 	q := c.q
-	q.mu.Lock()
-	if c.closed {
-		q.mu.Unlock()
-		return Delivery{}, false
-	}
-	after := c.browsed
-	q.mu.Unlock()
 	now := q.e.opts.Now()
 	for {
-		recs, err := q.log.Read(context.Background(), after, 16)
+		q.mu.Lock()
+		if c.closed {
+			q.mu.Unlock()
+			return Delivery{}, false
+		}
+		for len(c.browseBuf) > 0 {
+			r := c.browseBuf[0]
+			c.browseBuf = c.browseBuf[1:]
+			c.browsed = r.ID
+			if !r.Msg.Expired(now) {
+				q.mu.Unlock()
+				return Delivery{ID: r.ID, Msg: r.Msg}, true
+			}
+		}
+		after := c.browsed
+		q.mu.Unlock()
+		recs, err := q.log.Browse(context.Background(), after, 16)
 		if err != nil || len(recs) == 0 {
 			return Delivery{}, false
 		}
-		for _, r := range recs {
-			after = r.ID
-			if r.Msg.Expired(now) {
-				continue
-			}
-			q.mu.Lock()
-			c.browsed = after
-			q.mu.Unlock()
-			return Delivery{ID: r.ID, Msg: r.Msg}, true
-		}
+		q.mu.Lock()
+		c.browseBuf = recs
+		q.mu.Unlock()
 	}
 }
 
@@ -226,6 +230,7 @@ func (c *Consumer) requeue(id uint64, failed, undeliverableHere bool) {
 	wake := q.backLocked(e, failed)
 	q.mu.Unlock()
 	notify(wake)
+	q.fill() // a dead-lettered message made room in the window
 }
 
 // backLocked puts e back among the ready ones (or dead-letters it at
@@ -262,8 +267,13 @@ func (c *Consumer) Close() {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
-	for _, id := range ids {
-		e := c.settleLocked(id)
+	// Settle all first: a dead-lettering backLocked lets go of q.mu, and a
+	// concurrent settle must find nothing of this consumer's left.
+	back := make([]*entry, len(ids))
+	for i, id := range ids {
+		back[i] = c.settleLocked(id)
+	}
+	for _, e := range back {
 		q.backLocked(e, true)
 	}
 	for _, e := range q.entries { // it no longer needs skipping
@@ -272,6 +282,7 @@ func (c *Consumer) Close() {
 	wake := q.wakeLocked()
 	q.mu.Unlock()
 	notify(wake)
+	q.fill() // dead-lettered messages made room in the window
 }
 
 // Pending is the number of messages delivered to this consumer and not

@@ -127,28 +127,38 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 }
 
 // poll reads the shared Logs of queues with consumers, for the records
-// other gateways appended.
+// other gateways appended, and retries a Read that failed. Every
+// resyncEvery ticks it also takes a shared queue's counts from its Log,
+// which other gateways' appends and acknowledgements change.
 func (e *Engine) poll() {
 	defer e.wg.Done()
 	t := time.NewTicker(e.opts.Poll)
 	defer t.Stop()
-	for {
+	const resyncEvery = 25
+	for tick := 1; ; tick++ {
 		select {
 		case <-e.stop:
 			return
 		case <-t.C:
 		}
 		e.mu.Lock()
-		shared := make([]*Queue, 0, 8)
+		due := make([]*Queue, 0, 8)
 		for _, q := range e.queues {
-			if sl, ok := q.log.(SharedLog); ok && sl.Shared() {
-				shared = append(shared, q)
+			q.mu.Lock()
+			if q.retry || q.shared() {
+				due = append(due, q)
 			}
+			q.mu.Unlock()
 		}
 		e.mu.Unlock()
-		for _, q := range shared {
+		for _, q := range due {
+			shared := q.shared()
+			if shared && tick%resyncEvery == 0 {
+				q.resync()
+			}
 			q.mu.Lock()
-			wanted := len(q.cons) > 0 && !q.deleted
+			wanted := (q.retry || shared) && len(q.cons) > 0 && !q.deleted
+			q.retry = false
 			if wanted {
 				q.more = true
 			}
@@ -263,7 +273,9 @@ func (e *Engine) Declare(ctx context.Context, cfg Config) (*Queue, error) {
 	} else {
 		q.mu.Lock()
 		q.config = cfg
+		wake := q.wakeLocked() // exclusive to non-exclusive: the standbys may take now
 		q.mu.Unlock()
+		notify(wake)
 	}
 	e.idx.RemoveKey(q)
 	for _, f := range cfg.Subscriptions {

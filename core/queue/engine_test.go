@@ -475,3 +475,68 @@ func TestDeleteTellsConsumers(t *testing.T) {
 		t.Fatalf("second delete: %v", err)
 	}
 }
+
+// A consumer that leaves with the whole window in flight, each delivery at
+// its last allowed failure, dead-letters them all: the queue reads on from
+// its Log and tells the other consumer, rather than waiting for the next
+// publish.
+func TestDeadLetteringOnCloseRefillsTheWindow(t *testing.T) {
+	e, _ := newEngine(t, Options{Window: 4})
+	declare(t, e, Config{Name: "dlq"})
+	q := declare(t, e, Config{Name: "q", DeadLetter: "dlq", MaxDeliveries: 1})
+	for i := range 8 {
+		putWait(t, e, "q", fmt.Sprint(i))
+	}
+	a, wa := consumer(t, q, false)
+	for range 4 {
+		next(t, a, wa)
+	}
+	b, wb := consumer(t, q, false)
+	drainWake(wb)
+	a.Close() // the 4 in flight reach maxDeliveries: dead-lettered
+	// A front-end pulls when told (an AMQP link with credit waits for
+	// Notify): b must be told.
+	waitWake(t, wb)
+	if got := take(t, b, wb, 4); got != "[4 5 6 7]" {
+		t.Fatalf("after the dead-lettering close: %s", got)
+	}
+}
+
+// The same with Modify: four failed deliveries dead-letter the window.
+func TestDeadLetteringOnModifyRefillsTheWindow(t *testing.T) {
+	e, _ := newEngine(t, Options{Window: 4})
+	declare(t, e, Config{Name: "dlq"})
+	q := declare(t, e, Config{Name: "q", DeadLetter: "dlq", MaxDeliveries: 1})
+	for i := range 8 {
+		putWait(t, e, "q", fmt.Sprint(i))
+	}
+	a, wa := consumer(t, q, false)
+	var ds []Delivery
+	for range 4 {
+		ds = append(ds, next(t, a, wa))
+	}
+	drainWake(wa)
+	for _, d := range ds {
+		a.Modify(d.ID, true, false)
+	}
+	waitWake(t, wa)
+	if got := take(t, a, wa, 4); got != "[4 5 6 7]" {
+		t.Fatalf("after dead-lettering by Modify: %s", got)
+	}
+}
+
+func drainWake(ch chan struct{}) {
+	select {
+	case <-ch:
+	default:
+	}
+}
+
+func waitWake(t *testing.T, ch chan struct{}) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the consumer was not told that messages are ready")
+	}
+}

@@ -89,6 +89,10 @@ func (l *memLog) Read(_ context.Context, after uint64, max int) ([]Record, error
 	return append([]Record(nil), l.recs[i:end]...), nil
 }
 
+func (l *memLog) Browse(ctx context.Context, after uint64, max int) ([]Record, error) {
+	return l.Read(ctx, after, max)
+}
+
 func (l *memLog) Remove(ids ...uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

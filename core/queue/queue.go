@@ -3,6 +3,7 @@ package queue
 import (
 	"container/heap"
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -30,6 +31,7 @@ type Queue struct {
 	through  uint64 // the highest ID read from the log
 	more     bool   // the log may hold records not read yet
 	loading  bool   // a loader runs
+	retry    bool   // the last Read failed: the poller tries again
 	cons     []*Consumer
 	rr       int // where the next non-exclusive notification round starts
 	counters Counters
@@ -100,7 +102,16 @@ func (q *Queue) Info() Info {
 func (q *Queue) Put(m *core.Message, done func(error)) {
 	size := int64(m.Size())
 	q.mu.Lock()
-	if err := q.admitLocked(size); err != nil {
+	err := q.admitLocked(size)
+	if errors.Is(err, ErrFull) && q.shared() {
+		// Other gateways append and remove too: count again before
+		// refusing.
+		q.mu.Unlock()
+		q.resync()
+		q.mu.Lock()
+		err = q.admitLocked(size)
+	}
+	if err != nil {
 		q.counters.Refused++
 		q.mu.Unlock()
 		done(err)
@@ -127,6 +138,26 @@ func (q *Queue) Put(m *core.Message, done func(error)) {
 		q.fill()
 		done(nil)
 	})
+}
+
+// shared reports whether other gateways use the queue's Log too.
+func (q *Queue) shared() bool {
+	sl, ok := q.log.(SharedLog)
+	return ok && sl.Shared()
+}
+
+// resync takes the queue's counts from its Log: for a shared Log, where
+// other gateways' appends and removals do not pass through this engine.
+func (q *Queue) resync() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	n, bytes, err := q.log.Stats(ctx)
+	if err != nil {
+		return // refused on the counts we have: the store is what failed
+	}
+	q.mu.Lock()
+	q.messages, q.bytes = n, bytes
+	q.mu.Unlock()
 }
 
 func (q *Queue) admitLocked(size int64) error {
@@ -165,7 +196,17 @@ func (q *Queue) fill() {
 	if !start {
 		return
 	}
-	q.e.wg.Add(1)
+	e := q.e
+	e.mu.Lock() // Close waits for loaders: none may start once it has begun
+	if e.closed {
+		e.mu.Unlock()
+		q.mu.Lock()
+		q.loading = false
+		q.mu.Unlock()
+		return
+	}
+	e.wg.Add(1)
+	e.mu.Unlock()
 	go q.load()
 }
 
@@ -187,8 +228,9 @@ func (q *Queue) load() {
 		recs, err := q.log.Read(context.Background(), after, room)
 		q.mu.Lock()
 		if err != nil {
-			// Retried on the next append or acknowledgement.
-			q.more, q.loading = true, false
+			// Retried by the engine's poller (Options.Poll), or sooner by
+			// the next append or acknowledgement.
+			q.more, q.loading, q.retry = true, false, true
 			q.mu.Unlock()
 			q.e.opts.Logger.Warn("queue: reading stored messages failed", "queue", q.name, "error", err)
 			return

@@ -55,6 +55,10 @@ type Log interface {
 	// this gateway read before a restart and did not Remove, and those
 	// another gateway read and left unremoved longer than its claim time.
 	Read(ctx context.Context, after uint64, max int) ([]Record, error)
+	// Browse returns up to max records with an ID above after, oldest
+	// first, without taking them: a shared Log hands them to nobody
+	// (browsers, the admin API). For a Log read by one engine it is Read.
+	Browse(ctx context.Context, after uint64, max int) ([]Record, error)
 	// Remove deletes records (acknowledged by a consumer, expired, dead
 	// lettered). It may be batched and return before the deletion is
 	// durable: a record whose removal is lost in a crash is delivered

@@ -350,6 +350,11 @@ func (l *qlog) Append(m *core.Message, done func(uint64, error)) {
 }
 
 // Read implements queue.Log.
+// Browse implements queue.Log: one engine reads this Log, so it is Read.
+func (l *qlog) Browse(ctx context.Context, after uint64, max int) ([]queue.Record, error) {
+	return l.Read(ctx, after, max)
+}
+
 func (l *qlog) Read(_ context.Context, after uint64, max int) ([]queue.Record, error) {
 	var out []queue.Record
 	err := l.b.db.View(func(tx *bolt.Tx) error {

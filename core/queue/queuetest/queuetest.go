@@ -432,6 +432,30 @@ func Run(t *testing.T, open Factory, opts ...Option) {
 			}
 		}
 	})
+	t.Run("browse takes nothing", func(t *testing.T) {
+		b, _ := open(t)
+		defer b.Close()
+		l, err := b.Open(ctx, queue.Config{Name: "q"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []uint64
+		for i := range 5 {
+			ids = append(ids, Append(t, l, Msg("t", i)))
+		}
+		for range 2 { // twice: the first browse handed nothing out
+			got, err := l.Browse(ctx, ids[1], 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p := payloads(got); len(p) != 2 || p[0] != "m2" || p[1] != "m3" {
+				t.Fatalf("browse after %d: %v", ids[1], p)
+			}
+		}
+		if p := payloads(ReadAll(t, l, 0)); len(p) != 5 {
+			t.Fatalf("read after browsing: %v, want all 5", p)
+		}
+	})
 	t.Run("drop removes messages", func(t *testing.T) {
 		b, reopen := open(t)
 		l, err := b.Open(ctx, queue.Config{Name: "q"})

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tolsey/tolsey/core"
+	"github.com/tolsey/tolsey/core/coretest"
 	"github.com/tolsey/tolsey/core/queue"
 	"github.com/tolsey/tolsey/retain/redistest"
 )
@@ -113,5 +114,139 @@ func TestTwoEnginesShareAQueue(t *testing.T) {
 	}
 	if len(seen) != 150 {
 		t.Fatalf("%d of 150 messages delivered", len(seen))
+	}
+}
+
+// A browser on a Redis queue (the admin API's browse, AMQP
+// distribution-mode copy) takes nothing: the consumer attached afterwards
+// gets every message.
+func TestRedisBrowseTakesNothing(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	b := open(t, srv, "gw-a", time.Minute)
+	t.Cleanup(func() { _ = b.Close() })
+	e, err := queue.New(ctx, queue.Options{Backend: b, Poll: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	q, err := e.Declare(ctx, queue.Config{Name: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		ch := make(chan error, 1)
+		e.Put("b", &core.Message{Topic: "t", Payload: []byte(fmt.Sprint(i)), QoS: 1}, func(err error) { ch <- err })
+		if err := <-ch; err != nil {
+			t.Fatal(err)
+		}
+	}
+	br, err := q.Consume(queue.ConsumerOptions{Browse: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var browsed []string
+	for {
+		d, ok := br.Next()
+		if !ok {
+			break
+		}
+		browsed = append(browsed, string(d.Msg.Payload))
+	}
+	br.Close()
+	if fmt.Sprint(browsed) != "[0 1 2]" {
+		t.Fatalf("browsed %v", browsed)
+	}
+	wake := make(chan struct{}, 1)
+	c, err := q.Consume(queue.ConsumerOptions{Notify: func() {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var got []string
+	deadline := time.After(10 * time.Second)
+	for len(got) < 3 {
+		d, ok := c.Next()
+		if !ok {
+			select {
+			case <-wake:
+			case <-deadline:
+				t.Fatalf("consumer got %v after a browse", got)
+			}
+			continue
+		}
+		got = append(got, string(d.Msg.Payload))
+		c.Ack(d.ID)
+	}
+}
+
+// Counts on a shared queue follow what other gateways do: gateway a
+// publishes up to maxMessages, gateway b consumes them all, and a may
+// publish again (it once refused, counting only its own appends).
+func TestSharedQueueLimitsCountOtherGateways(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	engine := func(node string) *queue.Engine {
+		b := open(t, srv, node, time.Minute)
+		t.Cleanup(func() { _ = b.Close() })
+		e, err := queue.New(ctx, queue.Options{Backend: b, Poll: 20 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(e.Close)
+		if _, err := e.Declare(ctx, queue.Config{Name: "lim", MaxMessages: 5}); err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	a, b := engine("gw-a"), engine("gw-b")
+	put := func(i int) error {
+		ch := make(chan error, 1)
+		a.Put("lim", &core.Message{Topic: "t", Payload: []byte(fmt.Sprint(i)), QoS: 1}, func(err error) { ch <- err })
+		return <-ch
+	}
+	for i := range 5 {
+		if err := put(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	qb, _ := b.Queue("lim")
+	wake := make(chan struct{}, 1)
+	c, err := qb.Consume(queue.ConsumerOptions{Notify: func() {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	deadline := time.After(10 * time.Second)
+	for n := 0; n < 5; {
+		d, ok := c.Next()
+		if !ok {
+			select {
+			case <-wake:
+			case <-deadline:
+				t.Fatalf("b consumed %d of 5", n)
+			}
+			continue
+		}
+		c.Ack(d.ID)
+		n++
+	}
+	coretest.Eventually(t, "the acknowledgements removed", 10*time.Second, func() bool {
+		lb, _ := b.Queue("lim")
+		n := lb.Info().Messages
+		return n == 0
+	})
+	if err := put(5); err != nil {
+		t.Fatalf("a's publish into the emptied queue: %v", err)
 	}
 }

@@ -447,6 +447,44 @@ func (l *rlog) Read(ctx context.Context, _ uint64, max int) ([]queue.Record, err
 	return out, nil
 }
 
+// Browse implements queue.Log: XRANGE from after, which hands the records
+// to no consumer of the group.
+func (l *rlog) Browse(ctx context.Context, after uint64, max int) ([]queue.Record, error) {
+	msgs, err := l.b.client.XRangeN(ctx, l.stream, "("+streamID(after), "+", int64(max)).Result()
+	if err != nil && !errors.Is(err, goredis.Nil) {
+		return nil, unavailable(err)
+	}
+	var out []queue.Record
+	for _, m := range msgs {
+		r, ok, err := l.record(m)
+		if err != nil {
+			return nil, err
+		}
+		if ok { // else deleted since: being removed
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// record decodes a stream entry; ok is false for an entry whose fields
+// are gone (deleted since it was read).
+func (l *rlog) record(m goredis.XMessage) (r queue.Record, ok bool, err error) {
+	data, ok := m.Values["m"].(string)
+	if !ok {
+		return queue.Record{}, false, nil
+	}
+	id, err := recordID(m.ID)
+	if err != nil {
+		return queue.Record{}, false, err
+	}
+	msg, err := codec.DecodeString(data)
+	if err != nil {
+		return queue.Record{}, false, fmt.Errorf("queue %q record %s: %w", l.name, m.ID, err)
+	}
+	return queue.Record{ID: id, Msg: msg}, true, nil
+}
+
 // readGroup is XREADGROUP from id ("0" and on: this consumer's pending
 // records; ">": records nobody has read), without blocking.
 func (l *rlog) readGroup(ctx context.Context, id string, count int) ([]goredis.XMessage, error) {
@@ -518,22 +556,17 @@ func (l *rlog) claim(ctx context.Context, count int) ([]goredis.XMessage, error)
 // fields are gone) is acknowledged, so that it leaves the pending list.
 func (l *rlog) records(ctx context.Context, out []queue.Record, msgs []goredis.XMessage) ([]queue.Record, error) {
 	for _, m := range msgs {
-		data, ok := m.Values["m"].(string)
+		r, ok, err := l.record(m)
+		if err != nil {
+			return nil, err
+		}
 		if !ok {
 			if err := l.b.client.XAck(ctx, l.stream, group, m.ID).Err(); err != nil {
 				return nil, unavailable(err)
 			}
 			continue
 		}
-		id, err := recordID(m.ID)
-		if err != nil {
-			return nil, err
-		}
-		msg, err := codec.DecodeString(data)
-		if err != nil {
-			return nil, fmt.Errorf("queue %q record %s: %w", l.name, m.ID, err)
-		}
-		out = append(out, queue.Record{ID: id, Msg: msg})
+		out = append(out, r)
 	}
 	return out, nil
 }
