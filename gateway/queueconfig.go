@@ -17,7 +17,7 @@ import (
 type QueuesConfig struct {
 	Declare    []queue.Config    // queues.declare, checked
 	Addresses  []queue.Alternate // queues.addresses, checked against Declare
-	Backend    string         // memory | embedded | redis
+	Backend    string            // memory | embedded | redis
 	AutoCreate bool
 	// V311Full is what the MQTT front-end does with a 3.1.1 publish that
 	// a matching queue refuses: "disconnect" or "drop".
