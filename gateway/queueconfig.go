@@ -74,13 +74,9 @@ func buildQueuesConfig(c *Config, get func(string) string, num func(string) int6
 // prefix ("orders" and "orders/" are the same one).
 func parseAddresses(s string, declared []queue.Config, limits core.TopicLimits) ([]queue.Alternate, error) {
 	const key = "queues.addresses"
-	s = strings.TrimSpace(s)
-	if s == "" || s == "null" {
-		return nil, nil
-	}
-	var raw []map[string]json.RawMessage
-	if err := json.Unmarshal([]byte(s), &raw); err != nil {
-		return nil, &ConfigError{Key: key, Msg: "must be a list of {prefix, alternate} objects (a YAML list, or a JSON array in env/flags): " + err.Error()}
+	raw, err := objectList(key, s, "{prefix, alternate} objects")
+	if raw == nil || err != nil {
+		return nil, err
 	}
 	out := make([]queue.Alternate, 0, len(raw))
 	prefixes := map[string]int{}
@@ -124,18 +120,28 @@ func parseAddresses(s string, declared []queue.Config, limits core.TopicLimits) 
 	return out, nil
 }
 
-// parseQueueList reads queues.declare: a JSON array (the configuration's
-// form of the YAML list) of queue objects. A dead-letter queue must be
-// one of the list, since at start nothing else is known to exist.
-func parseQueueList(s string, limits core.TopicLimits) ([]queue.Config, error) {
-	const key = "queues.declare"
+// objectList reads a kindJSON key that holds a list of objects (what
+// names them in the error); nil for an empty value.
+func objectList(key, s, what string) ([]map[string]json.RawMessage, error) {
 	s = strings.TrimSpace(s)
 	if s == "" || s == "null" {
 		return nil, nil
 	}
 	var raw []map[string]json.RawMessage
 	if err := json.Unmarshal([]byte(s), &raw); err != nil {
-		return nil, &ConfigError{Key: key, Msg: "must be a list of queue objects (a YAML list, or a JSON array in env/flags): " + err.Error()}
+		return nil, &ConfigError{Key: key, Msg: "must be a list of " + what + " (a YAML list, or a JSON array in env/flags): " + err.Error()}
+	}
+	return raw, nil
+}
+
+// parseQueueList reads queues.declare: a JSON array (the configuration's
+// form of the YAML list) of queue objects. A dead-letter queue must be
+// one of the list, since at start nothing else is known to exist.
+func parseQueueList(s string, limits core.TopicLimits) ([]queue.Config, error) {
+	const key = "queues.declare"
+	raw, err := objectList(key, s, "queue objects")
+	if raw == nil || err != nil {
+		return nil, err
 	}
 	out := make([]queue.Config, 0, len(raw))
 	names := map[string]int{}
