@@ -40,6 +40,10 @@ const (
 	capTempTopic      encoding.Symbol = "temporary-topic"
 	capTempQueue      encoding.Symbol = "temporary-queue"
 	capAnonymousRelay encoding.Symbol = "ANONYMOUS-RELAY"
+	// capFallback on a receiver's source makes it a fallback consumer of
+	// its address (Qpid Dispatch's fallback links; docs/queues.md,
+	// "Alternate destinations").
+	capFallback encoding.Symbol = "qd.fallback"
 )
 
 // x-opt-jms-dest / x-opt-jms-reply-to values (Qpid JMS).

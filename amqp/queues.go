@@ -162,12 +162,14 @@ func jmsQueueKind(name string) int8 {
 }
 
 // attachQueueOut makes l a consumer of q: a browser when the source asks
-// for distribution-mode copy (JMS QueueBrowser).
-func (s *session) attachQueueOut(l *outLink, reply *frames.Attach, sc *frames.Source, q *queue.Queue) error {
+// for distribution-mode copy (JMS QueueBrowser). opts carries a fallback
+// link's Filter and Fallback.
+func (s *session) attachQueueOut(l *outLink, reply *frames.Attach, sc *frames.Source, q *queue.Queue, opts queue.ConsumerOptions) error {
 	c := s.c
-	l.browse = sc.DistributionMode == distCopy
+	l.browse = sc.DistributionMode == distCopy && !opts.Fallback
 	l.retainedDone = true // a queue has no retained copies
-	qc, err := q.Consume(queue.ConsumerOptions{Browse: l.browse, Notify: l.wake, Deleted: l.queueDeleted})
+	opts.Browse, opts.Notify, opts.Deleted = l.browse, l.wake, l.queueDeleted
+	qc, err := q.Consume(opts)
 	if err != nil {
 		return s.refuse(l, reply, linkErr(queueCond(err), "%v", err))
 	}
@@ -304,4 +306,89 @@ func (l *inLink) putQueue(name string, m *core.Message) {
 	l.hold(func(h *heldPublish) {
 		eng.Put(name, m, func(err error) { h.answer(queueOutcome(err)) })
 	})
+}
+
+// Alternate destinations (docs/queues.md, "Alternate destinations"): what
+// is published under a configured prefix and reaches no live consumer is
+// parked in the prefix's alternate queue by the engine. Two kinds of
+// receiver take it back out:
+//
+//   - a plain topic link (not dynamic, not a JMS durable or shared
+//     subscription) consumes, beside its router subscription, from every
+//     alternate queue its filter overlaps, taking only the messages whose
+//     topic its filter matches (queue.ConsumerOptions.Filter); the writer
+//     gives live and parked messages turns. Parked deliveries are
+//     at-least-once like a queue's (unsettled unless the link is
+//     snd-settle-mode settled).
+//   - a link whose source carries the capability qd.fallback is a
+//     fallback consumer: no router subscription (so it is no live
+//     consumer, and what nobody else receives is parked), only a consumer
+//     of the alternate queue covering its address, which takes a message
+//     only while no ordinary consumer of that queue would (Fallback). An
+//     address no alternate covers is refused with amqp:not-found: such a
+//     link would never receive anything.
+
+// fallbackFor resolves a qd.fallback link's address: a topic (or filter)
+// that an alternate destination covers.
+func (s *Server) fallbackFor(addr string, caps []encoding.Symbol) (*queue.Queue, string, *LinkError) {
+	name, kind := s.resolve(addr, caps)
+	if kind != nodeTopic || isTemp(name) || s.opts.Queues == nil {
+		return nil, "", linkErr(frames.ErrCondNotFound, "qd.fallback: no alternate destination covers %q", core.ShortTopic(addr))
+	}
+	if err := s.checkFilter(name); err != nil {
+		return nil, "", linkErr(frames.ErrCondInvalidField, "source %q is not a topic filter: %v", core.ShortTopic(addr), err)
+	}
+	q, ok := s.opts.Queues.AlternateFor(name)
+	if !ok {
+		return nil, "", linkErr(frames.ErrCondNotFound, "qd.fallback: no alternate destination covers %q", core.ShortTopic(addr))
+	}
+	return q, name, nil
+}
+
+// consumeAlternates attaches l, a plain topic link, to the alternate
+// queues its filter overlaps. Called by the reader before l is handed to
+// the writer.
+func (l *outLink) consumeAlternates() {
+	e := l.c.s.opts.Queues
+	if e == nil {
+		return
+	}
+	for _, q := range e.AlternatesMatching(l.filter) {
+		qc, err := q.Consume(queue.ConsumerOptions{Filter: l.filter, Notify: l.wake})
+		if err != nil {
+			continue // deleted meanwhile: nothing to drain
+		}
+		l.c.addConsumer(qc)
+		l.alts = append(l.alts, qc)
+	}
+}
+
+// sendAlternate sends the next parked message for l from its alternates,
+// if one has any. Called by the writer.
+func (w *writer) sendAlternate(l *outLink) bool {
+	l.mu.Lock()
+	closed := l.closed
+	l.mu.Unlock()
+	if closed {
+		return false
+	}
+	for _, qc := range l.alts {
+		if d, ok := qc.Next(); ok {
+			w.sendDelivery(l, queued{m: d.Msg}, &d, qc)
+			return true
+		}
+	}
+	return false
+}
+
+// closeLinkConsumers closes l's queue consumers, its queue's and its
+// alternates': what they were delivered and was not settled is
+// delivered again.
+func (c *conn) closeLinkConsumers(l *outLink) {
+	if l.qc != nil {
+		c.closeConsumer(l.qc)
+	}
+	for _, qc := range l.alts {
+		c.closeConsumer(qc)
+	}
 }

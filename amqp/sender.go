@@ -41,6 +41,12 @@ type outLink struct {
 	browse bool        // distribution-mode copy: deliveries settled, nothing taken
 	qgone  atomic.Bool // the queue was deleted: the writer detaches the link
 
+	// alts are a plain topic link's consumers of the alternate queues its
+	// filter overlaps (queues.go): the writer sends what they hold
+	// beside the live messages. Set before the link is handed to the
+	// writer.
+	alts []*queue.Consumer
+
 	// Shared by Deliver, the retained feeder and the writer.
 	mu           sync.Mutex
 	live         msgQueue // live messages; at most LinkBuffer
@@ -58,6 +64,7 @@ type outLink struct {
 	deliveryCount      uint32
 	drainPending       bool
 	unsettled          int    // our unsettled deliveries on this link
+	altTurn            bool   // the next delivery tries the alternates first
 	partial            []byte // the rest of a delivery cut short by the session window
 	partialSettled     bool
 	partialMsg         queued // the message partial belongs to
@@ -194,10 +201,16 @@ func (s *session) attachOut(a *frames.Attach) error {
 		}
 		sc.Address = prefixQueue + name
 		l.tmpQueue = name
-		return s.attachQueueOut(l, reply, &sc, q)
+		return s.attachQueueOut(l, reply, &sc, q, queue.ConsumerOptions{})
 	case src.Dynamic:
 		sc.Address = c.newTemp(src.Capabilities)
 		l.filter = sc.Address
+	case hasCap(src.Capabilities, capFallback):
+		q, name, le := c.s.fallbackFor(src.Address, src.Capabilities)
+		if le != nil {
+			return s.refuse(l, reply, le)
+		}
+		return s.attachQueueOut(l, reply, &sc, q, queue.ConsumerOptions{Filter: name, Fallback: true})
 	default:
 		name, kind := c.s.resolve(src.Address, src.Capabilities)
 		if kind == nodeQueue {
@@ -205,7 +218,7 @@ func (s *session) attachOut(a *frames.Attach) error {
 			if le != nil {
 				return s.refuse(l, reply, le)
 			}
-			return s.attachQueueOut(l, reply, &sc, q)
+			return s.attachQueueOut(l, reply, &sc, q, queue.ConsumerOptions{})
 		}
 		if err := c.s.checkFilter(name); err != nil {
 			return s.refuse(l, reply, linkErr(frames.ErrCondInvalidField, "source %q is not a topic filter: %v", core.ShortTopic(src.Address), err))
@@ -234,6 +247,9 @@ func (s *session) attachOut(a *frames.Attach) error {
 			return s.refuse(l, reply, linkErr(frames.ErrCondInvalidField, "%v", err))
 		}
 		l.sub = sub
+		// After the subscription: a message parked from now on was
+		// published before it, and nothing is parked once it is in place.
+		l.consumeAlternates()
 	}
 	since := time.Now()
 	reply.Source = &sc

@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 
 	"github.com/tolsey/tolsey/amqp/internal/frames"
+	"github.com/tolsey/tolsey/core/queue"
 )
 
 // session is one AMQP session (part 2 section 2.5): a channel, its
@@ -50,7 +51,8 @@ type sessionOut struct {
 type pending struct {
 	l   *outLink
 	q   queued
-	qid uint64 // the queue delivery's ID, on a queue link
+	qid uint64          // the queue delivery's ID
+	qc  *queue.Consumer // the consumer qid settles on (l.qc, or one of l.alts); nil: a topic delivery
 }
 
 // dispRange is a batched disposition for deliveries first..last we received.

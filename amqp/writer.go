@@ -264,11 +264,9 @@ func (w *writer) detachOut(l *outLink) bool {
 	if l.group != nil {
 		l.group.requeue(back)
 	}
-	if l.qc != nil {
-		// After every disposition the peer sent before its detach: what
-		// it settled stays settled, the rest is delivered again.
-		w.c.closeConsumer(l.qc)
-	}
+	// After every disposition the peer sent before its detach: what it
+	// settled stays settled, the rest is delivered again.
+	w.c.closeLinkConsumers(l)
 	return true
 }
 
@@ -314,9 +312,7 @@ func (s *session) requeueAll() {
 		if l.group != nil {
 			l.group.requeue(back)
 		}
-		if l.qc != nil {
-			s.c.closeConsumer(l.qc)
-		}
+		s.c.closeLinkConsumers(l)
 	}
 	s.w.links = nil
 	clear(s.w.unsettled)
@@ -400,8 +396,8 @@ func (w *writer) peerDisposition(s *session, d *frames.Disposition) {
 			freed = append(freed, l)
 		}
 		l.unsettled--
-		if l.qc != nil {
-			settleQueued(l.qc, p.qid, d.State)
+		if p.qc != nil {
+			settleQueued(p.qc, p.qid, d.State)
 			return
 		}
 		w.countOutcome(d.State)
@@ -441,7 +437,8 @@ func (w *writer) pump(l *outLink) {
 	}
 	s := l.sess
 	maxUnsettled := w.c.s.opts.LinkBuffer
-	empty := false // a queue link's consumer had nothing for it
+	empty := false    // a queue link's consumer had nothing for it
+	altEmpty := false // neither had a topic link's live queue nor its alternates
 	for s.w.remoteIncomingWindow > 0 {
 		if l.partial != nil {
 			w.transfers(l, 0, false, l.partial, l.partialSettled, true)
@@ -456,21 +453,33 @@ func (w *writer) pump(l *outLink) {
 				empty = true
 				break
 			}
-			w.sendDelivery(l, queued{m: d.Msg}, &d)
+			w.sendDelivery(l, queued{m: d.Msg}, &d, l.qc)
 			continue
+		}
+		if len(l.alts) > 0 {
+			// Parked and live messages take turns, so that neither
+			// starves the other (docs/queues.md, "Alternate destinations").
+			l.altTurn = !l.altTurn
+			if l.altTurn && w.sendAlternate(l) {
+				continue
+			}
 		}
 		q, ok := l.pop()
 		if !ok {
+			if len(l.alts) > 0 && w.sendAlternate(l) {
+				continue
+			}
+			altEmpty = true
 			break
 		}
 		if q.m.Expired(w.now) {
 			w.c.s.opts.Metrics.Drop("amqp", "expired")
 			continue
 		}
-		w.sendDelivery(l, q, nil)
+		w.sendDelivery(l, q, nil, nil)
 	}
 	if l.qc == nil {
-		empty = l.queuedLen() == 0
+		empty = l.queuedLen() == 0 && (len(l.alts) == 0 || altEmpty)
 	}
 	if l.drainPending && l.partial == nil && (l.credit == 0 || empty) {
 		// Drain: use up the credit we cannot fill [2.6.7].
@@ -481,8 +490,8 @@ func (w *writer) pump(l *outLink) {
 	}
 }
 
-// sendDelivery sends q on l; d is the queue delivery it is, or nil.
-func (w *writer) sendDelivery(l *outLink, q queued, d *queue.Delivery) {
+// sendDelivery sends q on l; d is the queue delivery it is, from qc, or nil.
+func (w *writer) sendDelivery(l *outLink, q queued, d *queue.Delivery, qc *queue.Consumer) {
 	s := l.sess
 	m := q.m
 	srv := w.c.s
@@ -505,7 +514,7 @@ func (w *writer) sendDelivery(l *outLink, q queued, d *queue.Delivery) {
 		w.c.log.Warn("amqp message not encodable", "topic", m.Topic, "error", err)
 		srv.opts.Metrics.Drop("amqp", "encode")
 		if d != nil && !l.browse {
-			l.qc.Reject(d.ID) // it never will be: to the dead-letter queue
+			qc.Reject(d.ID) // it never will be: to the dead-letter queue
 		}
 		return
 	}
@@ -517,12 +526,12 @@ func (w *writer) sendDelivery(l *outLink, q queued, d *queue.Delivery) {
 	case !settled:
 		p := pending{l: l, q: q}
 		if d != nil {
-			p.qid = d.ID
+			p.qid, p.qc = d.ID, qc
 		}
 		s.w.unsettled[id] = p
 		l.unsettled++
 	case d != nil && !l.browse:
-		l.qc.Ack(d.ID) // snd-settle-mode settled: at most once
+		qc.Ack(d.ID) // snd-settle-mode settled: at most once
 	}
 	if q.retained {
 		srv.out.Out(time.Time{})

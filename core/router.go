@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,6 +22,25 @@ type Subscriber interface {
 	// An error is the subscriber's refusal (a full queue, a closed link);
 	// the router reports it to the publisher. m is shared: do not modify it.
 	Deliver(m *Message, d Delivery) error
+}
+
+// Interest is implemented by a Subscriber whose one subscription stands
+// for consumers the router does not see one by one (the MQTT front-end's
+// "#", behind which mochi fans out to its sessions; the queue engine's
+// "#", behind which only the matching queues take a message). The router
+// asks it only when it must know whether a message reaches a live
+// consumer at all (a Fallback subscription matched), on the publisher's
+// goroutine: it must not block, and should cost one index lookup.
+//
+// A subscription that skips the message's origin (SkipOrigin) is asked
+// too: a front-end skips its own protocol because it fans such messages
+// out itself, so they may still reach its consumers. One that skips and
+// does not implement Interest (the bridge, which never echoes) counts as
+// not reached.
+type Interest interface {
+	// Reaches reports whether m reaches at least one consumer behind the
+	// subscriber. m is shared: do not modify it.
+	Reaches(m *Message) bool
 }
 
 // Delivery says why a message reaches a subscriber.
@@ -105,6 +125,13 @@ type SubOptions struct {
 	// NoLocal suppresses messages whose Origin.Client equals Client.
 	NoLocal bool
 	Client  string
+	// Fallback makes the subscription receive a message only when the
+	// message reaches no live consumer through any other subscription:
+	// none that is not itself a Fallback one and, for a subscriber that
+	// implements Interest, none that answers true (docs/queues.md,
+	// "Alternate destinations"). The queue engine's alternate
+	// destinations subscribe so.
+	Fallback bool
 }
 
 // Subscription is one filter held by one subscriber.
@@ -432,6 +459,9 @@ func (r *Router) publish(ctx context.Context, m *Message, acks *Acks) PublishRes
 	}
 	var errs []error
 	r.matching(m.Topic, true, func(matches []*Subscription) {
+		// Fallback subscriptions are rare: a publish that matches none pays
+		// one pass over its matches for them.
+		matches = fallbacks(matches, m)
 		// Drop suppressed subscriptions before merging overlaps, so that a
 		// subscriber whose highest-QoS match is suppressed still gets the
 		// message through another of its matching subscriptions.
@@ -540,6 +570,37 @@ func appendSubs(n *snode, pick bool, out []*Subscription) []*Subscription {
 		}
 	}
 	return out
+}
+
+// fallbacks removes, in place, the Fallback subscriptions from s when m
+// reaches a live consumer through another one of s (SubOptions.Fallback).
+func fallbacks(s []*Subscription, m *Message) []*Subscription {
+	if !slices.ContainsFunc(s, func(x *Subscription) bool { return x.Options.Fallback }) {
+		return s
+	}
+	if !reachesLive(s, m) {
+		return s
+	}
+	return slices.DeleteFunc(s, func(x *Subscription) bool { return x.Options.Fallback })
+}
+
+// reachesLive reports whether m reaches a live consumer through the
+// subscriptions of s that are not Fallback ones (Interest).
+func reachesLive(s []*Subscription, m *Message) bool {
+	for _, x := range s {
+		o := &x.Options
+		if o.Fallback || (o.NoLocal && o.Client != "" && o.Client == m.Origin.Client) {
+			continue
+		}
+		in, asks := x.Subscriber.(Interest)
+		switch {
+		case asks && in.Reaches(m):
+			return true
+		case !asks && !o.skips(m.Origin.Protocol):
+			return true
+		}
+	}
+	return false
 }
 
 // eligible removes, in place, the subscriptions that must not receive m:

@@ -3,6 +3,7 @@ package gateway
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -14,8 +15,9 @@ import (
 
 // QueuesConfig is queues.*.
 type QueuesConfig struct {
-	Declare    []queue.Config // queues.declare, checked
-	Backend    string         // memory | embedded | redis
+	Declare    []queue.Config    // queues.declare, checked
+	Addresses  []queue.Alternate // queues.addresses, checked against Declare
+	Backend    string            // memory | embedded | redis
 	AutoCreate bool
 	// V311Full is what the MQTT front-end does with a 3.1.1 publish that
 	// a matching queue refuses: "disconnect" or "drop".
@@ -62,7 +64,74 @@ func buildQueuesConfig(c *Config, get func(string) string, num func(string) int6
 	if len(q.Declare) > q.Limits.MaxQueues {
 		return &ConfigError{Key: "queues.declare", Msg: fmt.Sprintf("%d queues, more than queues.maxQueues (%d)", len(q.Declare), q.Limits.MaxQueues)}
 	}
-	return nil
+	q.Addresses, err = parseAddresses(get("queues.addresses"), q.Declare, limits)
+	return err
+}
+
+// parseAddresses reads queues.addresses: a JSON array of {prefix,
+// alternate}. An alternate must be a queue of queues.declare, since at
+// start nothing else is known to exist; two entries may not name the same
+// prefix ("orders" and "orders/" are the same one).
+func parseAddresses(s string, declared []queue.Config, limits core.TopicLimits) ([]queue.Alternate, error) {
+	const key = "queues.addresses"
+	raw, err := objectList(key, s, "{prefix, alternate} objects")
+	if raw == nil || err != nil {
+		return nil, err
+	}
+	out := make([]queue.Alternate, 0, len(raw))
+	prefixes := map[string]int{}
+	for i, o := range raw {
+		bad := func(field, format string, a ...any) error {
+			return &ConfigError{Key: fmt.Sprintf("%s[%d].%s", key, i, field), Msg: fmt.Sprintf(format, a...)}
+		}
+		var a queue.Alternate
+		for _, k := range []string{"alternate", "prefix"} {
+			var v string
+			if raw, ok := o[k]; !ok || json.Unmarshal(raw, &v) != nil || v == "" {
+				return nil, bad(k, "is required: a string")
+			}
+			if k == "prefix" {
+				a.Prefix = v
+			} else {
+				a.Queue = v
+			}
+		}
+		for k := range o {
+			if k != "prefix" && k != "alternate" {
+				return nil, bad(k, "unknown field (prefix, alternate)")
+			}
+		}
+		p := strings.TrimSuffix(a.Prefix, "/")
+		if p == "" || core.HasWildcard(p) || core.ValidateTopic(p) != nil {
+			return nil, bad("prefix", "%q is not a topic prefix of whole levels without wildcards (like orders/)", a.Prefix)
+		}
+		if err := limits.CheckTopic(p); err != nil {
+			return nil, bad("prefix", "%q: %v (mqtt.maxTopicLevels, mqtt.maxTopicLength)", a.Prefix, err)
+		}
+		if j, dup := prefixes[p]; dup {
+			return nil, bad("prefix", "%q is given already, at %s[%d]", a.Prefix, key, j)
+		}
+		prefixes[p] = i
+		if !slices.ContainsFunc(declared, func(c queue.Config) bool { return c.Name == a.Queue }) {
+			return nil, bad("alternate", "queue %q is not declared in queues.declare", a.Queue)
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+// objectList reads a kindJSON key that holds a list of objects (what
+// names them in the error); nil for an empty value.
+func objectList(key, s, what string) ([]map[string]json.RawMessage, error) {
+	s = strings.TrimSpace(s)
+	if s == "" || s == "null" {
+		return nil, nil
+	}
+	var raw []map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(s), &raw); err != nil {
+		return nil, &ConfigError{Key: key, Msg: "must be a list of " + what + " (a YAML list, or a JSON array in env/flags): " + err.Error()}
+	}
+	return raw, nil
 }
 
 // parseQueueList reads queues.declare: a JSON array (the configuration's
@@ -70,13 +139,9 @@ func buildQueuesConfig(c *Config, get func(string) string, num func(string) int6
 // one of the list, since at start nothing else is known to exist.
 func parseQueueList(s string, limits core.TopicLimits) ([]queue.Config, error) {
 	const key = "queues.declare"
-	s = strings.TrimSpace(s)
-	if s == "" || s == "null" {
-		return nil, nil
-	}
-	var raw []map[string]json.RawMessage
-	if err := json.Unmarshal([]byte(s), &raw); err != nil {
-		return nil, &ConfigError{Key: key, Msg: "must be a list of queue objects (a YAML list, or a JSON array in env/flags): " + err.Error()}
+	raw, err := objectList(key, s, "queue objects")
+	if raw == nil || err != nil {
+		return nil, err
 	}
 	out := make([]queue.Config, 0, len(raw))
 	names := map[string]int{}

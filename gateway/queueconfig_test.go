@@ -161,3 +161,53 @@ func TestQueueBackendEmbeddedKeepsMessages(t *testing.T) {
 		t.Fatalf("%d messages after a restart, want 1", n)
 	}
 }
+
+// queues.addresses: read from the file's YAML list, checked (exit 2
+// naming the entry's field), and wired into the engine. (What the engine
+// parks is tested in core/queue and amqp: here the MQTT front-end's "#"
+// counts as a live consumer of every non-MQTT publish until it answers
+// core.Interest.)
+func TestConfigQueueAddresses(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "g.yaml")
+	os.WriteFile(f, []byte(`queues:
+  declare:
+    - name: parked
+  addresses:
+    - prefix: orders/
+      alternate: parked
+`), 0o644)
+	c, err := LoadConfig([]string{"--config", f}, nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []queue.Alternate{{Prefix: "orders/", Queue: "parked"}}; !slices.Equal(c.Queues.Addresses, want) {
+		t.Fatalf("addresses %+v", c.Queues.Addresses)
+	}
+
+	decl := `--queues.declare=[{"name":"parked"}]`
+	addr := func(s string) []string { return []string{decl, "--queues.addresses=" + s} }
+	for _, tc := range []struct {
+		args     []string
+		key, msg string
+	}{
+		{args: addr(`[{"prefix":"orders/","alternate":"nowhere"}]`), key: "queues.addresses[0].alternate", msg: `"nowhere" is not declared`},
+		{args: addr(`[{"prefix":"a","alternate":"parked"},{"prefix":"orders/#","alternate":"parked"}]`), key: "queues.addresses[1].prefix", msg: "wildcards"},
+		{args: addr(`[{"prefix":"orders","alternate":"parked"},{"prefix":"orders/","alternate":"parked"}]`), key: "queues.addresses[1].prefix", msg: "given already"},
+		{args: addr(`[{"alternate":"parked"}]`), key: "queues.addresses[0].prefix", msg: "required"},
+		{args: addr(`[{"prefix":"a"}]`), key: "queues.addresses[0].alternate", msg: "required"},
+		{args: addr(`[{"prefix":"a","alternate":"parked","colour":"red"}]`), key: "queues.addresses[0].colour", msg: "unknown field"},
+		{args: addr(`{"prefix":"a"}`), key: "queues.addresses"},
+		{args: append(addr(`[{"prefix":"a/b/c","alternate":"parked"}]`), "--mqtt.maxTopicLevels=2"), key: "queues.addresses[0].prefix", msg: "mqtt.maxTopicLevels"},
+	} {
+		wantConfigError(t, tc.args, nil, tc.key, tc.msg)
+	}
+
+	g := New(testConfig(t, addr(`[{"prefix":"orders/","alternate":"parked"}]`)...), quiet())
+	if err := g.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer g.Stop(context.Background())
+	if got := g.Queues().Alternates(); !slices.Equal(got, []queue.Alternate{{Prefix: "orders", Queue: "parked"}}) {
+		t.Fatalf("the engine's alternates: %+v", got)
+	}
+}

@@ -46,7 +46,8 @@ func (g *Gateway) openQueueBackend(ctx context.Context) (queue.Backend, error) {
 // API) stays: the file adds and changes, it never deletes. It comes after
 // the router and before the bridge and the front-ends, which publish into
 // it and consume from it, so that it stops after them: the engine first,
-// then its backend.
+// then its backend. The alternate destinations of queues.addresses are
+// set last, once the queues they name exist.
 func (g *Gateway) startQueues(ctx context.Context) error {
 	b, err := g.openQueueBackend(ctx)
 	if err != nil {
@@ -69,6 +70,10 @@ func (g *Gateway) startQueues(ctx context.Context) error {
 		if _, err := e.Declare(ctx, cfg); err != nil {
 			return &ConfigError{Key: fmt.Sprintf("queues.declare[%d]", i), Msg: err.Error()}
 		}
+	}
+	// After the declares: every alternate names one of them.
+	if err := e.SetAlternates(g.cfg.Queues.Addresses); err != nil {
+		return &ConfigError{Key: "queues.addresses", Msg: err.Error()}
 	}
 	g.metrics.Registry.MustRegister(queueCollector{e})
 	return nil

@@ -21,6 +21,42 @@ type ConsumerOptions struct {
 	Notify func()
 	// Deleted is called when the queue is deleted under the consumer.
 	Deleted func()
+	// Filter, when set, is an MQTT topic filter: the consumer takes only
+	// the messages whose topic matches it, and leaves the others for the
+	// queue's other consumers (a topic subscriber draining an alternate
+	// queue; docs/queues.md, "Alternate destinations").
+	Filter string
+	// Fallback: the consumer takes a message only while no other consumer
+	// of the queue that is neither a fallback nor a browser would take it
+	// (an AMQP qd.fallback link).
+	Fallback bool
+}
+
+// selective reports whether the consumer takes only some of the queue's
+// messages (Filter, Fallback): such a consumer is outside an exclusive
+// queue's order of active and standby consumers, so that one that does
+// not want a message never holds it back from the others.
+func (o *ConsumerOptions) selective() bool { return o.Filter != "" || o.Fallback }
+
+// takes reports whether c may take e, alternates-wise: its filter matches,
+// and, for a fallback consumer, no ordinary consumer would take e. q.mu
+// is held.
+func (c *Consumer) takesLocked(e *entry) bool {
+	if c.opts.Filter != "" && !core.Match(c.opts.Filter, e.rec.Msg.Topic) {
+		return false
+	}
+	if !c.opts.Fallback {
+		return true
+	}
+	for _, o := range c.q.cons {
+		if o.opts.Browse || o.opts.Fallback {
+			continue
+		}
+		if o.opts.Filter == "" || core.Match(o.opts.Filter, e.rec.Msg.Topic) {
+			return false
+		}
+	}
+	return true
 }
 
 // Consumer takes messages from a queue: pulled with Next as the front-end
@@ -83,7 +119,7 @@ func (c *Consumer) Next() (Delivery, bool) {
 	q := c.q
 	now := q.e.opts.Now()
 	q.mu.Lock()
-	if c.closed || (q.config.Access == Exclusive && q.activeLocked() != c) {
+	if c.closed || (q.config.Access == Exclusive && !c.opts.selective() && q.activeLocked() != c) {
 		q.mu.Unlock()
 		return Delivery{}, false
 	}
@@ -98,7 +134,7 @@ func (c *Consumer) Next() (Delivery, bool) {
 			expired = append(expired, e.rec.ID)
 			continue
 		}
-		if slices.Contains(e.skip, c) {
+		if slices.Contains(e.skip, c) || !c.takesLocked(e) {
 			skipped = append(skipped, e)
 			continue
 		}

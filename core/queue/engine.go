@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -87,10 +88,14 @@ type Engine struct {
 
 	stop chan struct{} // closed by Close: the poller ends
 
-	mu     sync.Mutex
-	queues map[string]*Queue
-	sub    *core.Subscription // on the router while idx has filters
-	closed bool
+	feed altFeed                  // the alternates' router subscriber
+	alts atomic.Pointer[altTable] // read lock-free by the feed
+
+	mu      sync.Mutex
+	queues  map[string]*Queue
+	sub     *core.Subscription   // on the router while idx has filters
+	altSubs []*core.Subscription // the alternates' prefixes on the router
+	closed  bool
 }
 
 // New opens the engine and every queue the backend holds.
@@ -112,6 +117,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 	}
 	opts.Limits = opts.Limits.withDefaults()
 	e := &Engine{opts: opts, temp: NewMemory(), idx: &match.Index[*Queue]{}, queues: map[string]*Queue{}, stop: make(chan struct{})}
+	e.feed.e = e
 	cfgs, err := opts.Backend.Declared(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("queues: %w", err)
@@ -182,6 +188,10 @@ func (e *Engine) Close() {
 		e.opts.Router.Unsubscribe(e.sub)
 		e.sub = nil
 	}
+	for _, s := range e.altSubs {
+		e.opts.Router.Unsubscribe(s)
+	}
+	e.altSubs = nil
 	e.mu.Unlock()
 	e.wg.Wait()
 }

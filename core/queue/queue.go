@@ -275,7 +275,7 @@ func (q *Queue) wakeLocked() []*Consumer {
 			out = append(out, a)
 		}
 		for _, c := range q.cons {
-			if c.opts.Browse {
+			if c.opts.Browse || c.opts.selective() {
 				out = append(out, c)
 			}
 		}
@@ -295,10 +295,10 @@ func notify(cs []*Consumer) {
 }
 
 // activeLocked is the consumer of an exclusive queue that receives: the
-// first attached that is not a browser.
+// first attached that is neither a browser nor selective.
 func (q *Queue) activeLocked() *Consumer {
 	for _, c := range q.cons {
-		if !c.opts.Browse {
+		if !c.opts.Browse && !c.opts.selective() {
 			return c
 		}
 	}
