@@ -171,8 +171,11 @@ func TestQueueExclusiveStandby(t *testing.T) {
 	s, eng := startQueueServer(t, []queue.Config{{Name: "ex", Access: queue.Exclusive}})
 	a := dialRaw(t, s.Addr(), "a", 0)
 	a.subscribeQoS1(t, "$queue/ex")
+	// The consumer attaches once the SUBACK is out: a's first.
+	waitUntil(t, "a's consumer", func() bool { return info(t, eng, "ex").Consumers == 1 })
 	b := dialRaw(t, s.Addr(), "b", 0)
 	b.subscribeQoS1(t, "$queue/ex")
+	waitUntil(t, "b's consumer", func() bool { return info(t, eng, "ex").Consumers == 2 })
 	put(t, eng, "ex", 3)
 	for _, want := range []string{"m0", "m1", "m2"} {
 		a.readDelivery(t, "$queue/ex", false, want)
