@@ -129,6 +129,9 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 		MaxKeepAlive:     g.cfg.MQTT.MaxKeepAlive,
 		WriteTimeout:     writeTimeout(g.cfg.MQTT.WriteTimeout),
 		ConnectTimeout:   g.cfg.MQTT.ConnectTimeout,
+		Queues:           g.queues.Load(),
+		AutoCreateQueues: g.cfg.Queues.AutoCreate,
+		V311Full:         g.cfg.Queues.V311Full,
 	})
 	if err != nil {
 		return err

@@ -61,8 +61,17 @@ func (h *hook) publishRouted(cl *mochi.Client, pk *packets.Packet, m *core.Messa
 		h.ackFor(cl, pk.TopicName, 0, res)
 		return nil
 	}
+	return h.answerLater(cl, pk, func(done func(core.PublishResult)) {
+		h.s.opts.Router.PublishAsync(context.Background(), m, done)
+	})
+}
+
+// answerLater answers a QoS 1/2 publish with what start's done gives,
+// on the reader now or later through a deferred ack: start hands the
+// message to the router (publishRouted) or to a queue (publishQueue).
+func (h *hook) answerLater(cl *mochi.Client, pk *packets.Packet, start func(done func(core.PublishResult))) error {
 	p := &asyncPublish{h: h, cl: cl, topic: pk.TopicName, id: pk.PacketID, qos: pk.FixedHeader.Qos}
-	h.s.opts.Router.PublishAsync(context.Background(), m, p.done)
+	start(p.done)
 	if p.state.Load() == pubWaiting {
 		p.ack = cl.DeferAck(*pk)
 		if p.state.CompareAndSwap(pubWaiting, pubDeferred) {
@@ -99,27 +108,37 @@ func (p *asyncPublish) done(res core.PublishResult) {
 // of its PUBACK/PUBREC, or closed when the connection has been closed
 // instead (MQTT 3.1.1 has no reason codes).
 //   - A subscriber that must not lose it refused it (the bridge's
-//     store-and-forward buffer is full under rejectNew): the publisher
-//     must not take it as delivered. MQTT 5: 0x97 Quota exceeded (current
-//     MQTT subscribers still get it, as for a refused retained write).
-//     MQTT 3.1.1: the connection is closed [MQTT-3.3.5-2], as for a topic
-//     over the limits, and the publisher sends it again once it
-//     reconnects. QoS 0: no ack exists; the refusal is counted where it
-//     happened.
+//     store-and-forward buffer is full under rejectNew, a matching queue
+//     is full), or the queue it was published to could not take it: the
+//     publisher must not take it as delivered. MQTT 5: 0x97 Quota
+//     exceeded (0x90 Topic Name invalid for an unknown queue, 0x80 for a
+//     queue store that failed), the refusal, naming the queue, as the
+//     reason string (current MQTT subscribers of a topic publish still
+//     get it, as for a refused retained write). MQTT 3.1.1: the
+//     connection is closed [MQTT-3.3.5-2], as for a topic over the
+//     limits, and the publisher sends it again once it reconnects; unless
+//     every refusal is a full queue's and queues.v311Full is drop: then
+//     acknowledged, and the drop counted. QoS 0: no ack exists; the
+//     refusal is counted where it happened.
 //   - The retained store did not take it (retain.Refused counts it): 0x97
 //     quota exceeded, or 0x80 when the store failed; success for MQTT
 //     3.1.1, whose acks carry no code.
 func (h *hook) ackFor(cl *mochi.Client, topic string, qos byte, res core.PublishResult) (code packets.Code, closed bool) {
 	if res.Err != nil {
-		h.s.log.Debug("publish refused by a subscriber", "client", cl.ID, "topic", topic, "error", res.Err)
+		h.s.log.Debug("publish refused", "client", cl.ID, "topic", topic, "error", res.Err)
 		switch {
 		case qos == 0:
 			return packets.CodeSuccess, false
-		case cl.Properties.ProtocolVersion < 5:
-			cl.Stop(packets.ErrQuotaExceeded)
-			return packets.CodeSuccess, true
+		case cl.Properties.ProtocolVersion >= 5:
+			return refusalCode(res.Err), false
+		case h.s.opts.V311Full == V311FullDrop && onlyFull(res.Err):
+			// queues.v311Full: drop. The queue counted its refusal; the
+			// drop is counted here too, as the front-end's choice.
+			h.s.opts.Metrics.Drop("mqtt", "queue_full")
+			return packets.CodeSuccess, false
 		}
-		return packets.ErrQuotaExceeded, false
+		cl.Stop(packets.ErrQuotaExceeded)
+		return packets.CodeSuccess, true
 	}
 	if res.RetainErr != nil {
 		code = packets.ErrUnspecifiedError

@@ -28,13 +28,16 @@ import (
 //     with its reason code;
 //   - replay (retained.go): stored copies for late subscribers;
 //   - backlog (backlog.go): QoS 1/2 messages a full write queue would have
-//     lost.
+//     lost;
+//   - queues (queues.go): $queue/<name> subscriptions and publishes, the
+//     queue engine's consumers.
 type hook struct {
 	mochi.HookBase
 	s *Server
 
 	replay  *replayer
 	backlog backlog
+	queues  *queues
 
 	// Fixed at construction.
 	limits core.TopicLimits   // the router's: mqtt.maxTopicLevels, mqtt.maxTopicLength
@@ -55,6 +58,7 @@ func newHook(s *Server) *hook {
 		s:       s,
 		replay:  newReplayer(s),
 		backlog: backlog{s: s},
+		queues:  newQueues(s),
 		limits:  s.opts.Router.TopicLimits(),
 		in:      s.opts.Metrics.Counter(s.opts.Metrics.InVec(), "mqtt"),
 		out:     s.opts.Metrics.Outlet("mqtt"),
@@ -72,7 +76,7 @@ var provided = func() (t [256]bool) {
 		mochi.OnRetainMessage, mochi.OnSubscribe, mochi.OnSubscribed,
 		mochi.OnPacketProcessed, mochi.OnPacketEncode, mochi.OnWill, mochi.OnWillSent,
 		mochi.OnPublishDropped, mochi.OnQosDropped, mochi.OnConnect,
-		mochi.OnSessionEstablished, mochi.OnDisconnect,
+		mochi.OnSessionEstablished, mochi.OnDisconnect, mochi.OnPacketRead, mochi.OnUnsubscribed,
 	} {
 		t[b] = true
 	}
@@ -89,6 +93,25 @@ func (h *hook) OnACLCheck(*mochi.Client, string, bool) bool { return true }
 
 func (h *hook) OnSessionEstablished(cl *mochi.Client, _ packets.Packet) {
 	h.s.opts.Metrics.Conn("mqtt", 1)
+	if !cl.Net.Inline {
+		h.queues.resume(cl) // a session carried on consumes its queues again
+	}
+}
+
+// OnPacketRead settles the queue delivery a PUBACK acknowledges, before
+// mochi processes it (queues.acked says why then).
+func (h *hook) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
+	if pk.FixedHeader.Type == packets.Puback {
+		h.queues.acked(cl, pk)
+	}
+	return pk, nil
+}
+
+// OnUnsubscribed closes the queue consumers of the filters removed.
+func (h *hook) OnUnsubscribed(cl *mochi.Client, pk packets.Packet) {
+	if !cl.Net.Inline {
+		h.queues.unsubscribed(cl, pk.Filters)
+	}
 }
 
 func (h *hook) OnDisconnect(cl *mochi.Client, err error, _ bool) {
@@ -111,6 +134,7 @@ func (h *hook) OnDisconnect(cl *mochi.Client, err error, _ bool) {
 	}
 	h.replay.forget(cl)
 	h.backlog.forget(cl)
+	h.queues.forget(cl)
 }
 
 // OnPublish feeds an MQTT publish into the router: the retained store first
@@ -126,6 +150,10 @@ func (h *hook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet, e
 		return pk, h.refusePublish(cl, &pk, err)
 	}
 	h.in.Inc()
+	if name, ok := queueName(pk.TopicName); ok {
+		err := h.publishQueue(cl, &pk, name) // sets pk.Ignore: before pk is returned
+		return pk, err
+	}
 	if !pk.FixedHeader.Retain && !h.s.opts.Router.Wants(pk.TopicName, core.ProtocolMQTT) {
 		return pk, nil // MQTT-only traffic: mochi fans it out, nothing else to do
 	}
@@ -183,7 +211,7 @@ func (h *hook) OnSubscribe(cl *mochi.Client, pk packets.Packet) packets.Packet {
 	if cl.Net.Inline {
 		return pk
 	}
-	pk.Filters = h.refuseFilters(cl, pk.Filters)
+	pk.Filters = h.queues.subscribe(cl, h.refuseFilters(cl, pk.Filters))
 	h.replay.subscribing(cl, pk.Filters)
 	return pk
 }
@@ -219,9 +247,10 @@ func (h *hook) refuseFilters(cl *mochi.Client, filters packets.Subscriptions) pa
 	return out
 }
 
-func (h *hook) OnSubscribed(cl *mochi.Client, _ packets.Packet, codes []byte) {
+func (h *hook) OnSubscribed(cl *mochi.Client, pk packets.Packet, codes []byte) {
 	if !cl.Net.Inline {
 		h.replay.subscribed(cl, codes)
+		h.queues.subscribed(cl, pk, codes)
 	}
 }
 
@@ -239,15 +268,20 @@ func (h *hook) OnPacketProcessed(cl *mochi.Client, pk packets.Packet, err error)
 	switch pk.FixedHeader.Type {
 	case packets.Subscribe:
 		h.replay.queue(cl, err)
+		h.queues.attachPending(cl) // after the SUBACK, as the retained copies
 	case packets.Puback, packets.Pubrec, packets.Pubrel, packets.Pubcomp:
 		h.replay.slotFreed(cl)
+		h.queues.slotFreed(cl)
 	}
 }
 
 // OnQosDropped: mochi dropped an inflight message (expired, or a PUBREC
 // >= 0x80 from the client), on the client's reader or its expiry loop; the
-// slot may be one a replay worker waits for.
-func (h *hook) OnQosDropped(cl *mochi.Client, _ packets.Packet) { h.replay.slotFreed(cl) }
+// slot may be one a replay or queue worker waits for.
+func (h *hook) OnQosDropped(cl *mochi.Client, _ packets.Packet) {
+	h.replay.slotFreed(cl)
+	h.queues.slotFreed(cl)
+}
 
 // OnPublishDropped: mochi dropped a message for a client whose write queue
 // is full; the backlog keeps a QoS 1/2 one.

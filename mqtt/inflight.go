@@ -21,13 +21,24 @@ import (
 // client's send quota, which the caller took) and a reconnecting persistent
 // session gets it again.
 func (s *Server) track(cl *mochi.Client, pk *packets.Packet) error {
+	return s.trackIn(cl, pk, cl.State.Inflight.Set)
+}
+
+// trackBound is track for a queue delivery: the message belongs to this
+// connection, not to the session (patch 15), since its queue delivers it
+// again once the connection ends.
+func (s *Server) trackBound(cl *mochi.Client, pk *packets.Packet) error {
+	return s.trackIn(cl, pk, cl.State.Inflight.SetBound)
+}
+
+func (s *Server) trackIn(cl *mochi.Client, pk *packets.Packet, set func(packets.Packet) bool) error {
 	id, err := cl.NextPacketID()
 	if err != nil {
 		s.opts.Metrics.Drop("mqtt", "packet_ids_exhausted")
 		return packets.ErrQuotaExceeded
 	}
 	pk.PacketID = uint16(id)
-	if cl.State.Inflight.Set(*pk) {
+	if set(*pk) {
 		atomic.AddInt64(&s.mochi.Info.Inflight, 1)
 	}
 	return nil

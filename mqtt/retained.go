@@ -231,8 +231,8 @@ func (r *replayer) work(cl *mochi.Client, c *clientReplay) {
 		c.jobs = c.jobs[1:]
 		r.mu.Unlock()
 		for i, sub := range p.filters {
-			if p.codes[i] >= packets.ErrUnspecifiedError.Code {
-				continue
+			if _, q := queueName(sub.Filter); q || p.codes[i] >= packets.ErrUnspecifiedError.Code {
+				continue // a queue has no retained copies
 			}
 			sub.Qos = p.codes[i] // granted QoS
 			r.replay(cl, c, sub, p.existed[i], p.at)

@@ -130,6 +130,8 @@ func (c *rawClient) write(t *testing.T, pk packets.Packet) {
 		err = pk.ConnectEncode(&buf)
 	case packets.Subscribe:
 		err = pk.SubscribeEncode(&buf)
+	case packets.Unsubscribe:
+		err = pk.UnsubscribeEncode(&buf)
 	case packets.Puback:
 		err = pk.PubackEncode(&buf)
 	case packets.Publish:
@@ -185,6 +187,8 @@ func (c *rawClient) next() (packets.Packet, error) {
 		err = pk.ConnackDecode(body)
 	case packets.Suback:
 		err = pk.SubackDecode(body)
+	case packets.Unsuback:
+		err = pk.UnsubackDecode(body)
 	case packets.Publish:
 		err = pk.PublishDecode(body)
 	case packets.Puback:

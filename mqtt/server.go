@@ -27,6 +27,7 @@ import (
 	"github.com/tolsey/tolsey/core"
 	"github.com/tolsey/tolsey/core/accept"
 	"github.com/tolsey/tolsey/core/metrics"
+	"github.com/tolsey/tolsey/core/queue"
 	"github.com/tolsey/tolsey/retain"
 )
 
@@ -65,6 +66,19 @@ type Options struct {
 	// ConnectTimeout bounds the wait for a new connection's whole CONNECT
 	// packet, however slowly its bytes arrive (default 10 s).
 	ConnectTimeout time.Duration
+
+	// Queues is the queue engine clients consume and fill through
+	// $queue/<name> (docs/queues.md, "MQTT"); nil: every $queue/ topic
+	// names an unknown queue.
+	Queues *queue.Engine
+	// AutoCreateQueues (queues.autoCreate): a SUBSCRIBE or PUBLISH naming
+	// an unknown queue creates it, durable, with the defaults.
+	AutoCreateQueues bool
+	// V311Full (queues.v311Full) is what an MQTT 3.1.1 QoS 1/2 publish
+	// that a full queue refuses gets: V311FullDisconnect (the default: no
+	// PUBACK, the connection closed) or V311FullDrop (acknowledged, the
+	// drop counted).
+	V311Full string
 }
 
 // Server is the running MQTT front-end.
@@ -233,6 +247,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 		s.hook.replay.close()
 		s.hook.backlog.close()
+		s.hook.queues.close()
 		close(done)
 	}()
 	select {

@@ -480,3 +480,25 @@ func TestNextImmediateGivesQuotaBack(t *testing.T) {
 	require.Equal(t, 0, cl.State.Inflight.Len())
 	require.Equal(t, int32(2), atomic.LoadInt32(&cl.State.Inflight.sendQuota))
 }
+
+// TestInflightCloneLeavesBoundOut (patch 15): a packet set with SetBound is
+// kept and acknowledged as any other, but a session carried on by a new
+// connection (Clone) does not get it; deleting it forgets the mark.
+func TestInflightCloneLeavesBoundOut(t *testing.T) {
+	i := NewInflights()
+	require.True(t, i.Set(packets.Packet{PacketID: 1}))
+	require.True(t, i.SetBound(packets.Packet{PacketID: 2}))
+	require.True(t, i.Set(packets.Packet{PacketID: 3}))
+	require.Equal(t, 3, i.Len())
+	_, ok := i.Get(2)
+	require.True(t, ok)
+
+	c := i.Clone()
+	require.Equal(t, 2, c.Len())
+	_, ok = c.Get(2)
+	require.False(t, ok, "a bound packet went to the clone")
+
+	require.True(t, i.Delete(2))
+	require.True(t, i.Set(packets.Packet{PacketID: 2})) // the id reused for a session's message
+	require.Equal(t, 3, i.Clone().Len())
+}

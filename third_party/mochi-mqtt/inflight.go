@@ -19,6 +19,7 @@ type Inflight struct {
 	order               map[uint16]uint64         // when each packet id was set (gateway patch)
 	next                uint64                    // the next order value
 	held                int                       // packets held back unsent, Expiry < 0 (gateway patch 13)
+	bound               map[uint16]struct{}       // packet ids of this connection only: not cloned (gateway patch 15)
 	receiveQuota        int32                     // remaining inbound qos quota for flow control
 	sendQuota           int32                     // remaining outbound qos quota for flow control
 	maximumReceiveQuota int32                     // maximum allowed receive quota
@@ -51,6 +52,25 @@ func (i *Inflight) Set(m packets.Packet) bool {
 		i.held++
 	}
 	return !ok
+}
+
+// SetBound adds an outbound packet that belongs to this connection only,
+// not to the session (gateway patch 15): a message the gateway delivers
+// from one of its queues, which the queue delivers again to whichever
+// consumer comes next once this connection ends. It is kept, counted and
+// acknowledged like any other (so its packet id is not reused and its
+// PUBACK gives back the send quota), but Clone leaves it out: a session
+// carried on by a new connection does not resend it, which would deliver
+// it twice. Returns true if the packet id was not in use.
+func (i *Inflight) SetBound(m packets.Packet) bool {
+	added := i.Set(m)
+	i.Lock()
+	if i.bound == nil {
+		i.bound = map[uint16]struct{}{}
+	}
+	i.bound[m.PacketID] = struct{}{}
+	i.Unlock()
+	return added
 }
 
 // Held returns how many packets are held back, not yet sent: those waiting
@@ -88,6 +108,9 @@ func (i *Inflight) Clone() *Inflight {
 	i.RLock()
 	defer i.RUnlock()
 	for k, v := range i.internal {
+		if _, ok := i.bound[k]; ok {
+			continue // gateway patch 15: the connection's, not the session's
+		}
 		c.internal[k] = v
 		c.order[k] = i.order[k]
 	}
@@ -144,6 +167,7 @@ func (i *Inflight) Delete(id uint16) bool {
 	old, ok := i.internal[id]
 	delete(i.internal, id)
 	delete(i.order, id)
+	delete(i.bound, id) // gateway patch 15
 	if ok && old.Expiry < 0 {
 		i.held--
 	}
@@ -151,7 +175,7 @@ func (i *Inflight) Delete(id uint16) bool {
 		// gateway patch: let an emptied session's map groups go (a map
 		// keeps its largest size): most connections sit idle with nothing
 		// in flight.
-		i.internal, i.order = map[uint16]packets.Packet{}, map[uint16]uint64{}
+		i.internal, i.order, i.bound = map[uint16]packets.Packet{}, map[uint16]uint64{}, nil
 	}
 
 	return ok
