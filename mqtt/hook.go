@@ -349,6 +349,20 @@ func (h *hook) OnPacketEncode(cl *mochi.Client, pk packets.Packet) packets.Packe
 	return pk
 }
 
+var _ core.Interest = (*hook)(nil)
+
+// Reaches implements core.Interest: whether m reaches an MQTT session
+// (connected, or persistent and offline: it is queued for it). mochi, not
+// the router, fans out to MQTT sessions, also for MQTT-origin messages,
+// which the front-end's "#" skips, so the router asks here before it
+// diverts a message nobody receives to an alternate queue
+// (docs/queues.md, "Alternate destinations"). One lookup in mochi's topic
+// index; asked only for topics an alternate covers.
+func (h *hook) Reaches(m *core.Message) bool {
+	subs := h.s.mochi.Topics.Subscribers(m.Topic)
+	return len(subs.Subscriptions) > 0 || len(subs.Shared) > 0
+}
+
 // Deliver implements core.Subscriber: a message from another front-end is
 // injected through mochi's inline client, so mochi matches it against MQTT
 // subscriptions and handles QoS, sessions and offline queues as for its own.
