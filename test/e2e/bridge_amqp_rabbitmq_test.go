@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -25,13 +24,6 @@ func startRabbitMQ(t *testing.T) string {
 	}
 	t.Cleanup(n.Stop)
 	return n.Addr
-}
-
-func freePortNum(t *testing.T) int {
-	t.Helper()
-	_, p, _ := net.SplitHostPort(freePort(t))
-	n, _ := strconv.Atoi(p)
-	return n
 }
 
 // rabbitSession is a go-amqp session on RabbitMQ as guest.
