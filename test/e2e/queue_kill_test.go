@@ -81,17 +81,12 @@ func (e *outcomeError) Error() string { return fmt.Sprintf("outcome %T %+v", e.s
 // every send got its outcome or the connection fails.
 func (qs *queueSender) connection(ctx context.Context, addr string, todo []int, next *int, n int, total *atomic.Int64) error {
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	conn, err := goamqp.Dial(dctx, "amqp://"+addr, &goamqp.ConnOptions{SASLType: goamqp.SASLTypeAnonymous()})
+	conn, sess, err := dialSession(dctx, addr)
 	if err != nil {
 		cancel()
 		return err
 	}
 	defer conn.Close()
-	sess, err := conn.NewSession(dctx, nil)
-	if err != nil {
-		cancel()
-		return err
-	}
 	snd, err := sess.NewSender(dctx, qs.target, nil)
 	cancel()
 	if err != nil {
@@ -227,17 +222,12 @@ func queueConsumer(ctx context.Context, addrs *gwAddr, got func(addr, body strin
 
 func consumeOnce(ctx context.Context, addr string, got func(addr, body string)) error {
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	conn, err := goamqp.Dial(dctx, "amqp://"+addr, &goamqp.ConnOptions{SASLType: goamqp.SASLTypeAnonymous()})
+	conn, sess, err := dialSession(dctx, addr)
 	if err != nil {
 		cancel()
 		return err
 	}
 	defer conn.Close()
-	sess, err := conn.NewSession(dctx, nil)
-	if err != nil {
-		cancel()
-		return err
-	}
 	r, err := sess.NewReceiver(dctx, "queue://drill", &goamqp.ReceiverOptions{Credit: 256})
 	cancel()
 	if err != nil {
@@ -463,4 +453,19 @@ func TestQueueKill9Redis(t *testing.T) {
 	if byGateway[0] == 0 || byGateway[1] == 0 {
 		t.Errorf("a consumer got nothing (a %d, b %d): the queue is not shared", byGateway[0], byGateway[1])
 	}
+}
+
+// dialSession connects to the gateway at addr (SASL ANONYMOUS) and opens
+// a session; an error, not a failed test, since the gateway may be gone.
+func dialSession(ctx context.Context, addr string) (*goamqp.Conn, *goamqp.Session, error) {
+	conn, err := goamqp.Dial(ctx, "amqp://"+addr, &goamqp.ConnOptions{SASLType: goamqp.SASLTypeAnonymous()})
+	if err != nil {
+		return nil, nil, err
+	}
+	sess, err := conn.NewSession(ctx, nil)
+	if err != nil {
+		conn.Close()
+		return nil, nil, err
+	}
+	return conn, sess, nil
 }
