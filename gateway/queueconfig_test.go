@@ -16,7 +16,7 @@ import (
 func TestConfigQueuesDefaults(t *testing.T) {
 	q := DefaultConfig().Queues
 	want := queue.Limits{MaxQueues: 10_000, MaxTemporary: 100, MaxMessages: 100_000, MaxBytes: 64 << 20}
-	if q.Backend != "memory" || q.AutoCreate || q.V311Full != "disconnect" || q.Limits != want || q.Window != 1000 || len(q.Declare) != 0 {
+	if q.Backend != "embedded" || q.AutoCreate || q.V311Full != "disconnect" || q.Limits != want || q.Window != 1000 || len(q.Declare) != 0 {
 		t.Fatalf("queues defaults: %+v", q)
 	}
 }

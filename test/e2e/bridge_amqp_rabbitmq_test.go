@@ -2,112 +2,28 @@ package e2e
 
 import (
 	"context"
-	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	goamqp "github.com/Azure/go-amqp"
 	"github.com/eclipse/paho.golang/paho"
 
-	"github.com/tolsey/tolsey/core/coretest"
+	"github.com/tolsey/tolsey/test/internal/rabbitnode"
 )
 
-// rabbitServer is Debian's rabbitmq-server (3.10, test/run installs it);
-// its wrapper in /usr/sbin insists on the rabbitmq user, this one does not.
-const rabbitServer = "/usr/lib/rabbitmq/bin/rabbitmq-server"
-
-// startRabbitMQ runs a RabbitMQ node of its own with the AMQP 1.0 plugin,
-// on free ports bound to 127.0.0.1, with its data, logs, Erlang cookie and
-// port mapper (epmd) in a temp dir, and returns its AMQP address. The
-// test's end stops both processes.
+// startRabbitMQ runs a RabbitMQ node of its own with the AMQP 1.0 plugin
+// (test/internal/rabbitnode) and returns its AMQP address. The test's end
+// stops it.
 func startRabbitMQ(t *testing.T) string {
 	t.Helper()
-	if _, err := os.Stat(rabbitServer); err != nil {
-		t.Fatalf("RabbitMQ is needed (Debian: apt-get install rabbitmq-server; test/run installs it): %v", err)
+	n, err := rabbitnode.Start(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	port, dist, epmdPort := freePortNum(t), freePortNum(t), freePortNum(t)
-	write := func(name, s string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(s), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	plugins := write("enabled_plugins", "[rabbitmq_amqp1_0].\n")
-	conf := write("rabbitmq.conf", "listeners.tcp.default = 127.0.0.1:"+strconv.Itoa(port)+"\nloopback_users = none\n")
-	for _, d := range []string{"mnesia", "log"} {
-		if err := os.Mkdir(filepath.Join(dir, d), 0o700); err != nil {
-			t.Fatal(err)
-		}
-	}
-	env := append(os.Environ(),
-		"HOME="+dir, // the Erlang cookie
-		"ERL_EPMD_PORT="+strconv.Itoa(epmdPort),
-		"RABBITMQ_NODENAME=tolsey"+strconv.Itoa(port)+"@localhost",
-		"RABBITMQ_NODE_IP_ADDRESS=127.0.0.1",
-		"RABBITMQ_NODE_PORT="+strconv.Itoa(port),
-		"RABBITMQ_DIST_PORT="+strconv.Itoa(dist),
-		"RABBITMQ_MNESIA_BASE="+filepath.Join(dir, "mnesia"),
-		"RABBITMQ_LOG_BASE="+filepath.Join(dir, "log"),
-		"RABBITMQ_ENABLED_PLUGINS_FILE="+plugins,
-		"RABBITMQ_CONFIG_FILE="+conf,
-		"RABBITMQ_PID_FILE="+filepath.Join(dir, "rabbit.pid"),
-	)
-	start := func(name string, args ...string) *exec.Cmd {
-		cmd := exec.Command(name, args...)
-		cmd.Env, cmd.Dir = env, dir
-		logf, err := os.Create(filepath.Join(dir, filepath.Base(name)+".out"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd.Stdout, cmd.Stderr = logf, logf
-		// A group of its own, so that the end of the test stops the
-		// Erlang VM the script starts too.
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("start %s: %v", name, err)
-		}
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
-		t.Cleanup(func() {
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-			select {
-			case <-done:
-			case <-time.After(20 * time.Second):
-				_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-				<-done
-			}
-		})
-		return cmd
-	}
-	start("epmd", "-port", strconv.Itoa(epmdPort), "-address", "127.0.0.1")
-	start(rabbitServer)
-	addr := "127.0.0.1:" + strconv.Itoa(port)
-	coretest.Eventually(t, "RabbitMQ accepts AMQP 1.0", 90*time.Second, func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		c, err := goamqp.Dial(ctx, "amqp://"+addr, &goamqp.ConnOptions{SASLType: goamqp.SASLTypeAnonymous()})
-		if err != nil {
-			return false
-		}
-		c.Close()
-		return true
-	})
-	return addr
-}
-
-func freePortNum(t *testing.T) int {
-	t.Helper()
-	_, p, _ := net.SplitHostPort(freePort(t))
-	n, _ := strconv.Atoi(p)
-	return n
+	t.Cleanup(n.Stop)
+	return n.Addr
 }
 
 // rabbitSession is a go-amqp session on RabbitMQ as guest.

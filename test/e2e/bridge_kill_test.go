@@ -51,6 +51,7 @@ type gwProc struct {
 	done  chan struct{} // closed once the process has exited and its output is read
 	mqtt  string
 	admin string
+	amqp  string // when args turn AMQP on (--amqp.listen=127.0.0.1:0)
 
 	mu  sync.Mutex
 	log []string // its output, for failure messages
@@ -59,6 +60,7 @@ type gwProc struct {
 var (
 	procMQTT  = regexp.MustCompile(`msg="mqtt listening".* addr=(\S+) transport=tcp`)
 	procAdmin = regexp.MustCompile(`msg="admin API listening".* addr=(\S+)`)
+	procAMQP  = regexp.MustCompile(`msg="amqp listening".* addr=(\S+)`)
 	procReady = regexp.MustCompile(`msg="gateway ready"`)
 )
 
@@ -93,6 +95,9 @@ func runGatewayProc(t *testing.T, bin string, args ...string) *gwProc {
 			}
 			if m := procAdmin.FindStringSubmatch(line); m != nil && p.admin == "" {
 				p.admin = m[1]
+			}
+			if m := procAMQP.FindStringSubmatch(line); m != nil && p.amqp == "" {
+				p.amqp = m[1]
 			}
 			if procReady.MatchString(line) && !once {
 				once = true

@@ -1,0 +1,320 @@
+// Command queueload measures queue throughput through the gateway,
+// publish → store → consume → ack, and compares it with RabbitMQ in the
+// same run (issue 10, "Performance"):
+//
+//	go run ./test/bench/queueload [-n 20000 -pubs 4 -subs 4 -size 1024 -window 64]
+//
+// Targets, each a fresh server process with one durable queue "load":
+// the gateway binary with queues.backend=embedded (fsync'd group commits),
+// the gateway with queues.backend=redis (a redis-server without
+// persistence), and RabbitMQ 3.10 (Debian's rabbitmq-server, a private node
+// with the rabbitmq_amqp1_0 plugin: a durable classic queue, address
+// /queue/load). The same go-amqp clients for all: S receivers attach first
+// (credit 256, each delivery accepted), then P senders send n messages in
+// all, durable and unsettled (at least once), each keeping -window sends
+// in flight and counting only accepted ones. A message's latency is from
+// its send to its receipt (the send time is in the payload; one clock).
+// The gateway's CPU is read from /proc. Goals: embedded ≥ 20,000 msg/s and
+// ≥ 3× RabbitMQ.
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	goamqp "github.com/Azure/go-amqp"
+
+	"github.com/tolsey/tolsey/test/bench/internal/rig"
+	"github.com/tolsey/tolsey/test/internal/rabbitnode"
+)
+
+type config struct {
+	n, pubs, subs, size, window int
+}
+
+type result struct {
+	name     string
+	got      int64
+	elapsed  time.Duration
+	p50, p99 time.Duration
+	cpu      time.Duration // server CPU, 0 when not measured
+	stalled  bool          // deliveries stopped before every message arrived
+}
+
+func (r result) rate() float64 { return float64(r.got) / r.elapsed.Seconds() }
+
+var amqpListening = regexp.MustCompile(`msg="amqp listening".* addr=(\S+)`)
+
+func main() {
+	var c config
+	flag.IntVar(&c.n, "n", 20000, "messages per target, in all")
+	flag.IntVar(&c.pubs, "pubs", 4, "senders")
+	flag.IntVar(&c.subs, "subs", 4, "receivers")
+	flag.IntVar(&c.size, "size", 1024, "payload bytes (at least 8: the send time)")
+	flag.IntVar(&c.window, "window", 64, "unsettled sends in flight per sender")
+	skipRabbit := flag.Bool("no-rabbitmq", false, "leave RabbitMQ out")
+	flag.Parse()
+	c.size = max(c.size, 8)
+
+	r, err := rig.New()
+	if err != nil {
+		fatal(err)
+	}
+	defer r.Close()
+	bin, err := r.Build("gateway", "./cmd/gateway")
+	if err != nil {
+		r.Fatal(err)
+	}
+	fmt.Printf("%d messages of %d B per target: %d senders (%d in flight each) → queue → %d receivers, durable, unsettled\n",
+		c.n, c.size, c.pubs, c.window, c.subs)
+
+	gateway := func(name string, args ...string) (string, *rig.Child) {
+		g, err := r.StartGateway(name, bin, append([]string{"--amqp.listen=127.0.0.1:0", "--retain.backend=memory",
+			"--log.format=text", `--queues.declare=[{"name":"load","maxMessages":1000000,"maxBytes":"4GiB"}]`}, args...)...)
+		if err != nil {
+			r.Fatal(err)
+		}
+		m := amqpListening.FindStringSubmatch(g.Output())
+		if m == nil {
+			r.Fatal(fmt.Errorf("%s: no AMQP address in its log:\n%s", name, g.Output()))
+		}
+		return m[1], g
+	}
+	var results []result
+	run := func(name, addr, target string, g *rig.Child) {
+		res, err := runTarget(c, addr, target, g)
+		if err != nil {
+			r.Fatal(fmt.Errorf("%s: %w", name, err))
+		}
+		res.name = name
+		results = append(results, res)
+		fmt.Printf("%-20s %8.0f msg/s  p50 %v  p99 %v  received %d of %d\n", name, res.rate(), res.p50.Round(time.Microsecond), res.p99.Round(time.Microsecond), res.got, c.n)
+		if res.stalled {
+			fmt.Printf("%-20s STALLED: deliveries stopped for 20 s with %d of %d received\n", name, res.got, c.n)
+		}
+	}
+
+	addr, g := gateway("gw-embedded", "--queues.backend=embedded")
+	run("gateway embedded", addr, "queue://load", g)
+	g.Kill()
+
+	red, err := r.StartRedis("redis")
+	if err != nil {
+		r.Fatal(err)
+	}
+	addr, g = gateway("gw-redis", "--queues.backend=redis", "--retain.redis.url=redis://"+red.Addr+"/0")
+	run("gateway redis", addr, "queue://load", g)
+	g.Kill()
+	red.Kill()
+
+	if !*skipRabbit {
+		dir := filepath.Join(r.Dir, "rabbitmq")
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			r.Fatal(err)
+		}
+		node, err := rabbitnode.Start(dir)
+		if err != nil {
+			r.Fatal(err)
+		}
+		run("RabbitMQ 3.10", node.Addr, "/queue/load", nil)
+		node.Stop()
+	}
+
+	fmt.Println()
+	tw := tabwriter.NewWriter(os.Stdout, 2, 8, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "target\tmsg/s\tp50\tp99\tserver CPU µs/msg\t× RabbitMQ\t")
+	var rabbit float64
+	if !*skipRabbit {
+		rabbit = results[len(results)-1].rate()
+	}
+	for _, res := range results {
+		cpu, ratio := "-", "-"
+		if res.cpu > 0 {
+			cpu = fmt.Sprintf("%.1f", float64(res.cpu.Microseconds())/float64(res.got))
+		}
+		if rabbit > 0 {
+			ratio = fmt.Sprintf("%.2f", res.rate()/rabbit)
+		}
+		fmt.Fprintf(tw, "%s\t%.0f\t%v\t%v\t%s\t%s\t\n", res.name, res.rate(), res.p50.Round(time.Microsecond), res.p99.Round(time.Microsecond), cpu, ratio)
+	}
+	tw.Flush()
+	emb := results[0].rate()
+	ok := emb >= 20000
+	fmt.Printf("embedded ≥ 20,000 msg/s: %v\n", map[bool]string{true: "PASS", false: "FAIL"}[emb >= 20000])
+	if rabbit > 0 {
+		fmt.Printf("embedded ≥ 3× RabbitMQ: %v\n", map[bool]string{true: "PASS", false: "FAIL"}[emb >= 3*rabbit])
+		ok = ok && emb >= 3*rabbit
+	}
+	if !ok {
+		r.Close()
+		os.Exit(1)
+	}
+}
+
+// runTarget runs one measurement against the AMQP server at addr, queue
+// address target; g, when not nil, is the server whose CPU is read.
+func runTarget(c config, addr, target string, g *rig.Child) (result, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	dial := func() (*goamqp.Conn, *goamqp.Session, error) {
+		conn, err := goamqp.Dial(ctx, "amqp://"+addr, &goamqp.ConnOptions{SASLType: goamqp.SASLTypeAnonymous()})
+		if err != nil {
+			return nil, nil, err
+		}
+		s, err := conn.NewSession(ctx, nil)
+		if err != nil {
+			conn.Close()
+			return nil, nil, err
+		}
+		return conn, s, nil
+	}
+	var (
+		got  atomic.Int64
+		mu   sync.Mutex
+		lats = make([]time.Duration, 0, c.n)
+		done = make(chan struct{})
+		last atomic.Int64
+	)
+	rctx, rcancel := context.WithCancel(ctx)
+	defer rcancel()
+	var wg sync.WaitGroup
+	for range c.subs {
+		conn, s, err := dial()
+		if err != nil {
+			return result{}, err
+		}
+		defer conn.Close()
+		rcv, err := s.NewReceiver(ctx, target, &goamqp.ReceiverOptions{Credit: 256})
+		if err != nil {
+			return result{}, fmt.Errorf("receiver %s: %w", target, err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				m, err := rcv.Receive(rctx, nil)
+				if err != nil {
+					return
+				}
+				now := time.Now()
+				if d := m.GetData(); len(d) >= 8 {
+					mu.Lock()
+					lats = append(lats, now.Sub(time.Unix(0, int64(binary.BigEndian.Uint64(d)))))
+					mu.Unlock()
+				}
+				if err := rcv.AcceptMessage(rctx, m); err != nil {
+					return
+				}
+				last.Store(time.Now().UnixNano())
+				if got.Add(1) == int64(c.n) {
+					close(done)
+				}
+			}
+		}()
+	}
+	senders := make([]*goamqp.Sender, c.pubs)
+	for i := range senders {
+		conn, s, err := dial()
+		if err != nil {
+			return result{}, err
+		}
+		defer conn.Close()
+		if senders[i], err = s.NewSender(ctx, target, nil); err != nil {
+			return result{}, fmt.Errorf("sender %s: %w", target, err)
+		}
+	}
+	var cpu0 time.Duration
+	if g != nil {
+		cpu0, _ = g.CPU()
+	}
+	start := time.Now()
+	errs := make(chan error, c.pubs)
+	for i, snd := range senders {
+		per := c.n / c.pubs
+		if i < c.n%c.pubs {
+			per++
+		}
+		go func() { errs <- send(ctx, snd, per, c) }()
+	}
+	for range senders {
+		if err := <-errs; err != nil {
+			return result{}, err
+		}
+	}
+	stalled := false
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		// Reported, not fatal: the rate is then what arrived, over the
+		// time until the last arrival.
+		stalled = true
+	}
+	res := result{got: got.Load(), elapsed: time.Unix(0, last.Load()).Sub(start), stalled: stalled}
+	if g != nil {
+		cpu1, _ := g.CPU()
+		res.cpu = cpu1 - cpu0
+	}
+	rcancel()
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	slices.Sort(lats)
+	if n := len(lats); n > 0 {
+		res.p50, res.p99 = lats[n/2], lats[n*99/100]
+	}
+	return res, nil
+}
+
+// send sends n durable unsettled messages, window of them in flight, and
+// fails on any outcome but accepted.
+func send(ctx context.Context, snd *goamqp.Sender, n int, c config) error {
+	inflight := make([]goamqp.SendReceipt, 0, c.window)
+	wait := func() error {
+		st, err := inflight[0].Wait(ctx)
+		inflight = inflight[1:]
+		if err != nil {
+			return err
+		}
+		if _, ok := st.(*goamqp.StateAccepted); !ok {
+			return fmt.Errorf("outcome %T %+v", st, st)
+		}
+		return nil
+	}
+	payload := make([]byte, c.size)
+	for range n {
+		if len(inflight) == c.window {
+			if err := wait(); err != nil {
+				return err
+			}
+		}
+		binary.BigEndian.PutUint64(payload, uint64(time.Now().UnixNano()))
+		m := goamqp.NewMessage(slices.Clone(payload))
+		m.Header = &goamqp.MessageHeader{Durable: true}
+		r, err := snd.SendWithReceipt(ctx, m, nil)
+		if err != nil {
+			return err
+		}
+		inflight = append(inflight, r)
+	}
+	for len(inflight) > 0 {
+		if err := wait(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func fatal(err error) {
+	fmt.Fprintln(os.Stderr, "queueload:", err)
+	os.Exit(1)
+}
