@@ -445,12 +445,20 @@ func parsePubSeq(s string) (p, seq int, ok bool) {
 	return p, seq, err1 == nil && err2 == nil
 }
 
+// resentOf lists publisher:sequence of what was sent again, the first 20
+// and a count of the rest.
 func resentOf(kps []*killPublisher) string {
 	var s []string
+	n := 0
 	for _, kp := range kps {
 		for _, seq := range kp.resent {
-			s = append(s, fmt.Sprintf("%d:%d", kp.id, seq))
+			if n++; n <= 20 {
+				s = append(s, fmt.Sprintf("%d:%d", kp.id, seq))
+			}
 		}
+	}
+	if n > 20 {
+		s = append(s, fmt.Sprintf("… %d in all", n))
 	}
 	return strings.Join(s, ",")
 }
