@@ -111,6 +111,7 @@ timeout 45 "$PY" test/e2e/amqp/proton_checks.py --amqp "$amqp" --mqtt "$mqtt" --
 timeout 45 "$PY" test/e2e/amqp/proton_queues.py --amqp "$amqp" --admin "$admin" || rc=1
 echo "== rhea (node $(node --version))"
 timeout 45 node test/e2e/js/rhea_checks.js --amqp "$amqp" --mqtt "$mqtt" --mqtt-ws "$mqttws" --user alice --password secret || rc=1
+timeout 45 node test/e2e/js/rhea_queues.js --amqp "$amqp" --admin "$admin" || rc=1
 
 if ! kill -0 "$gw_pid" 2>/dev/null; then
   echo "FAIL amqp_clients: the gateway died during the checks"
