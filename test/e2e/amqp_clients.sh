@@ -5,8 +5,11 @@
 #
 # Builds the gateway, starts it on free ports (anonymous allowed, SASL PLAIN
 # user alice:secret, embedded store in a temp dir), waits for /readyz, runs
-# test/e2e/amqp/proton_checks.py and test/e2e/js/rhea_checks.js, stops the
-# gateway on exit. Exits non-zero if any check failed or the gateway died.
+# test/e2e/amqp/proton_checks.py and test/e2e/js/rhea_checks.js, then the
+# queue checks test/e2e/amqp/proton_queues.py and test/e2e/js/rhea_queues.js
+# (docs/queues.md, "AMQP"; they declare their queues through the admin API),
+# stops the gateway on exit. Exits non-zero if any check failed or the
+# gateway died.
 #
 # Environment: KEEP=1 keeps the temp dir (gateway log) for inspection.
 set -euo pipefail
@@ -105,8 +108,10 @@ echo "gateway up: amqp=$amqp mqtt=$mqtt admin=$admin"
 rc=0
 echo "== Qpid Proton (python3-qpid-proton)"
 timeout 45 "$PY" test/e2e/amqp/proton_checks.py --amqp "$amqp" --mqtt "$mqtt" --user alice --password secret || rc=1
+timeout 45 "$PY" test/e2e/amqp/proton_queues.py --amqp "$amqp" --admin "$admin" || rc=1
 echo "== rhea (node $(node --version))"
 timeout 45 node test/e2e/js/rhea_checks.js --amqp "$amqp" --mqtt "$mqtt" --mqtt-ws "$mqttws" --user alice --password secret || rc=1
+timeout 45 node test/e2e/js/rhea_queues.js --amqp "$amqp" --admin "$admin" || rc=1
 
 if ! kill -0 "$gw_pid" 2>/dev/null; then
   echo "FAIL amqp_clients: the gateway died during the checks"

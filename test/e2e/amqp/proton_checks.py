@@ -90,6 +90,7 @@ class Conns:
 
     def __init__(self):
         self.open = []
+        self.cleanups = []  # callables run after the connections are closed
 
     def connect(self, user=None, password=None, mechs="ANONYMOUS", **kw):
         host, port = args.amqp.rsplit(":", 1)
@@ -117,6 +118,9 @@ class Conns:
             except Exception:
                 pass
         self.open = []
+        for fn in self.cleanups:
+            fn()
+        self.cleanups = []
 
 
 def body_bytes(msg):
@@ -692,18 +696,20 @@ def run_check(name, fn):
     results.append(status)
 
 
-def main():
+def main(selected=None):
+    """Runs selected (a list like checks; default: this file's checks)."""
     global args
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--amqp", required=True, help="host:port of the AMQP listener")
     p.add_argument("--mqtt", help="host:port of the MQTT listener (cross-protocol checks)")
+    p.add_argument("--admin", help="host:port of the admin API (queue checks, proton_queues.py)")
     p.add_argument("--user", default="alice")
     p.add_argument("--password", default="secret")
     p.add_argument("--target", choices=("gateway", "broker"), default="gateway")
     p.add_argument("--only", help="run only checks whose name contains this text")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args()
-    for name, fn, gateway_only, needs_mqtt in checks:
+    for name, fn, gateway_only, needs_mqtt in (checks if selected is None else selected):
         if args.only and args.only not in name:
             continue
         if gateway_only and args.target != "gateway":

@@ -30,7 +30,7 @@ function parseArgs(argv) {
     a[k.replace(/^--/, '')] = v;
   }
   if (!a.amqp) {
-    console.error('usage: rhea_checks.js --amqp HOST:PORT [--mqtt HOST:PORT] [--mqtt-ws HOST:PORT] [--user U --password P] [--target gateway|broker] [--only TEXT]');
+    console.error('usage: rhea_checks.js --amqp HOST:PORT [--mqtt HOST:PORT] [--mqtt-ws HOST:PORT] [--admin HOST:PORT] [--user U --password P] [--target gateway|broker] [--only TEXT]');
     process.exit(2);
   }
   return a;
@@ -90,6 +90,7 @@ class Conns {
   constructor() {
     this.list = [];
     this.mqtt = [];
+    this.cleanups = []; // async functions run after the connections are closed
   }
 
   // Opens a connection; resolves with it once the server's open arrived,
@@ -116,7 +117,7 @@ class Conns {
     );
   }
 
-  close() {
+  async close() {
     for (const c of this.list) {
       try {
         c.close();
@@ -126,6 +127,8 @@ class Conns {
       }
     }
     for (const m of this.mqtt) m.end(true);
+    for (const fn of this.cleanups) await fn();
+    this.cleanups = [];
   }
 }
 
@@ -143,6 +146,8 @@ function attach(conn, kind, opts) {
   link.outcomes = new Map();
   if (kind === 'receiver') {
     link.on('message', (ctx) => {
+      // the delivery rides along for the checks that settle it themselves (autoaccept: false)
+      Object.defineProperty(ctx.message, 'delivery', { value: ctx.delivery });
       const w = link.waiters.shift();
       if (w) w(ctx.message);
       else link.messages.push(ctx.message);
@@ -541,9 +546,10 @@ check('MQTT 5 over WebSocket (mqtt.js): a 200 KB publish reaches a TCP subscribe
 
 // --- runner -----------------------------------------------------------------
 
-async function main() {
+// Runs selected (a list like checks; default: this file's checks).
+async function main(selected = checks) {
   const results = [];
-  for (const { name, fn, gatewayOnly, mqtt } of checks) {
+  for (const { name, fn, gatewayOnly, mqtt } of selected) {
     if (args.only && !name.includes(args.only)) continue;
     if (gatewayOnly && args.target !== 'gateway') {
       console.log(`SKIP ${CLIENT}: ${name} -- needs the gateway`);
@@ -564,7 +570,7 @@ async function main() {
       detail = e instanceof CheckFailed ? e.message : `${e.name}: ${e.message}`;
       if (args.verbose && !(e instanceof CheckFailed)) console.error(e.stack);
     } finally {
-      cs.close();
+      await cs.close();
     }
     results.push(status);
     console.log(`${status} ${CLIENT}: ${name}${detail ? ' -- ' + detail : ''} (${((Date.now() - t0) / 1000).toFixed(1)}s)`);
@@ -574,10 +580,16 @@ async function main() {
   return failed ? 1 : 0;
 }
 
-main().then(
-  (code) => process.exit(code),
-  (e) => {
-    console.error(e);
-    process.exit(1);
-  }
-);
+function run(selected) {
+  main(selected).then(
+    (code) => process.exit(code),
+    (e) => {
+      console.error(e);
+      process.exit(1);
+    }
+  );
+}
+
+module.exports = { args, RUN, T, TOPIC, CheckFailed, expect, describe, bodyBytes, attach, sender, next, nothing, send, run };
+
+if (require.main === module) run();
