@@ -68,8 +68,8 @@ type Consumer struct {
 	opts ConsumerOptions
 
 	// Guarded by q.mu.
-	inflight map[uint64]*entry
-	closed   bool
+	inflight  map[uint64]*entry
+	closed    bool
 	browsed   uint64   // Browse: the last ID seen
 	browseBuf []Record // Browse: read from the log, not returned yet
 }
