@@ -193,3 +193,14 @@ func TestExceptionInvalid(t *testing.T) {
 		t.Fatal("a refused SUBSCRIBE left exceptions")
 	}
 }
+
+// TestExceptionsShared: a shared subscription's exceptions apply to the
+// member mochi picks (here the only one).
+func TestExceptionsShared(t *testing.T) {
+	s := startTestServer(t, memory.New(retain.Limits{}))
+	pub := dialTest(t, s.Addr(), "pub", nil)
+	c := dialTest(t, s.Addr(), "c", nil)
+	c.subscribeExcept(t, "$share/g/animals/#", "animals/fox")
+	pub.publishAll(t, "animals/fox", "animals/frog")
+	expectTopics(t, "c", c.receiveUntil(t, "animals/frog"), "animals/frog")
+}
