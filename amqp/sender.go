@@ -10,6 +10,7 @@ import (
 	"github.com/tolsey/tolsey/amqp/internal/frames"
 	"github.com/tolsey/tolsey/core"
 	"github.com/tolsey/tolsey/core/queue"
+	"github.com/tolsey/tolsey/core/queue/match"
 	"github.com/tolsey/tolsey/retain"
 )
 
@@ -24,6 +25,7 @@ type outLink struct {
 	filter string
 
 	// Fixed at attach.
+	except  []match.Filter          // the source's except filter (exceptions.go); a group member's are its group's
 	sndMode frames.SenderSettleMode // settled: all presettled; unsettled: none; mixed: QoS 0 presettled
 	second  bool                    // the peer's rcv-settle-mode is second
 
@@ -135,21 +137,36 @@ func (q *msgQueue) dropBack() {
 }
 
 // JMS no-local filter (Qpid JMS): the subscriber does not want messages
-// its own connection published. Other filters (selectors) are not
-// supported and are left out of our attach, so the client knows.
+// its own connection published. With the gateway's except filter
+// (exceptions.go) it is the one filter applied; others (selectors) are not
+// supported and are left out of our attach, so the client knows
+// (AMQP 1.0 part 3 §3.5.3).
 const (
 	noLocalFilterName encoding.Symbol = "apache.org:no-local-filter:list"
 	noLocalFilterCode uint64          = 0x0000468C00000003
 )
 
-func supportedFilters(f encoding.Fields) (kept encoding.Fields, noLocal bool) {
+// supportedFilters returns the entries of a source's filter-set the
+// gateway applies, what they ask for, and the error of an except filter
+// that is not valid.
+func supportedFilters(f encoding.Fields) (kept encoding.Fields, noLocal bool, except []match.Filter, err error) {
 	for _, e := range f {
-		if d, ok := e.Value.(encoding.Described); ok && (d.Descriptor == noLocalFilterName || d.Descriptor == noLocalFilterCode) {
+		d, ok := e.Value.(encoding.Described)
+		switch {
+		case !ok:
+		case d.Descriptor == noLocalFilterName || d.Descriptor == noLocalFilterCode:
 			kept = append(kept, e)
 			noLocal = true
+		case d.Descriptor == exceptFilterName:
+			exc, err := parseExceptFilter(d.Value)
+			if err != nil {
+				return nil, false, nil, err
+			}
+			kept = append(kept, e)
+			except = append(except, exc...)
 		}
 	}
-	return kept, noLocal
+	return kept, noLocal, except, nil
 }
 
 func (s *session) attachOut(a *frames.Attach) error {
@@ -226,7 +243,11 @@ func (s *session) attachOut(a *frames.Attach) error {
 		l.filter = name
 	}
 	var noLocal bool
-	sc.Filter, noLocal = supportedFilters(src.Filter)
+	var err error
+	sc.Filter, noLocal, l.except, err = supportedFilters(src.Filter)
+	if err != nil {
+		return s.refuse(l, reply, linkErr(frames.ErrCondInvalidField, "source filter: %v", err))
+	}
 	// Stored retained copies go to a late subscriber first; not for a
 	// dynamic node (nothing is retained there) nor a shared subscription
 	// (docs/architecture.md, decision 1).
@@ -272,6 +293,9 @@ func (s *session) attachOut(a *frames.Attach) error {
 
 // Deliver implements core.Subscriber. It must not block.
 func (l *outLink) Deliver(m *core.Message, _ core.Delivery) error {
+	if excludes(l.except, m.Topic) {
+		return nil
+	}
 	if ok, closed := l.offer(queued{m: m}); !ok && !closed {
 		l.c.s.opts.Metrics.Drop("amqp", "slow_consumer")
 	}
@@ -312,6 +336,9 @@ func (l *outLink) feedRetained(ctx context.Context, since time.Time) {
 }
 
 func (l *outLink) pushRetained(m *core.Message) bool {
+	if excludes(l.except, m.Topic) {
+		return true
+	}
 	for {
 		l.mu.Lock()
 		if l.closed {

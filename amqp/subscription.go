@@ -7,6 +7,7 @@ import (
 	"github.com/tolsey/tolsey/amqp/internal/encoding"
 	"github.com/tolsey/tolsey/amqp/internal/frames"
 	"github.com/tolsey/tolsey/core"
+	"github.com/tolsey/tolsey/core/queue/match"
 )
 
 // JMS durable and shared subscriptions (Qpid JMS; README, "AMQP 1.0").
@@ -45,7 +46,8 @@ type subscription struct {
 	noLocal bool
 	durable bool
 	shared  bool
-	source  frames.Source // what an attach answer says about it
+	except  []match.Filter // the except filter (exceptions.go)
+	source  frames.Source  // what an attach answer says about it
 	sub     *core.Subscription
 
 	mu      sync.Mutex
@@ -79,6 +81,9 @@ func subscriptionKey(container, link string, src *frames.Source) (key string, du
 // robin, skipping full ones); with none attached a durable subscription
 // keeps it.
 func (s *subscription) Deliver(m *core.Message, _ core.Delivery) error {
+	if excludes(s.except, m.Topic) {
+		return nil
+	}
 	q := queued{m: m}
 	for range 3 { // a link closing under us: look again
 		s.mu.Lock()
@@ -218,7 +223,8 @@ func (srv *Server) openSubscription(l *outLink, key string, noLocal, durable, sh
 	srv.subsMu.Lock()
 	defer srv.subsMu.Unlock()
 	if old := srv.subs[key]; old != nil {
-		same := old.filter == filter && old.noLocal == noLocal && old.durable == durable && old.shared == shared
+		same := old.filter == filter && old.noLocal == noLocal && old.durable == durable && old.shared == shared &&
+			sameExceptions(old.except, l.except)
 		busy := old.attached()
 		switch {
 		case same && (shared || !busy):
@@ -229,7 +235,16 @@ func (srv *Server) openSubscription(l *outLink, key string, noLocal, durable, sh
 		}
 		srv.dropSubscriptionLocked(old)
 	}
-	s := &subscription{srv: srv, key: key, filter: filter, noLocal: noLocal, durable: durable, shared: shared, source: src}
+	s := &subscription{
+		srv:     srv,
+		key:     key,
+		filter:  filter,
+		noLocal: noLocal,
+		durable: durable,
+		shared:  shared,
+		except:  l.except,
+		source:  src,
+	}
 	opts := core.SubOptions{QoS: 2, NoLocal: noLocal, Client: container}
 	rs, err := srv.opts.Router.Subscribe(filter, s, opts)
 	if err != nil {

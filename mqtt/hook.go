@@ -30,7 +30,9 @@ import (
 //   - backlog (backlog.go): QoS 1/2 messages a full write queue would have
 //     lost;
 //   - queues (queues.go): $queue/<name> subscriptions and publishes, the
-//     queue engine's consumers.
+//     queue engine's consumers;
+//   - exceptions (exceptions.go): the exceptions MQTT 5 subscribers attach
+//     to their subscriptions, applied per recipient in OnACLCheck.
 type hook struct {
 	mochi.HookBase
 	s *Server
@@ -38,6 +40,7 @@ type hook struct {
 	replay  *replayer
 	backlog backlog
 	queues  *queues
+	except  *exceptions
 
 	// Fixed at construction.
 	limits core.TopicLimits   // the router's: mqtt.maxTopicLevels, mqtt.maxTopicLength
@@ -59,6 +62,7 @@ func newHook(s *Server) *hook {
 		replay:  newReplayer(s),
 		backlog: backlog{s: s},
 		queues:  newQueues(s),
+		except:  newExceptions(),
 		limits:  s.opts.Router.TopicLimits(),
 		in:      s.opts.Metrics.Counter(s.opts.Metrics.InVec(), "mqtt"),
 		out:     s.opts.Metrics.Outlet("mqtt"),
@@ -88,8 +92,13 @@ func (h *hook) Provides(b byte) bool { return provided[b] }
 // OnConnectAuthenticate admits every client: authentication is a later issue.
 func (h *hook) OnConnectAuthenticate(*mochi.Client, packets.Packet) bool { return true }
 
-// OnACLCheck allows every topic: authorisation is a later issue.
-func (h *hook) OnACLCheck(*mochi.Client, string, bool) bool { return true }
+// OnACLCheck allows every publish and subscription: authorisation is a
+// later issue. mochi also asks it for each recipient of a message
+// (publishToClient, write false), where the recipient's exceptions
+// (exceptions.go) keep out what they match.
+func (h *hook) OnACLCheck(cl *mochi.Client, topic string, write bool) bool {
+	return write || h.except.allows(cl, topic)
+}
 
 func (h *hook) OnSessionEstablished(cl *mochi.Client, _ packets.Packet) {
 	h.s.opts.Metrics.Conn("mqtt", 1)
@@ -107,10 +116,13 @@ func (h *hook) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packets.Packet
 	return pk, nil
 }
 
-// OnUnsubscribed closes the queue consumers of the filters removed.
+// OnUnsubscribed closes the queue consumers of the filters removed and
+// drops their exceptions: mochi calls it for an UNSUBSCRIBE and whenever a
+// session's subscriptions end.
 func (h *hook) OnUnsubscribed(cl *mochi.Client, pk packets.Packet) {
 	if !cl.Net.Inline {
 		h.queues.unsubscribed(cl, pk.Filters)
+		h.except.unsubscribed(cl, pk.Filters)
 	}
 }
 
@@ -204,16 +216,33 @@ func (h *hook) OnRetainMessage(_ *mochi.Client, pk packets.Packet, _ int64) {
 	}
 }
 
-// OnSubscribe refuses filters over the topic limits and tells the replayer
+// OnSubscribe refuses filters over the topic limits, and every filter of a
+// SUBSCRIBE whose exceptions are not valid filters, and tells the replayer
 // a SUBSCRIBE has begun: it notes which filters the session held already
 // (Retain Handling 1) before mochi adds them, and closes the client's gate.
 func (h *hook) OnSubscribe(cl *mochi.Client, pk packets.Packet) packets.Packet {
 	if cl.Net.Inline {
 		return pk
 	}
-	pk.Filters = h.queues.subscribe(cl, h.refuseFilters(cl, pk.Filters))
+	filters := h.refuseFilters(cl, pk.Filters)
+	if _, err := parseExceptions(pk.Properties.User); err != nil {
+		h.s.log.Debug("subscription refused", "client", cl.ID, "error", err)
+		filters = refuseAll(filters)
+	}
+	pk.Filters = h.queues.subscribe(cl, filters)
+	h.except.subscribing(cl, pk.Filters)
 	h.replay.subscribing(cl, pk.Filters)
 	return pk
+}
+
+// refuseAll returns a copy of filters with every filter made the empty
+// one, which mochi refuses with SUBACK 0x8F (refuseFilters says why).
+func refuseAll(filters packets.Subscriptions) packets.Subscriptions {
+	out := slices.Clone(filters)
+	for i := range out {
+		out[i].Filter = ""
+	}
+	return out
 }
 
 // refuseFilters returns filters with each one over the topic limits
@@ -249,6 +278,8 @@ func (h *hook) refuseFilters(cl *mochi.Client, filters packets.Subscriptions) pa
 
 func (h *hook) OnSubscribed(cl *mochi.Client, pk packets.Packet, codes []byte) {
 	if !cl.Net.Inline {
+		exc, _ := parseExceptions(pk.Properties.User) // refused in OnSubscribe if invalid
+		h.except.subscribed(cl, pk, codes, exc)
 		h.replay.subscribed(cl, codes)
 		h.queues.subscribed(cl, pk, codes)
 	}

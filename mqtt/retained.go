@@ -250,6 +250,9 @@ func (r *replayer) replay(cl *mochi.Client, c *clientReplay, sub packets.Subscri
 	// No deadline: a large set to a slow client takes as long as it takes;
 	// the store bounds its own round trips, and a client that leaves ends it.
 	r.rule.Run(context.Background(), sub.Filter, since, func(m *core.Message) bool {
+		if r.s.hook.except.excluded(cl, sub.Filter, m.Topic) {
+			return true // kept out by the subscription's exceptions (exceptions.go)
+		}
 		pk := toPacket(m, true, time.Now())
 		pk.FixedHeader.Qos = min(m.QoS, sub.Qos)
 		if sub.Identifier > 0 {
