@@ -52,20 +52,11 @@ func parseExceptFilter(value any) ([]match.Filter, error) {
 	if len(ss) == 0 {
 		return nil, fmt.Errorf("%s: no filter", exceptFilterName)
 	}
-	out := make([]match.Filter, 0, len(ss))
-	for _, s := range ss {
-		f, err := match.Parse(s)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", exceptFilterName, err)
-		}
-		out = append(out, f)
+	out, err := match.ParseAll(ss)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", exceptFilterName, err)
 	}
 	return out, nil
-}
-
-// excludes reports whether one of exc matches topic.
-func excludes(exc []match.Filter, topic string) bool {
-	return slices.ContainsFunc(exc, func(f match.Filter) bool { return f.Matches(topic) })
 }
 
 // sameExceptions reports whether a and b are the same exceptions, in the

@@ -293,7 +293,7 @@ func (s *session) attachOut(a *frames.Attach) error {
 
 // Deliver implements core.Subscriber. It must not block.
 func (l *outLink) Deliver(m *core.Message, _ core.Delivery) error {
-	if excludes(l.except, m.Topic) {
+	if match.AnyMatches(l.except, m.Topic) {
 		return nil
 	}
 	if ok, closed := l.offer(queued{m: m}); !ok && !closed {
@@ -336,7 +336,7 @@ func (l *outLink) feedRetained(ctx context.Context, since time.Time) {
 }
 
 func (l *outLink) pushRetained(m *core.Message) bool {
-	if excludes(l.except, m.Topic) {
+	if match.AnyMatches(l.except, m.Topic) {
 		return true
 	}
 	for {

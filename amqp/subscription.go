@@ -81,7 +81,7 @@ func subscriptionKey(container, link string, src *frames.Source) (key string, du
 // robin, skipping full ones); with none attached a durable subscription
 // keeps it.
 func (s *subscription) Deliver(m *core.Message, _ core.Delivery) error {
-	if excludes(s.except, m.Topic) {
+	if match.AnyMatches(s.except, m.Topic) {
 		return nil
 	}
 	q := queued{m: m}

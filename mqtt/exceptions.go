@@ -76,23 +76,20 @@ func newExceptions() *exceptions {
 // is optional (the property already says it is one), so `!!a` is the
 // exception for topic `!a`, as in a queue's subscriptions.
 func parseExceptions(props []packets.UserProperty) ([]match.Filter, error) {
-	var out []match.Filter
+	var ss []string
 	for _, p := range props {
-		if p.Key != exceptProperty {
-			continue
+		if p.Key == exceptProperty {
+			ss = append(ss, p.Val)
 		}
-		f, err := match.Parse(p.Val)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", exceptProperty, err)
-		}
-		out = append(out, f)
+	}
+	if len(ss) == 0 {
+		return nil, nil
+	}
+	out, err := match.ParseAll(ss)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", exceptProperty, err)
 	}
 	return out, nil
-}
-
-// excludes reports whether one of exc matches topic.
-func excludes(exc []match.Filter, topic string) bool {
-	return slices.ContainsFunc(exc, func(f match.Filter) bool { return f.Matches(topic) })
 }
 
 // subscribing notes the filters of a SUBSCRIBE mochi is about to check and
@@ -189,7 +186,7 @@ func (e *exceptions) allows(cl *mochi.Client, topic string) bool {
 		if !matchSubscription(filter, topic) {
 			continue
 		}
-		if !excludes(exc, topic) {
+		if !match.AnyMatches(exc, topic) {
 			return true
 		}
 		excluded = true
@@ -217,7 +214,7 @@ func (e *exceptions) excluded(cl *mochi.Client, filter, topic string) bool {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	ce := e.clients[cl.ID]
-	return ce != nil && excludes(ce.byFilter[filter], topic)
+	return ce != nil && match.AnyMatches(ce.byFilter[filter], topic)
 }
 
 // matchSubscription matches an MQTT subscription filter, shared or not,

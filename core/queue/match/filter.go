@@ -240,3 +240,27 @@ func cutLevel(s string) (level, rest string, more bool) {
 	}
 	return s, "", false
 }
+
+// ParseAll parses each of ss (a list of exceptions, say), stopping at the
+// first that is refused.
+func ParseAll(ss []string) ([]Filter, error) {
+	out := make([]Filter, 0, len(ss))
+	for _, s := range ss {
+		f, err := Parse(s)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, f)
+	}
+	return out, nil
+}
+
+// AnyMatches reports whether one of fs matches topic.
+func AnyMatches(fs []Filter, topic string) bool {
+	for i := range fs {
+		if fs[i].Matches(topic) {
+			return true
+		}
+	}
+	return false
+}
