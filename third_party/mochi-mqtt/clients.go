@@ -347,6 +347,7 @@ func (cl *Client) WriteLoop() {
 // writeLoop is WriteLoop once it owns q.writing.
 func (cl *Client) writeLoop() {
 	q := &cl.State.outbound
+	wrote := false
 	for {
 		q.mu.Lock()
 		pk := q.pop()
@@ -358,10 +359,16 @@ func (cl *Client) writeLoop() {
 			}
 			q.writing = false
 			q.mu.Unlock()
+			// gateway patch 13: held PUBLISHes a full queue refused go
+			// now (it was full, so this writer had something to write).
+			if wrote {
+				cl.sendHeld()
+			}
 			return
 		}
 		q.mu.Unlock()
 		cl.writeQueued(pk)
+		wrote = true
 	}
 }
 
@@ -544,16 +551,24 @@ func (cl *Client) ClearInflights() {
 }
 
 // ClearExpiredInflights deletes any inflight messages which have expired.
+//
+// gateway patch 13: only those whose flow has not begun. A PUBLISH sent
+// and not yet acknowledged (or its PUBREL) is kept: its delivery has begun
+// [MQTT-3.3.2-5], it is resent on reconnection [MQTT-4.4.0-1], and it
+// counts against the client's Receive Maximum until acknowledged
+// [MQTT-3.3.4-9]. Upstream deleted it, so the late PUBACK found nothing and
+// its unit of the send quota was lost for good (after Receive Maximum of
+// them nothing more was sent); giving the unit back at expiry instead
+// would let one more PUBLISH out than the client allows. Held messages
+// (never sent, offline ones too) expire by the expiry they keep, and the
+// next held one may then go.
 func (cl *Client) ClearExpiredInflights(now, maximumExpiry int64) []uint16 {
 	deleted := []uint16{}
 	for _, tk := range cl.State.Inflight.GetAll(false) {
-		expired := tk.ProtocolVersion == 5 && tk.Expiry > 0 && tk.Expiry < now // [MQTT-3.3.2-5]
-
-		// If the maximum message expiry interval is set (greater than 0), and the message
-		// retention period exceeds the maximum expiry, the message will be forcibly removed.
-		enforced := maximumExpiry > 0 && now-tk.Created > maximumExpiry
-
-		if expired || enforced {
+		if tk.Expiry >= 0 && (tk.FixedHeader.Type == packets.Publish || tk.FixedHeader.Type == packets.Pubrel) {
+			continue // sent: kept until acknowledged
+		}
+		if inflightExpired(tk, now, maximumExpiry) {
 			if ok := cl.State.Inflight.Delete(tk.PacketID); ok {
 				cl.ops.hooks.OnQosDropped(cl, tk)
 				atomic.AddInt64(&cl.ops.info.Inflight, -1)
@@ -561,8 +576,23 @@ func (cl *Client) ClearExpiredInflights(now, maximumExpiry int64) []uint16 {
 			}
 		}
 	}
+	if len(deleted) > 0 {
+		cl.sendHeld()
+	}
 
 	return deleted
+}
+
+// inflightExpired reports whether the inflight packet tk has expired at
+// now [MQTT-3.3.2-5], or outlived maximumExpiry.
+func inflightExpired(tk packets.Packet, now, maximumExpiry int64) bool {
+	expiry := expiryOf(tk)
+	expired := tk.ProtocolVersion == 5 && expiry > 0 && expiry < now // [MQTT-3.3.2-5]
+
+	// If the maximum message expiry interval is set (greater than 0), and the message
+	// retention period exceeds the maximum expiry, the message will be forcibly removed.
+	enforced := maximumExpiry > 0 && now-tk.Created > maximumExpiry
+	return expired || enforced
 }
 
 // Read reads incoming packets from the connected client and transforms them into

@@ -4,7 +4,10 @@ package mqtt
 
 import (
 	"bufio"
+	"bytes"
+	"errors"
 	"io"
+	"math/rand"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -389,6 +392,19 @@ func readPublishIDs(r net.Conn) <-chan uint16 {
 	ids := make(chan uint16, 64)
 	go func() {
 		defer close(ids)
+		for pk := range readPublishes(r, 4) {
+			ids <- pk.PacketID
+		}
+	}()
+	return ids
+}
+
+// readPublishes reads what the server writes to r, encoded for protocol
+// version v, and sends each PUBLISH on the channel it returns.
+func readPublishes(r net.Conn, v byte) <-chan packets.Packet {
+	pks := make(chan packets.Packet, 64)
+	go func() {
+		defer close(pks)
 		br := bufio.NewReader(r)
 		for {
 			var fh packets.FixedHeader
@@ -410,14 +426,14 @@ func readPublishIDs(r net.Conn) <-chan uint16 {
 			if fh.Type != packets.Publish {
 				continue
 			}
-			pk := packets.Packet{FixedHeader: fh, ProtocolVersion: 4}
+			pk := packets.Packet{FixedHeader: fh, ProtocolVersion: v}
 			if err := pk.PublishDecode(body); err != nil {
 				return
 			}
-			ids <- pk.PacketID
+			pks <- pk
 		}
 	}()
-	return ids
+	return pks
 }
 
 // TestNextImmediateGivesQuotaBack: a client with a Receive Maximum of 2
@@ -501,4 +517,214 @@ func TestInflightCloneLeavesBoundOut(t *testing.T) {
 	require.True(t, i.Delete(2))
 	require.True(t, i.Set(packets.Packet{PacketID: 2})) // the id reused for a session's message
 	require.Equal(t, 3, i.Clone().Len())
+}
+
+// quotaClient adds to s a connected client "sub" of protocol version v with
+// a Receive Maximum of rm, subscribed to q/# at QoS 2, and returns it and
+// the PUBLISHes written to it.
+func quotaClient(t *testing.T, s *Server, rm int32, v byte) (*Client, packets.Subscription, <-chan packets.Packet) {
+	cl, sub, r := quotaClientConn(t, s, rm, v)
+	return cl, sub, readPublishes(r, v)
+}
+
+// quotaClientConn is quotaClient, returning the client's end of the
+// connection, not yet read.
+func quotaClientConn(t *testing.T, s *Server, rm int32, v byte) (*Client, packets.Subscription, net.Conn) {
+	r, w := net.Pipe()
+	cl := s.NewClient(w, "t", "sub", false)
+	t.Cleanup(func() {
+		cl.Stop(nil)
+		_ = r.Close()
+	})
+	cl.Properties.ProtocolVersion = v
+	cl.State.Inflight.ResetSendQuota(rm)
+	s.Clients.Add(cl)
+	sub := packets.Subscription{Filter: "q/#", Qos: 2}
+	s.Topics.Subscribe(cl.ID, sub)
+	cl.State.Subscriptions.Add(sub.Filter, sub)
+	return cl, sub, r
+}
+
+// nextPublish returns the next PUBLISH from pks, failing t when none comes.
+func nextPublish(t *testing.T, pks <-chan packets.Packet, why string) packets.Packet {
+	t.Helper()
+	select {
+	case pk, ok := <-pks:
+		require.True(t, ok, "the connection ended")
+		return pk
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no PUBLISH written: %s", why)
+		return packets.Packet{}
+	}
+}
+
+// TestSendQuotaNoLostWakeup: with a Receive Maximum of 1, a PUBLISH held
+// back because the quota was used up must go once the PUBACK gives the
+// quota back, however the publisher and the reader interleave. sendHeld
+// skipped the lock when nothing was held; a publisher that had found no
+// quota but not yet marked its message held was missed, and the message
+// (and every one after it) waited for the client's next packet, for ever
+// with keepalive 0.
+func TestSendQuotaNoLostWakeup(t *testing.T) {
+	s := newServerWithInlineClient()
+	cl, _, pubs := quotaClient(t, s, 1, 4)
+	got := make(chan packets.Packet, 2)
+	go func() { // the client, acknowledging at once; its reader's work
+		for pk := range pubs {
+			_ = s.processPacket(cl, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: pk.PacketID})
+			got <- pk
+		}
+	}()
+	rng := rand.New(rand.NewSource(1))
+	deadline := time.Now().Add(6 * time.Second)
+	for round := 0; round < 50000 && time.Now().Before(deadline); round++ {
+		require.NoError(t, s.Publish("q/a", []byte("1"), false, 1))
+		jitter := time.Duration(rng.Intn(97)) * time.Microsecond
+		for start := time.Now(); time.Since(start) < jitter; { // finer than a sleep
+		}
+		require.NoError(t, s.Publish("q/a", []byte("2"), false, 1))
+		for i := 0; i < 2; i++ {
+			select {
+			case <-got:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("round %d: a PUBLISH stayed held with the quota free (quota %d, held %d)",
+					round, atomic.LoadInt32(&cl.State.Inflight.sendQuota), cl.State.Inflight.Held())
+			}
+		}
+	}
+}
+
+// TestSendQuotaGivenBackByPubrecError: a PUBREC with a reason code of 0x80
+// or more ends the QoS 2 flow and gives its unit of the send quota back
+// [MQTT-4.9.0-2]: with a Receive Maximum of 2, the third message went
+// nowhere after two such PUBRECs.
+func TestSendQuotaGivenBackByPubrecError(t *testing.T) {
+	s := newServerWithInlineClient()
+	cl, _, pubs := quotaClient(t, s, 2, 4)
+	for i := 0; i < 3; i++ {
+		require.NoError(t, s.Publish("q/a", []byte{byte(i)}, false, 2))
+	}
+	for i := 0; i < 3; i++ {
+		pk := nextPublish(t, pubs, "after PUBRECs refusing the earlier ones")
+		require.Equal(t, []byte{byte(i)}, pk.Payload)
+		require.NoError(t, s.processPacket(cl, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pubrec},
+			PacketID: pk.PacketID, ReasonCode: packets.ErrUnspecifiedError.Code}))
+	}
+	require.Equal(t, 0, cl.State.Inflight.Len())
+	require.Equal(t, int32(2), atomic.LoadInt32(&cl.State.Inflight.sendQuota))
+}
+
+// TestSendQuotaKeptWhileSentMessageExpires: a message sent and not yet
+// acknowledged does not expire: its delivery has begun [MQTT-3.3.2-5], it
+// still counts against the client's Receive Maximum until acknowledged
+// [MQTT-3.3.4-9], and it is resent on reconnection [MQTT-4.4.0-1]. The
+// expiry loop deleted it, so its late PUBACK gave no quota back and the
+// next message was never sent. A message held back still expires, and
+// when it goes its Message Expiry Interval is lowered by the time it
+// waited [MQTT-3.3.2-6] (it was sent with the publisher's, and an expired
+// one was sent anyway).
+func TestSendQuotaKeptWhileSentMessageExpires(t *testing.T) {
+	s := newServer() // no MaximumMessageExpiryInterval
+	cl, sub, pubs := quotaClient(t, s, 1, 5)
+	now := time.Now().Unix()
+	msg := func(n byte, interval uint32) packets.Packet {
+		created := now - 50 // as publishToSubscribers sets Expiry
+		return packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, TopicName: "q/a",
+			Payload: []byte{n}, ProtocolVersion: 5, Created: created, Expiry: created + int64(interval),
+			Properties: packets.Properties{MessageExpiryInterval: interval}}
+	}
+	_, err := s.publishToClient(cl, sub, msg(1, 60)) // sent; expires at now+10
+	require.NoError(t, err)
+	first := nextPublish(t, pubs, "the first message")
+	_, err = s.publishToClient(cl, sub, msg(2, 60)) // held; expires at now+10
+	require.NoError(t, err)
+	_, err = s.publishToClient(cl, sub, msg(3, 100)) // held; expires at now+50
+	require.NoError(t, err)
+	require.Equal(t, 2, cl.State.Inflight.Held())
+
+	s.clearExpiredInflights(now + 20)
+	require.Equal(t, 2, cl.State.Inflight.Len(), "the sent message is kept, the expired held one dropped")
+	require.Equal(t, 1, cl.State.Inflight.Held())
+
+	require.NoError(t, s.processPacket(cl, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: first.PacketID}))
+	third := nextPublish(t, pubs, "the late PUBACK gave no quota back")
+	require.Equal(t, []byte{3}, third.Payload, "the expired held message was sent")
+	require.Less(t, third.Properties.MessageExpiryInterval, uint32(100), "sent with the interval it was published with")
+	require.Greater(t, third.Properties.MessageExpiryInterval, uint32(0))
+	require.NoError(t, s.processPacket(cl, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: third.PacketID}))
+	require.Equal(t, 0, cl.State.Inflight.Len())
+	require.Equal(t, int32(1), atomic.LoadInt32(&cl.State.Inflight.sendQuota))
+
+	// Offline, nothing is sent: a message stored then expires.
+	cl.Stop(nil)
+	_, err = s.publishToClient(cl, sub, msg(4, 60))
+	require.ErrorIs(t, err, packets.CodeDisconnect)
+	s.clearExpiredInflights(now + 20)
+	require.Equal(t, 0, cl.State.Inflight.Len(), "a message stored for an offline session does not expire")
+}
+
+// TestSendQuotaHoldReleasedWhenConnackFails: a connection resuming a
+// session holds the PUBLISHes routed to it until its CONNACK is written
+// (patch 13); when that write failed, the hold was never released, and the
+// offline session kept every QoS 0 message (up to
+// MaximumClientWritesPending) and every QoS 1/2 one without expiry.
+func TestSendQuotaHoldReleasedWhenConnackFails(t *testing.T) {
+	s := newServer()
+	old := s.NewClient(nil, "t", "sub", false)
+	old.Properties.ProtocolVersion = 4
+	s.Clients.Add(old)
+	sub := packets.Subscription{Filter: "q/#", Qos: 1}
+	s.Topics.Subscribe(old.ID, sub)
+	old.State.Subscriptions.Add(sub.Filter, sub)
+	old.Stop(errors.New("gone"))
+
+	r, w := net.Pipe()
+	done := make(chan error, 1)
+	go func() { done <- s.EstablishConnection("t", r) }()
+	connect := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect}, ProtocolVersion: 4,
+		Connect: packets.ConnectParams{ProtocolName: []byte("MQTT"), Keepalive: 30, ClientIdentifier: "sub"}}
+	var buf bytes.Buffer
+	require.NoError(t, connect.ConnectEncode(&buf))
+	_, err := w.Write(buf.Bytes())
+	require.NoError(t, err)
+	_ = w.Close() // before reading the CONNACK: its write fails
+	select {
+	case err = <-done:
+		require.Error(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the connection did not end")
+	}
+	cl, ok := s.Clients.Get("sub")
+	require.True(t, ok, "the session goes on")
+	require.NotSame(t, old, cl)
+
+	s.publishToSubscribers(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish}, TopicName: "q/a", Payload: []byte("0")})
+	s.publishToSubscribers(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, TopicName: "q/a", Payload: []byte("1")})
+	cl.State.hold.mu.Lock()
+	n, qos0 := cl.State.hold.n, len(cl.State.hold.qos0)
+	cl.State.hold.mu.Unlock()
+	require.Equal(t, 0, n, "the connection's hold on its PUBLISHes is released")
+	require.Equal(t, 0, qos0, "an offline session keeps no QoS 0 message")
+	require.Equal(t, 1, cl.State.Inflight.Len())
+}
+
+// TestSendQuotaHeldGoWhenWriteQueueEmpties: held PUBLISHes a full write
+// queue refused go once the writer has emptied it. They were held again
+// for the client's next packet, which may never come (keepalive 0).
+func TestSendQuotaHeldGoWhenWriteQueueEmpties(t *testing.T) {
+	s := newServerWithInlineClient()
+	s.Options.Capabilities.MaximumClientWritesPending = 2
+	cl, _, r := quotaClientConn(t, s, 10, 4)
+	cl.HoldPublishes()
+	const n = 6
+	for i := 0; i < n; i++ {
+		require.NoError(t, s.Publish("q/a", []byte{byte(i)}, false, 1))
+	}
+	cl.ReleasePublishes() // the connection is not read: the queue fills
+	require.Greater(t, cl.State.Inflight.Held(), 0)
+	pubs := readPublishes(r, 4)
+	for i := 0; i < n; i++ {
+		pk := nextPublish(t, pubs, "held behind a full write queue")
+		require.Equal(t, []byte{byte(i)}, pk.Payload)
+	}
 }

@@ -6,6 +6,7 @@ package mqtt
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/mochi-mqtt/server/v2/packets"
 )
@@ -38,7 +39,9 @@ import (
 // that sends its own QoS 1/2 PUBLISHes meanwhile count only those sent.
 // mochi holds a new connection's PUBLISHes the same way until its CONNACK
 // is out: a session it inherits makes it a subscriber before, and a
-// publisher's message was written first [MQTT-3.2.0-1].
+// publisher's message was written first [MQTT-3.2.0-1]. A message for an
+// offline session is held as well: never sent, it still expires, while a
+// sent one waits for its acknowledgement (ClearExpiredInflights).
 
 // publishHold is a client's hold on its PUBLISHes. mu also orders each
 // publisher's decision to hold a QoS 1/2 PUBLISH back against sendHeld, so
@@ -100,40 +103,69 @@ func (cl *Client) holdQoS0(pk packets.Packet) (held, kept bool) {
 }
 
 // setInflight puts a QoS 1/2 PUBLISH to the client in its inflight store,
-// held back (Expiry -1) while PUBLISHes are held, while earlier ones wait,
-// or when no send quota is left; otherwise it takes one unit of the quota.
-// It reports whether pk is held, and whether it was added (not a resend of
-// an id in use).
+// held back while PUBLISHes are held, while earlier ones wait, when no send
+// quota is left, or when the client is not connected (it is sent as the
+// quota allows once it is, and expires until then [MQTT-3.3.2-5]);
+// otherwise it takes one unit of the quota. It reports whether pk is held,
+// and whether it was added (not a resend of an id in use).
 func (cl *Client) setInflight(pk *packets.Packet) (held, added bool) {
 	h := &cl.State.hold
 	in := cl.State.Inflight
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	held = h.n > 0 || in.Held() > 0 || !in.TakeSendQuota()
+	held = h.n > 0 || cl.Net.Conn == nil || cl.Closed() || in.Held() > 0 || !in.TakeSendQuota()
 	if held {
-		pk.Expiry = -1
+		pk.Expiry = heldExpiry(pk.Expiry)
 	}
 	return held, in.Set(*pk)
 }
 
-// sendHeld queues the client's held-back QoS 1/2 PUBLISHes, oldest first,
-// while the send quota allows and nothing holds them.
-func (cl *Client) sendHeld() {
-	if cl.State.Inflight.Held() == 0 {
-		return
+// A held message is one whose Expiry is negative (upstream's -1); it keeps
+// its expiry time e there as -1-e, so that it still expires while held
+// and, once sent, its Message Expiry Interval is lowered by the time it
+// waited [MQTT-3.3.2-6] (it was sent with the publisher's interval, and
+// an expired one was sent all the same). -1 is a held message that does
+// not expire.
+func heldExpiry(e int64) int64 { return -1 - e }
+
+// expiryOf returns the expiry time of an inflight packet, held or not (0:
+// none).
+func expiryOf(pk packets.Packet) int64 {
+	if pk.Expiry < 0 {
+		return -1 - pk.Expiry
 	}
+	return pk.Expiry
+}
+
+// sendHeld queues the client's held-back QoS 1/2 PUBLISHes, oldest first,
+// while the send quota allows and nothing holds them. It always takes the
+// lock: a publisher that found no quota may not have marked its message
+// held yet, and only the lock orders its decision against this one (a
+// check of Held first lost that wake-up, and the message waited, with
+// every later one, for the client's next packet).
+func (cl *Client) sendHeld() {
 	cl.State.hold.mu.Lock()
 	cl.sendHeldLocked()
 	cl.State.hold.mu.Unlock()
 }
 
-// sendHeldLocked is sendHeld; the caller holds cl.State.hold.mu.
+// sendHeldLocked is sendHeld; the caller holds cl.State.hold.mu. A
+// message that expired while held is not sent [MQTT-3.3.2-5]: it is left
+// for the expiry loop, which deletes it and tells the hooks (not here,
+// under the lock a hook may take the other way round). When the write
+// queue is full, the rest waits for the writer, which calls sendHeld when
+// it has emptied the queue.
 func (cl *Client) sendHeldLocked() {
 	in := cl.State.Inflight
 	if cl.State.hold.n > 0 || in.Held() == 0 || cl.Closed() {
 		return
 	}
+	now := time.Now().Unix()
+	maximumExpiry := cl.ops.options.Capabilities.MaximumMessageExpiryInterval
 	for _, pk := range in.GetAll(true) {
+		if inflightExpired(pk, now, maximumExpiry) {
+			continue
+		}
 		if !in.TakeSendQuota() {
 			return
 		}
@@ -141,10 +173,10 @@ func (cl *Client) sendHeldLocked() {
 		// this returns, and must find it sent. Once sent it no longer
 		// expires: onward delivery has begun [MQTT-3.3.2-5].
 		sent := pk
-		sent.Expiry = 0
+		sent.Expiry = expiryOf(pk)
 		in.Set(sent)
 		if !cl.enqueue(&sent) {
-			in.Set(pk) // held again, for the next packet
+			in.Set(pk) // held again, until the writer has room
 			in.IncreaseSendQuota()
 			return
 		}

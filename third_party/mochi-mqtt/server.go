@@ -551,6 +551,7 @@ func (s *Server) establishClient(cl *Client, listener string) (counted bool, err
 		// gateway patch: cl is registered but its reader never runs, so
 		// detachClient never will: end its session here (upstream left a
 		// clean session in Clients for ever, 2.5 KiB each).
+		cl.ReleasePublishes() // gateway patch 13: else the session held them for ever
 		s.expireSession(cl)
 		return true, fmt.Errorf("ack connection packet: %w", err)
 	}
@@ -560,6 +561,7 @@ func (s *Server) establishClient(cl *Client, listener string) (counted bool, err
 	if sessionPresent {
 		err = cl.ResendInflightMessages(true)
 		if err != nil {
+			cl.ReleasePublishes() // gateway patch 13
 			return true, fmt.Errorf("resend inflight: %w", err)
 		}
 	}
@@ -1294,6 +1296,9 @@ func (s *Server) publishToClient(cl *Client, sub packets.Subscription, pk packet
 			atomic.AddInt64(&s.Info.Inflight, 1)
 			s.hooks.OnQosPublish(cl, out, out.Created, 0)
 		}
+		if held && (cl.Net.Conn == nil || cl.Closed()) {
+			return out, packets.CodeDisconnect // kept for the session, held until it reconnects
+		}
 		if held {
 			return out, nil // [MQTT-3.3.4-9]
 		}
@@ -1316,6 +1321,7 @@ func (s *Server) publishToClient(cl *Client, sub packets.Subscription, pk packet
 		if out.FixedHeader.Qos > 0 {
 			cl.State.Inflight.Delete(out.PacketID) // packet was dropped due to irregular circumstances, so rollback inflight.
 			cl.State.Inflight.IncreaseSendQuota()
+			cl.sendHeld() // gateway patch 13: one held meanwhile may take the unit
 		}
 		return out, packets.ErrPendingClientWritesExceeded
 	}
@@ -1384,13 +1390,21 @@ func (s *Server) processPuback(cl *Client, pk packets.Packet) error {
 
 // processPubrec processes a Pubrec packet, denoting receipt of a QOS 2 packet sent from the server.
 func (s *Server) processPubrec(cl *Client, pk packets.Packet) error {
-	if _, ok := cl.State.Inflight.Get(pk.PacketID); !ok { // [MQTT-4.3.3-7] [MQTT-4.3.3-13]
+	pki, ok := cl.State.Inflight.Get(pk.PacketID)
+	if !ok { // [MQTT-4.3.3-7] [MQTT-4.3.3-13]
 		return cl.WritePacket(s.buildAck(pk.PacketID, packets.Pubrel, 1, pk.Properties, packets.ErrPacketIdentifierNotFound))
 	}
 
 	if pk.ReasonCode >= packets.ErrUnspecifiedError.Code || !pk.ReasonCodeValid() { // [MQTT-4.3.3-4]
 		if ok := cl.State.Inflight.Delete(pk.PacketID); ok {
 			atomic.AddInt64(&s.Info.Inflight, -1)
+			// gateway patch 13: the flow ends, and its unit of the
+			// send quota comes back (MQTT 5 §4.9); upstream kept it, and
+			// after Receive Maximum such PUBRECs nothing more was sent.
+			// Not for a message held, never sent: it took none.
+			if pki.FixedHeader.Type == packets.Publish && pki.Expiry >= 0 {
+				cl.State.Inflight.IncreaseSendQuota()
+			}
 		}
 		cl.ops.hooks.OnQosDropped(cl, pk)
 		return nil // as per MQTT5 Section 4.13.2 paragraph 2
