@@ -2,7 +2,7 @@
 // publish → store → consume → ack, and compares it with RabbitMQ in the
 // same run (issue 10, "Performance"):
 //
-//	go run ./test/bench/queueload [-n 20000 -pubs 4 -subs 4 -size 1024 -window 64]
+//	go run ./test/bench/queueload [-n 20000 -pubs 4 -subs 4 -size 1024 -window 64] [-no-rabbitmq] [-profile dir]
 //
 // Targets, each a fresh server process with one durable queue "load":
 // the gateway binary with queues.backend=embedded (fsync'd group commits),
@@ -24,10 +24,13 @@ import (
 	"encoding/binary"
 	"flag"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"text/tabwriter"
@@ -41,6 +44,7 @@ import (
 
 type config struct {
 	n, pubs, subs, size, window int
+	profile                     string // -profile: where the gateway's CPU profiles go
 }
 
 type result struct {
@@ -63,6 +67,7 @@ func main() {
 	flag.IntVar(&c.subs, "subs", 4, "receivers")
 	flag.IntVar(&c.size, "size", 1024, "payload bytes (at least 8: the send time)")
 	flag.IntVar(&c.window, "window", 64, "unsettled sends in flight per sender")
+	flag.StringVar(&c.profile, "profile", "", "write each gateway's CPU profile (admin /debug/pprof/profile, while its senders run) to this directory")
 	skipRabbit := flag.Bool("no-rabbitmq", false, "leave RabbitMQ out")
 	flag.Parse()
 	c.size = max(c.size, 8)
@@ -93,7 +98,7 @@ func main() {
 	}
 	var results []result
 	run := func(name, addr, target string, g *rig.Child) {
-		res, err := runTarget(c, addr, target, g)
+		res, err := runTarget(c, name, addr, target, g)
 		if err != nil {
 			r.Fatal(fmt.Errorf("%s: %w", name, err))
 		}
@@ -171,7 +176,7 @@ const (
 
 // runTarget runs one measurement against the AMQP server at addr, queue
 // address target; g, when not nil, is the server whose CPU is read.
-func runTarget(c config, addr, target string, g *rig.Child) (result, error) {
+func runTarget(c config, name, addr, target string, g *rig.Child) (result, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	dial := func() (*goamqp.Conn, *goamqp.Session, error) {
@@ -265,6 +270,14 @@ func runTarget(c config, addr, target string, g *rig.Child) (result, error) {
 	if g != nil {
 		cpu0, _ = g.CPU()
 	}
+	profiled := make(chan error, 1)
+	if c.profile != "" && g != nil && g.Admin != "" {
+		go func() {
+			profiled <- profile(ctx, g.Admin, filepath.Join(c.profile, strings.ReplaceAll(name, " ", "-")+".pprof"))
+		}()
+	} else {
+		profiled <- nil
+	}
 	start := time.Now()
 	errs := make(chan error, c.pubs)
 	for i, snd := range senders {
@@ -294,6 +307,9 @@ func runTarget(c config, addr, target string, g *rig.Child) (result, error) {
 	}
 	rcancel()
 	wg.Wait()
+	if err := <-profiled; err != nil {
+		return result{}, fmt.Errorf("profile: %w", err)
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	slices.Sort(lats)
@@ -340,6 +356,32 @@ func send(ctx context.Context, snd *goamqp.Sender, n int, c config) error {
 		}
 	}
 	return nil
+}
+
+// profile fetches a 3 s CPU profile from the gateway's admin API at admin
+// into path: the middle of a run of -n 100000 or so.
+func profile(ctx context.Context, admin, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+admin+"/debug/pprof/profile?seconds=3", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", req.URL, resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 func fatal(err error) {
