@@ -68,8 +68,8 @@ type Consumer struct {
 	opts ConsumerOptions
 
 	// Guarded by q.mu.
-	inflight map[uint64]*entry
-	closed   bool
+	inflight  map[uint64]*entry
+	closed    bool
 	browsed   uint64   // Browse: the last ID seen
 	browseBuf []Record // Browse: read from the log, not returned yet
 }
@@ -223,9 +223,14 @@ func (c *Consumer) Ack(id uint64) {
 	}
 	q.removeLocked(e)
 	q.counters.Acked++
+	// fill's own test, here under the lock already taken: most Acks have
+	// nothing to load (the window was filled straight from Put).
+	refill := q.more && !q.loading
 	q.mu.Unlock()
 	q.log.Remove(id)
-	q.fill()
+	if refill {
+		q.fill()
+	}
 }
 
 // Release makes a delivered message available again without counting a

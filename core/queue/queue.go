@@ -144,7 +144,8 @@ func (q *Queue) Put(m *core.Message, done func(error)) {
 			// it, without reading it back (OrderedLog).
 			q.through = id
 			q.addLocked(Record{ID: id, Msg: m}) // immutable once put, as once published
-			wake := q.wakeLocked()
+			var buf [8]*Consumer
+			wake := q.appendWakeLocked(buf[:0])
 			q.mu.Unlock()
 			notify(wake)
 			done(nil)
@@ -286,11 +287,14 @@ func (q *Queue) addLocked(r Record) {
 // active one of an exclusive queue; every consumer of a non-exclusive
 // one, starting with a different one each time so that none is always
 // first to pull. Browsers too.
-func (q *Queue) wakeLocked() []*Consumer {
+func (q *Queue) wakeLocked() []*Consumer { return q.appendWakeLocked(nil) }
+
+// appendWakeLocked is wakeLocked appending to out: a caller on the hot
+// path passes an array of its stack, so that a wake costs no allocation.
+func (q *Queue) appendWakeLocked(out []*Consumer) []*Consumer {
 	if len(q.ready) == 0 || len(q.cons) == 0 {
-		return nil
+		return out
 	}
-	out := make([]*Consumer, 0, len(q.cons))
 	if q.config.Access == Exclusive {
 		if a := q.activeLocked(); a != nil {
 			out = append(out, a)
