@@ -10,6 +10,7 @@ import (
 	"github.com/tolsey/tolsey/core"
 	"github.com/tolsey/tolsey/core/queue"
 	"github.com/tolsey/tolsey/core/queue/embedded"
+	"github.com/tolsey/tolsey/core/queue/queuetest"
 )
 
 // BenchmarkQueuePutConsumeAck is queueload's path (docs/benchmarks.md,
@@ -43,16 +44,7 @@ func BenchmarkQueuePutConsumeAck(b *testing.B) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for range consumers {
-		wake := make(chan struct{}, 1)
-		c, err := q.Consume(queue.ConsumerOptions{Notify: func() {
-			select {
-			case wake <- struct{}{}:
-			default:
-			}
-		}})
-		if err != nil {
-			b.Fatal(err)
-		}
+		c, wake := queuetest.Consume(b, q)
 		wg.Go(func() {
 			defer c.Close()
 			for {

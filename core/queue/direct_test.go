@@ -10,6 +10,7 @@ import (
 	"github.com/tolsey/tolsey/core"
 	"github.com/tolsey/tolsey/core/queue"
 	"github.com/tolsey/tolsey/core/queue/embedded"
+	"github.com/tolsey/tolsey/core/queue/queuetest"
 )
 
 // TestOrderedLogWindow: with the embedded backend (an OrderedLog) appended
@@ -33,16 +34,7 @@ func TestOrderedLogWindow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wake := make(chan struct{}, 1)
-	c, err := q.Consume(queue.ConsumerOptions{Notify: func() {
-		select {
-		case wake <- struct{}{}:
-		default:
-		}
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, wake := queuetest.Consume(t, q)
 	defer c.Close()
 	origin := core.Origin{Protocol: core.ProtocolMQTT, Node: "n1", Client: "pub"}
 	received := 0
