@@ -223,9 +223,14 @@ func (c *Consumer) Ack(id uint64) {
 	}
 	q.removeLocked(e)
 	q.counters.Acked++
+	// fill's own test, here under the lock already taken: most Acks have
+	// nothing to load (the window was filled straight from Put).
+	refill := q.more && !q.loading
 	q.mu.Unlock()
 	q.log.Remove(id)
-	q.fill()
+	if refill {
+		q.fill()
+	}
 }
 
 // Release makes a delivered message available again without counting a

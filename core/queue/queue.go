@@ -17,6 +17,9 @@ type Queue struct {
 	e    *Engine
 	name string
 	log  Log
+	// direct: the Log is an OrderedLog, so an appended message may go
+	// straight into the window (Put).
+	direct bool
 
 	mu       sync.Mutex
 	config   Config
@@ -59,7 +62,8 @@ type entry struct {
 }
 
 func newQueue(e *Engine, cfg Config, log Log) *Queue {
-	return &Queue{e: e, name: cfg.Name, log: log, config: cfg, entries: map[uint64]*entry{}}
+	ol, ok := log.(OrderedLog)
+	return &Queue{e: e, name: cfg.Name, log: log, direct: ok && ol.AppendsInOrder(), config: cfg, entries: map[uint64]*entry{}}
 }
 
 // Name is the queue's name.
@@ -120,7 +124,7 @@ func (q *Queue) Put(m *core.Message, done func(error)) {
 	q.reserved++
 	q.resBytes += size
 	q.mu.Unlock()
-	q.log.Append(m, func(_ uint64, err error) {
+	q.log.Append(m, func(id uint64, err error) {
 		q.mu.Lock()
 		q.reserved--
 		q.resBytes -= size
@@ -133,6 +137,20 @@ func (q *Queue) Put(m *core.Message, done func(error)) {
 		q.messages++
 		q.bytes += size
 		q.counters.In++
+		if q.direct && id > q.through && !q.more && !q.loading && !q.deleted &&
+			len(q.cons) > 0 && len(q.entries) < q.e.opts.Window {
+			// The window holds every record before id (nothing more to
+			// read, no loader reading): id goes in as the loader would put
+			// it, without reading it back (OrderedLog).
+			q.through = id
+			q.addLocked(Record{ID: id, Msg: m}) // immutable once put, as once published
+			var buf [8]*Consumer
+			wake := q.appendWakeLocked(buf[:0])
+			q.mu.Unlock()
+			notify(wake)
+			done(nil)
+			return
+		}
 		q.more = true
 		q.mu.Unlock()
 		q.fill()
@@ -238,7 +256,6 @@ func (q *Queue) load() {
 		if len(recs) == room {
 			q.more = true
 		}
-		ttl := time.Duration(q.config.TTL)
 		for _, r := range recs {
 			if r.ID > q.through {
 				q.through = r.ID
@@ -246,14 +263,7 @@ func (q *Queue) load() {
 			if _, dup := q.entries[r.ID]; dup || q.deleted {
 				continue
 			}
-			e := &entry{rec: r, expires: r.Msg.Expiry}
-			if ttl > 0 {
-				if t := r.Msg.Created.Add(ttl); e.expires.IsZero() || t.Before(e.expires) {
-					e.expires = t
-				}
-			}
-			q.entries[r.ID] = e
-			heap.Push(&q.ready, e)
+			q.addLocked(r)
 		}
 		wake := q.wakeLocked()
 		q.mu.Unlock()
@@ -261,15 +271,30 @@ func (q *Queue) load() {
 	}
 }
 
+// addLocked puts a record into the window, ready.
+func (q *Queue) addLocked(r Record) {
+	e := &entry{rec: r, expires: r.Msg.Expiry}
+	if ttl := time.Duration(q.config.TTL); ttl > 0 {
+		if t := r.Msg.Created.Add(ttl); e.expires.IsZero() || t.Before(e.expires) {
+			e.expires = t
+		}
+	}
+	q.entries[r.ID] = e
+	heap.Push(&q.ready, e)
+}
+
 // wakeLocked lists the consumers to notify that messages are ready: the
 // active one of an exclusive queue; every consumer of a non-exclusive
 // one, starting with a different one each time so that none is always
 // first to pull. Browsers too.
-func (q *Queue) wakeLocked() []*Consumer {
+func (q *Queue) wakeLocked() []*Consumer { return q.appendWakeLocked(nil) }
+
+// appendWakeLocked is wakeLocked appending to out: a caller on the hot
+// path passes an array of its stack, so that a wake costs no allocation.
+func (q *Queue) appendWakeLocked(out []*Consumer) []*Consumer {
 	if len(q.ready) == 0 || len(q.cons) == 0 {
-		return nil
+		return out
 	}
-	out := make([]*Consumer, 0, len(q.cons))
 	if q.config.Access == Exclusive {
 		if a := q.activeLocked(); a != nil {
 			out = append(out, a)

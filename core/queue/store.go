@@ -76,6 +76,19 @@ type SharedLog interface {
 	Shared() bool
 }
 
+// OrderedLog is a Log, read by this engine alone, whose Append calls done
+// for one queue's records one at a time, in ID order, each once its record
+// is durable (the embedded store: one writer answers each commit in
+// order). The engine may then put an appended message straight into its
+// window when it has read every earlier record, instead of reading it back
+// from the Log (docs/queues.md, "Storage"): with those three promises, a
+// record whose ID is at most the highest read has been read, and one above
+// it has not.
+type OrderedLog interface {
+	Log
+	AppendsInOrder() bool
+}
+
 // ErrUnavailable wraps a backend failure (disk, Redis down).
 var ErrUnavailable = errors.New("queue store unavailable")
 

@@ -84,7 +84,8 @@ type op struct {
 	data []byte // Append: the encoded message
 	size int64  // Append: core.Message.Size
 	done func(id uint64, err error)
-	ids  []uint64 // Remove
+	ids  []uint64 // Remove: the IDs, or nil for the single one in rm
+	rm   uint64
 
 	id  uint64 // the writer's answer to an Append
 	err error
@@ -98,7 +99,10 @@ type txQueue struct {
 	records, bytes int64
 }
 
-var _ queue.Backend = (*Backend)(nil)
+var (
+	_ queue.Backend    = (*Backend)(nil)
+	_ queue.OrderedLog = (*qlog)(nil)
+)
 
 // Open opens (creating it if needed) the bbolt file at path.
 func Open(path string, o Options) (*Backend, error) {
@@ -308,7 +312,11 @@ func (b *Backend) apply(queues *bolt.Bucket, o *op) error {
 		o.id = id
 		return nil
 	}
-	for _, id := range o.ids {
+	ids := o.ids
+	if ids == nil {
+		ids = []uint64{o.rm} // does not escape: no allocation
+	}
+	for _, id := range ids {
 		binary.BigEndian.PutUint64(key[:], id)
 		v := q.bucket.Get(key[:])
 		if v == nil {
@@ -384,11 +392,20 @@ func (l *qlog) Read(_ context.Context, after uint64, max int) ([]queue.Record, e
 // Remove implements queue.Log: queued to the writer, committed with the
 // next batch.
 func (l *qlog) Remove(ids ...uint64) {
-	if len(ids) == 0 {
-		return
+	switch len(ids) {
+	case 0:
+	case 1:
+		// A consumer's Ack: one ID, carried without a slice of its own.
+		l.b.loop.Add(op{log: l, rm: ids[0]})
+	default:
+		l.b.loop.Add(op{log: l, ids: append([]uint64(nil), ids...)})
 	}
-	l.b.loop.Add(op{log: l, ids: append([]uint64(nil), ids...)})
 }
+
+// AppendsInOrder implements queue.OrderedLog: the writer answers the
+// appends of a commit in order, one commit after another, after the
+// commit, and no other engine reads the file.
+func (l *qlog) AppendsInOrder() bool { return true }
 
 // Stats implements queue.Log from the counts the last commit wrote.
 func (l *qlog) Stats(context.Context) (int, int64, error) {

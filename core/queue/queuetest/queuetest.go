@@ -545,3 +545,21 @@ func BenchAppend(b *testing.B, l queue.Log, appenders, window int, remove bool) 
 	next.Wait()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "appends/s")
 }
+
+// Consume attaches a consumer to q whose notifications land in the
+// returned channel (capacity 1: "Next may have something"); the caller
+// closes it.
+func Consume(t testing.TB, q *queue.Queue) (*queue.Consumer, chan struct{}) {
+	t.Helper()
+	wake := make(chan struct{}, 1)
+	c, err := q.Consume(queue.ConsumerOptions{Notify: func() {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, wake
+}
