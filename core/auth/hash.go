@@ -162,9 +162,19 @@ func HashBcrypt(password string, cost int) (string, error) {
 // HashArgon2id returns an argon2id hash of password in the PHC string
 // format, with RFC 9106's second recommended parameters.
 func HashArgon2id(password string) string {
-	salt := make([]byte, argonSaltLen)
-	rand.Read(salt)
-	key := argon2.IDKey([]byte(password), salt, argonTime, argonMemory, argonThreads, argonKeyLen)
-	return fmt.Sprintf("$argon2id$v=19$m=%d,t=%d,p=%d$%s$%s", argonMemory, argonTime, argonThreads,
-		base64.RawStdEncoding.EncodeToString(salt), base64.RawStdEncoding.EncodeToString(key))
+	h := &hash{time: argonTime, memory: argonMemory, threads: argonThreads, salt: make([]byte, argonSaltLen)}
+	rand.Read(h.salt)
+	return h.phc(password)
+}
+
+// phc derives password's key with h's parameters and salt and writes the
+// PHC string.
+func (h *hash) phc(password string) string {
+	keyLen := uint32(len(h.key))
+	if keyLen == 0 {
+		keyLen = argonKeyLen
+	}
+	key := argon2.IDKey([]byte(password), h.salt, h.time, h.memory, h.threads, keyLen)
+	return fmt.Sprintf("$argon2id$v=19$m=%d,t=%d,p=%d$%s$%s", h.memory, h.time, h.threads,
+		base64.RawStdEncoding.EncodeToString(h.salt), base64.RawStdEncoding.EncodeToString(key))
 }

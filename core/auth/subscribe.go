@@ -1,6 +1,10 @@
 package auth
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/tolsey/tolsey/core"
+)
 
 // Subscribe decides a SUBSCRIBE filter (MQTT filter grammar, no $share
 // prefix: the front-end strips it) for id connected as clientID:
@@ -17,6 +21,9 @@ import "strings"
 // in '#' visits the subtree below it. Subscriptions are rare next to
 // deliveries, which Allowed checks.
 func (s *Store) Subscribe(id Identity, clientID string, filter string) Decision {
+	if core.ValidateFilter(filter) != nil || core.IsShared(filter) {
+		return Deny // the front-end refuses it before asking; never grant it
+	}
 	o := overlap{id: &id, clientID: clientID}
 	o.walk(&s.acl.root, filter, true)
 
@@ -74,10 +81,14 @@ func (o *overlap) walk(n *node, rest string, first bool) {
 		o.subtree(n, first)
 		return
 	}
-	for l, next := range n.lit {
-		if level == l || level == "+" && !(first && strings.HasPrefix(l, "$")) {
-			o.visit(next, rest, more)
+	if level == "+" {
+		for l, next := range n.lit {
+			if !(first && strings.HasPrefix(l, "$")) {
+				o.visit(next, rest, more)
+			}
 		}
+	} else if next := n.lit[level]; next != nil {
+		o.visit(next, rest, more)
 	}
 	if n.plus != nil && !dollar {
 		o.visit(n.plus, rest, more)
