@@ -13,6 +13,13 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "passwd" {
+		if err := gateway.Passwd(os.Args[2:], os.Stdin, os.Stdout, os.Stderr); err != nil {
+			fmt.Fprintln(os.Stderr, "gateway:", err)
+			os.Exit(2)
+		}
+		return
+	}
 	cfg, err := gateway.LoadConfig(os.Args[1:], os.Environ(), os.Stdout)
 	if errors.Is(err, gateway.ErrHelp) {
 		return
