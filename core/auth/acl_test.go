@@ -75,7 +75,7 @@ func TestIssueExampleRules(t *testing.T) {
 		{"ops", ops, Publish, "anything/at/all", true},
 		{"ops", ops, Subscribe, "devices/alice/temp", true},
 		{"ops", ops, Publish, "$SYS/broker", false}, // '#' does not match '$' topics
-		{"bob", bob, Publish, "other", false},        // default deny
+		{"bob", bob, Publish, "other", false},       // default deny
 		{"anonymous", anon, Publish, "devices//x", false},
 	}
 	for _, c := range cases {
