@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -67,6 +68,10 @@ func (a *adminServer) start(addr string, t *tlsconf.Config) error {
 	var serve net.Listener = a.ln
 	if t != nil {
 		serve = tls.NewListener(a.ln, t.TLSConfig())
+		// net/http logs each failed handshake (a scanner, a client
+		// that does not trust the certificate) on the standard logger:
+		// ours, at debug, keeps them out of stderr's way.
+		a.srv.ErrorLog = slog.NewLogLogger(a.g.log.Handler(), slog.LevelDebug)
 	}
 	a.wg.Add(1)
 	go func() {

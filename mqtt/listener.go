@@ -320,7 +320,10 @@ func (l *wsListener) Init(log *slog.Logger) error {
 		WriteBufferSize: 4096,
 		WriteBufferPool: &sync.Pool{},
 	}
-	l.srv = &http.Server{Handler: http.HandlerFunc(l.handle), ReadHeaderTimeout: 10 * time.Second}
+	l.srv = &http.Server{Handler: http.HandlerFunc(l.handle), ReadHeaderTimeout: 10 * time.Second,
+		// net/http logs failed TLS handshakes and bad requests on the
+		// standard logger; they go to ours, at debug.
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
 	return nil
 }
 
