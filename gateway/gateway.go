@@ -208,16 +208,8 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	}
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-wait:
-	for {
-		select {
-		case <-hup:
-			g.reloadOnSignal()
-		case <-ctx.Done():
-			break wait
-		}
-	}
+	g.serveSignals(ctx, hup)
+	signal.Stop(hup)
 	log.Info("shutting down", "timeout", cfg.ShutdownTimeout.String())
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
@@ -226,6 +218,18 @@ wait:
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// serveSignals reloads on each hup until ctx ends.
+func (g *Gateway) serveSignals(ctx context.Context, hup <-chan os.Signal) {
+	for {
+		select {
+		case <-hup:
+			g.reloadOnSignal()
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // reloadOnSignal runs ReloadTLS for SIGHUP and logs what came of it: each

@@ -6,9 +6,11 @@ import (
 	"crypto/tls"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 	"github.com/gorilla/websocket"
 
+	"github.com/tolsey/tolsey/core/coretest"
 	"github.com/tolsey/tolsey/core/tlsconf/tlstest"
 )
 
@@ -347,4 +350,42 @@ func TestTLSConfigErrors(t *testing.T) {
 			t.Errorf("%v: %v, want a ConfigError on %s", tc.args, err, tc.key)
 		}
 	}
+}
+
+// SIGHUP (as Run receives it) reloads the TLS files and logs the outcome:
+// the new certificate at info, a broken file at error naming the key.
+func TestSIGHUPReloadsTLS(t *testing.T) {
+	f := newTLSFixture(t)
+	var log coretest.SyncBuffer
+	g := New(testConfig(t, f.args("none")...), slog.New(slog.NewTextHandler(&log, nil)))
+	if err := g.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer g.Stop(context.Background())
+	ctx, cancel := context.WithCancel(context.Background())
+	hup := make(chan os.Signal)
+	done := make(chan struct{})
+	go func() { g.serveSignals(ctx, hup); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	next := f.ca.Server(t)
+	tlstest.Write(t, f.dir, next, f.ca)
+	hup <- syscall.SIGHUP
+	coretest.Eventually(t, "the reload to be logged", 10*time.Second, func() bool {
+		return strings.Contains(log.String(), "TLS certificates reloaded")
+	})
+	_, conn, err := mqttTLS(t, g.MQTTTLSAddr(), "hup", tlstest.ClientConfig(f.ca, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := conn.ConnectionState().PeerCertificates[0].SerialNumber; s.Cmp(next.Leaf.SerialNumber) != 0 {
+		t.Errorf("after SIGHUP a new connection saw serial %v, want %v", s, next.Leaf.SerialNumber)
+	}
+	if err := os.Remove(f.files.Cert); err != nil {
+		t.Fatal(err)
+	}
+	hup <- syscall.SIGHUP
+	coretest.Eventually(t, "the failed reload to be logged naming the key", 10*time.Second, func() bool {
+		return strings.Contains(log.String(), "level=ERROR") && strings.Contains(log.String(), "mqtt.tls.cert")
+	})
 }

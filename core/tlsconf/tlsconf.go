@@ -100,9 +100,10 @@ func Load(o Options) (*Config, error) {
 	c.cur.Store(m)
 	c.base = &tls.Config{
 		// TLS 1.0 and 1.1 are deprecated (RFC 8996). Go negotiates 1.3
-		// whenever the client offers it; for 1.2 its default cipher suites
-		// are already the AEAD/ECDHE ones (no RC4, 3DES, CBC-SHA256 or
-		// static RSA key exchange), so CipherSuites is left at Go's default.
+		// whenever the client offers it; its default TLS 1.2 suites are
+		// ECDHE only, AEAD first (no RC4, 3DES, CBC-SHA256 or static RSA
+		// key exchange), so CipherSuites is left at Go's default and
+		// improves with it.
 		MinVersion: tls.VersionTLS12,
 	}
 	return c, nil
