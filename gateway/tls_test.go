@@ -51,22 +51,6 @@ func (f *tlsFixture) args(auth string) []string {
 	return append(a, "--mqtt.wss.listen=127.0.0.1:0", "--amqp.listen=127.0.0.1:0")
 }
 
-func startTLSGateway(t *testing.T, args ...string) *Gateway {
-	t.Helper()
-	g := New(testConfig(t, args...), quiet())
-	if err := g.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := g.Stop(ctx); err != nil {
-			t.Errorf("Stop: %v", err)
-		}
-	})
-	return g
-}
-
 // mqttTLS connects a paho MQTT 5 client over TLS; the TLS connection is
 // returned for its state.
 func mqttTLS(t *testing.T, addr, id string, cfg *tls.Config) (*paho.Client, *tls.Conn, error) {
@@ -119,7 +103,7 @@ func receiver(id string) (paho.ClientConfig, chan *paho.Publish) {
 // MQTT over TLS and over WSS, and AMQP over TLS, carry messages both ways.
 func TestTLSListenersCarryMessages(t *testing.T) {
 	f := newTLSFixture(t)
-	g := startTLSGateway(t, f.args("none")...)
+	g := startGateway(t, f.args("none")...)
 	cfg := tlstest.ClientConfig(f.ca, nil)
 
 	// MQTT over TLS: a subscriber and a publisher.
@@ -208,7 +192,7 @@ func TestTLSListenersCarryMessages(t *testing.T) {
 // no higher than TLS 1.1 is refused.
 func TestTLSClientAuthRequire(t *testing.T) {
 	f := newTLSFixture(t)
-	g := startTLSGateway(t, f.args("require")...)
+	g := startGateway(t, f.args("require")...)
 	stranger := tlstest.NewCA(t, "other CA").Client(t, "intruder")
 	tls11 := tlstest.ClientConfig(f.ca, f.client)
 	tls11.MinVersion, tls11.MaxVersion = tls.VersionTLS10, tls.VersionTLS11
@@ -243,7 +227,7 @@ func TestTLSClientAuthRequire(t *testing.T) {
 // use and the error names the key.
 func TestReloadTLS(t *testing.T) {
 	f := newTLSFixture(t)
-	g := startTLSGateway(t, f.args("none")...)
+	g := startGateway(t, f.args("none")...)
 	cfg := tlstest.ClientConfig(f.ca, nil)
 
 	cc, got := receiver("before")
@@ -304,7 +288,7 @@ func TestReloadTLS(t *testing.T) {
 // admin.tls.*: the admin API answers over HTTPS only.
 func TestAdminTLS(t *testing.T) {
 	f := newTLSFixture(t)
-	g := startTLSGateway(t, "--admin.tls.cert="+f.files.Cert, "--admin.tls.key="+f.files.Key)
+	g := startGateway(t, "--admin.tls.cert="+f.files.Cert, "--admin.tls.key="+f.files.Key)
 	c := &http.Client{Transport: &http.Transport{TLSClientConfig: tlstest.ClientConfig(f.ca, nil)}, Timeout: 10 * time.Second}
 	defer c.CloseIdleConnections()
 	resp, err := c.Get("https://" + g.AdminAddr() + "/readyz")
