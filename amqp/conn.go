@@ -439,8 +439,9 @@ func (c *conn) finish(err error) {
 // (or closeTimeout passes). Closing with unread bytes would make the
 // kernel reset the connection, and the peer could lose our close frame.
 func (c *conn) linger() {
-	if tc, ok := c.nc.(*net.TCPConn); ok {
-		_ = tc.CloseWrite()
+	// *net.TCPConn sends FIN; *tls.Conn sends close_notify (amqps).
+	if cw, ok := c.nc.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
 	}
 	_ = c.nc.SetReadDeadline(time.Now().Add(closeTimeout))
 	_, _ = io.Copy(io.Discard, c.nc)

@@ -2,6 +2,7 @@ package amqp
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -22,6 +23,13 @@ import (
 // defaults.
 type Options struct {
 	Listen string // TCP address; required
+	// TLSListen is the AMQP over TLS address (amqps, 5671 by custom);
+	// empty disables. It needs TLS. SASL runs inside TLS as on Listen.
+	TLSListen string
+	// TLS is what TLSListen serves with; each handshake calls its
+	// GetConfigForClient, so certificates reloaded behind it
+	// (core/tlsconf) serve new connections only.
+	TLS *tls.Config
 
 	Router  *core.Router   // required
 	Store   retain.Matcher // required: late subscribers are served from it
@@ -101,6 +109,7 @@ type Server struct {
 	opts     Options
 	log      *slog.Logger
 	ln       *accept.Listener // retries temporary accept errors; Err says if it died
+	tlsLn    *accept.Listener // the same for TLSListen; nil when disabled
 	counters counters
 	out      *metrics.Outlet // messages out and their latency, resolved once: counted per delivery
 
@@ -120,6 +129,9 @@ type Server struct {
 func New(opts Options) (*Server, error) {
 	if opts.Router == nil || opts.Store == nil {
 		return nil, errors.New("amqp: Router and Store are required")
+	}
+	if opts.TLSListen != "" && opts.TLS == nil {
+		return nil, errors.New("amqp: TLSListen needs TLS")
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -159,20 +171,46 @@ func New(opts Options) (*Server, error) {
 	}, nil
 }
 
-// Start binds the listener and starts accepting. The bound address is
-// logged and available from Addr.
+// Start binds the listeners and starts accepting. The bound addresses are
+// logged and available from Addr and TLSAddr.
 func (s *Server) Start() error {
 	ln, err := net.Listen("tcp", s.opts.Listen)
 	if err != nil {
 		return fmt.Errorf("amqp.listen %s: %w", s.opts.Listen, err)
 	}
+	var tln net.Listener
+	if s.opts.TLSListen != "" {
+		if tln, err = net.Listen("tcp", s.opts.TLSListen); err != nil {
+			ln.Close()
+			return fmt.Errorf("amqp.tls.listen %s: %w", s.opts.TLSListen, err)
+		}
+		s.tlsLn = accept.New(tln, "amqp-tls", s.log)
+	}
 	s.ln = accept.New(ln, "amqp", s.log)
-	if !s.spawn(s.accept) {
+	if !s.spawn(func() { s.accept(s.ln, nil) }) {
 		ln.Close()
+		if tln != nil {
+			tln.Close()
+		}
 		return errors.New("amqp: server is shut down")
 	}
 	s.log.Info("amqp listening", "addr", s.Addr())
+	if tln != nil {
+		if !s.spawn(func() { s.accept(s.tlsLn, s.opts.TLS) }) {
+			tln.Close()
+			return errors.New("amqp: server is shut down")
+		}
+		s.log.Info("amqp listening", "addr", s.TLSAddr(), "transport", "tls")
+	}
 	return nil
+}
+
+// TLSAddr is the bound AMQP over TLS address, or "" when disabled.
+func (s *Server) TLSAddr() string {
+	if s.tlsLn == nil {
+		return ""
+	}
+	return s.tlsLn.Addr().String()
 }
 
 // Addr is the bound address, or "" before Start.
@@ -203,14 +241,24 @@ func (s *Server) spawn(f func()) bool {
 // retried accept failures; nil before Start.
 func (s *Server) Listener() *accept.Listener { return s.ln }
 
-// accept runs until the listener is closed or fails for good: s.ln retries
-// temporary errors (out of file descriptors) itself, with backoff and a
-// rate-limited log, and records a lasting one for /readyz.
-func (s *Server) accept() {
+// TLSListener is TLSListen's accepting socket, as Listener; nil when
+// disabled.
+func (s *Server) TLSListener() *accept.Listener { return s.tlsLn }
+
+// accept runs until ln is closed or fails for good: ln retries temporary
+// errors (out of file descriptors) itself, with backoff and a rate-limited
+// log, and records a lasting one for /readyz. With cfg, each connection is
+// wrapped in TLS; its handshake runs at the connection's first read, on its
+// own goroutine and within handshakeTimeout, so a stalled handshake holds
+// up no one else.
+func (s *Server) accept(ln *accept.Listener, cfg *tls.Config) {
 	for {
-		nc, err := s.ln.Accept()
+		nc, err := ln.Accept()
 		if err != nil {
 			return
+		}
+		if cfg != nil {
+			nc = tls.Server(nc, cfg)
 		}
 		c := newConn(s, nc)
 		s.mu.Lock()
@@ -247,6 +295,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Unlock()
 	if s.ln != nil {
 		s.ln.Close()
+	}
+	if s.tlsLn != nil {
+		s.tlsLn.Close()
 	}
 	for _, c := range conns {
 		c.forceClose()

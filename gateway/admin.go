@@ -2,9 +2,11 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -17,6 +19,7 @@ import (
 
 	"github.com/tolsey/tolsey/core"
 	"github.com/tolsey/tolsey/core/accept"
+	"github.com/tolsey/tolsey/core/tlsconf"
 )
 
 // adminServer is the admin HTTP API: /healthz, /readyz, /metrics,
@@ -55,12 +58,21 @@ func newAdminServer(g *Gateway) *adminServer {
 	return a
 }
 
-func (a *adminServer) start(addr string) error {
+// start listens on addr; with t (admin.tls.*), HTTPS only.
+func (a *adminServer) start(addr string, t *tlsconf.Config) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return &ConfigError{Key: "admin.listen", Msg: err.Error()}
 	}
 	a.ln = accept.New(ln, "admin", a.g.log)
+	var serve net.Listener = a.ln
+	if t != nil {
+		serve = tls.NewListener(a.ln, t.TLSConfig())
+		// net/http logs each failed handshake (a scanner, a client
+		// that does not trust the certificate) on the standard logger:
+		// ours, at debug, keeps them out of stderr's way.
+		a.srv.ErrorLog = slog.NewLogLogger(a.g.log.Handler(), slog.LevelDebug)
+	}
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
@@ -68,7 +80,7 @@ func (a *adminServer) start(addr string) error {
 		// logged at error level, and in Gateway.Ready. /readyz cannot
 		// say so (it is served here), but probes of it then fail to
 		// connect, which orchestrators read as not ready.
-		if err := a.srv.Serve(a.ln); !errors.Is(err, http.ErrServerClosed) {
+		if err := a.srv.Serve(serve); !errors.Is(err, http.ErrServerClosed) {
 			a.ln.Fail(err)
 		}
 	}()

@@ -14,6 +14,8 @@ func (g *Gateway) startAMQP(context.Context) error {
 	}
 	s, err := amqp.New(amqp.Options{
 		Listen:                g.cfg.AMQP.Listen,
+		TLSListen:             g.cfg.AMQP.TLSListen,
+		TLS:                   serverTLS(g.tlsFor("amqp.tls")),
 		Router:                g.router,
 		Queues:                g.queues.Load(),
 		AutoCreateQueues:      g.cfg.Queues.AutoCreate,
@@ -39,8 +41,20 @@ func (g *Gateway) startAMQP(context.Context) error {
 	}
 	g.amqp = s
 	g.countAcceptFailures(s.Listener())
+	if l := s.TLSListener(); l != nil {
+		g.countAcceptFailures(l)
+	}
 	g.onStop(s.Shutdown)
 	return nil
+}
+
+// AMQPTLSAddr is the bound AMQP over TLS address, or "" when
+// amqp.tls.listen is empty.
+func (g *Gateway) AMQPTLSAddr() string {
+	if g.amqp == nil {
+		return ""
+	}
+	return g.amqp.TLSAddr()
 }
 
 // AMQPAddr is the bound AMQP address, or "" when amqp.listen is empty.

@@ -23,6 +23,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/tolsey/tolsey/bridge"
+	"github.com/tolsey/tolsey/core/tlsconf"
 )
 
 // keyKind is how a config value is parsed and checked.
@@ -58,6 +59,12 @@ type keyDef struct {
 var keyDefs = []keyDef{
 	{name: "mqtt.listen", def: "127.0.0.1:1883", kind: kindAddr, help: "MQTT over TCP listen address (port 0 picks a free port)"},
 	{name: "mqtt.ws.listen", def: "", kind: kindAddr, optional: true, help: "MQTT over WebSocket listen address (path /mqtt and /); empty disables"},
+	{name: "mqtt.tls.listen", def: "", kind: kindAddr, optional: true, help: "MQTT over TLS listen address (8883 by custom; needs mqtt.tls.cert and mqtt.tls.key); empty disables"},
+	{name: "mqtt.tls.cert", def: "", kind: kindString, optional: true, help: "PEM certificate chain (leaf first) of the MQTT TLS and WSS listeners; re-read on SIGHUP"},
+	{name: "mqtt.tls.key", def: "", kind: kindString, optional: true, help: "PEM private key of mqtt.tls.cert; re-read on SIGHUP"},
+	{name: "mqtt.tls.clientCA", def: "", kind: kindString, optional: true, help: "PEM CAs that sign MQTT client certificates (mutual TLS); re-read on SIGHUP"},
+	{name: "mqtt.tls.clientAuth", def: "none", kind: kindEnum, enum: []string{"none", "request", "require"}, help: "MQTT client certificates: none, request (verified against mqtt.tls.clientCA if sent), require (needs mqtt.tls.clientCA)"},
+	{name: "mqtt.wss.listen", def: "", kind: kindAddr, optional: true, help: "MQTT over WebSocket over TLS listen address (wss://, paths /mqtt and /), served with the mqtt.tls.* files; empty disables"},
 	{name: "mqtt.maxPendingWrites", def: "8192", kind: kindInt, max: 1 << 20, help: "outgoing packets queued per MQTT client before new QoS 0 ones are dropped and counted (QoS 1/2 ones are kept); the queue takes memory only while it holds packets"},
 	{name: "mqtt.maxInflight", def: "8192", kind: kindInt, max: 65535, help: "QoS 1/2 messages held per MQTT session, in flight or queued while it is offline (beyond it new ones are dropped and counted); costs memory only when used"},
 	{name: "mqtt.receiveMaximum", def: "1024", kind: kindInt, max: 65535, help: "QoS 1/2 publishes a client may have unacknowledged towards the gateway (MQTT 5 Receive Maximum)"},
@@ -70,6 +77,11 @@ var keyDefs = []keyDef{
 	{name: "mqtt.maxTopicLevels", def: "128", kind: kindInt, max: 1024, help: "most levels in a topic name or filter (at most 1024: mochi's index costs levels² per subscribe), in every protocol (MQTT topics, AMQP addresses); over it: SUBACK 0x8F, PUBACK 0x90, MQTT 3.1.1 connection closed, AMQP invalid-field"},
 	{name: "mqtt.maxTopicLength", def: "4096", kind: kindBytes, max: 65535, help: "longest topic name or filter in bytes, in every protocol; at most 32768 with retain.backend=embedded (its key limit); refused as for mqtt.maxTopicLevels"},
 	{name: "amqp.listen", def: "127.0.0.1:5672", kind: kindAddr, optional: true, help: "AMQP 1.0 listen address; empty disables"},
+	{name: "amqp.tls.listen", def: "", kind: kindAddr, optional: true, help: "AMQP 1.0 over TLS (amqps) listen address (5671 by custom; needs amqp.tls.cert and amqp.tls.key); empty disables"},
+	{name: "amqp.tls.cert", def: "", kind: kindString, optional: true, help: "PEM certificate chain (leaf first) of the AMQP TLS listener; re-read on SIGHUP"},
+	{name: "amqp.tls.key", def: "", kind: kindString, optional: true, help: "PEM private key of amqp.tls.cert; re-read on SIGHUP"},
+	{name: "amqp.tls.clientCA", def: "", kind: kindString, optional: true, help: "PEM CAs that sign AMQP client certificates (mutual TLS); re-read on SIGHUP"},
+	{name: "amqp.tls.clientAuth", def: "none", kind: kindEnum, enum: []string{"none", "request", "require"}, help: "AMQP client certificates: none, request (verified against amqp.tls.clientCA if sent), require (needs amqp.tls.clientCA)"},
 	{name: "amqp.maxMessageSize", def: "16MiB", kind: kindBytes, help: "largest AMQP message accepted, bytes (link max-message-size); 0 = no limit"},
 	{name: "amqp.maxFrameSize", def: "65536", kind: kindBytes, max: 1 << 32, help: "largest AMQP frame the gateway accepts (open max-frame-size)"},
 	{name: "amqp.idleTimeout", def: "60s", kind: kindDuration, help: "AMQP idle timeout the gateway announces; 0 disables heartbeats"},
@@ -80,6 +92,8 @@ var keyDefs = []keyDef{
 	{name: "amqp.maxSessions", def: "256", kind: kindInt, max: 1 << 16, help: "sessions per AMQP connection (announced as channel-max; a begin above it closes the connection with framing-error)"},
 	{name: "amqp.maxLinksPerConnection", def: "1000", kind: kindInt, max: 1 << 20, help: "links (senders and receivers, over all sessions) per AMQP connection; an attach beyond it is refused with amqp:resource-limit-exceeded; bounds what one message costs one connection"},
 	{name: "admin.listen", def: "127.0.0.1:8088", kind: kindAddr, optional: true, help: "admin HTTP API listen address (/healthz, /readyz, /metrics, /api/v1/retained); empty disables"},
+	{name: "admin.tls.cert", def: "", kind: kindString, optional: true, help: "PEM certificate chain of the admin API: set (with admin.tls.key), admin.listen serves HTTPS only; re-read on SIGHUP"},
+	{name: "admin.tls.key", def: "", kind: kindString, optional: true, help: "PEM private key of admin.tls.cert; re-read on SIGHUP"},
 	{name: "data.dir", def: "./data", kind: kindString, help: "directory for the embedded retained store, the embedded queue store (queues.db) and the bridge buffer"},
 	{name: "retain.backend", def: "embedded", kind: kindEnum, enum: []string{"embedded", "memory", "redis"}, help: "retained store: embedded (file, survives restart), memory, or redis (shared by many gateways)"},
 	{name: "retain.redis.url", def: "redis://127.0.0.1:6379/0", kind: kindString, help: "Redis URL for retain.backend=redis"},
@@ -123,6 +137,9 @@ type Config struct {
 	MQTT struct {
 		Listen           string
 		WSListen         string
+		TLSListen        string
+		WSSListen        string
+		TLS              tlsconf.Options // for TLSListen and WSSListen
 		MaxPendingWrites int
 		MaxInflight      int
 		ReceiveMaximum   int
@@ -137,6 +154,8 @@ type Config struct {
 	}
 	AMQP struct {
 		Listen         string
+		TLSListen      string
+		TLS            tlsconf.Options // for TLSListen
 		MaxMessageSize int64
 		MaxFrameSize   int64
 		IdleTimeout    time.Duration
@@ -148,6 +167,7 @@ type Config struct {
 		WriteTimeout   time.Duration
 	}
 	AdminListen       string
+	AdminTLS          tlsconf.Options // Cert empty: plain HTTP
 	DataDir           string
 	RetainBackend     string
 	RedisURL          string
@@ -407,6 +427,7 @@ func buildConfig(k *koanf.Koanf, byName map[string]*keyDef) (*Config, error) {
 	c.NodeID = get("node.id")
 	bridgeErr := buildBridgeConfig(c, get, num)
 	queuesErr := buildQueuesConfig(c, get, num)
+	tlsErr := buildTLSConfig(c, get)
 	c.LogFormat = get("log.format")
 	c.LogLevel = get("log.level")
 	c.ShutdownTimeout = dur("shutdown.timeout")
@@ -469,6 +490,9 @@ func buildConfig(k *koanf.Koanf, byName map[string]*keyDef) (*Config, error) {
 	}
 	if queuesErr != nil {
 		return nil, queuesErr
+	}
+	if tlsErr != nil {
+		return nil, tlsErr
 	}
 	if c.Bridge.NATS.Name == "" {
 		c.Bridge.NATS.Name = "tolsey-" + c.NodeID

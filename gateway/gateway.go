@@ -6,12 +6,15 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"os/signal"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,6 +25,7 @@ import (
 	"github.com/tolsey/tolsey/core/accept"
 	"github.com/tolsey/tolsey/core/metrics"
 	"github.com/tolsey/tolsey/core/queue"
+	"github.com/tolsey/tolsey/core/tlsconf"
 	"github.com/tolsey/tolsey/mqtt"
 	"github.com/tolsey/tolsey/retain"
 )
@@ -39,6 +43,7 @@ type Gateway struct {
 	nats        *bridge.NATS   // nil when bridge.nats.url is empty
 	amqpBridges []*bridge.AMQP // bridge.amqp
 	admin       *adminServer
+	tls         []tlsHolder // the TLS sections listeners use; set before any starts
 
 	ready   atomic.Bool
 	stopped atomic.Bool
@@ -75,9 +80,12 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 			_ = g.Stop(sctx)
 		}
 	}()
+	if err := g.startTLS(); err != nil {
+		return err
+	}
 	if g.cfg.AdminListen != "" {
 		g.admin = newAdminServer(g)
-		if err := g.admin.start(g.cfg.AdminListen); err != nil {
+		if err := g.admin.start(g.cfg.AdminListen, g.tlsFor("admin.tls")); err != nil {
 			return err
 		}
 		g.onStop(g.admin.stop)
@@ -115,6 +123,9 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 	g.mqtt, err = mqtt.New(mqtt.Options{
 		Listen:           g.cfg.MQTT.Listen,
 		WSListen:         g.cfg.MQTT.WSListen,
+		TLSListen:        g.cfg.MQTT.TLSListen,
+		WSSListen:        g.cfg.MQTT.WSSListen,
+		TLS:              serverTLS(g.tlsFor("mqtt.tls")),
 		Router:           g.router,
 		Store:            store,
 		Metrics:          g.metrics,
@@ -188,13 +199,17 @@ func (g *Gateway) Stop(ctx context.Context) error {
 }
 
 // Run starts the gateway, waits for ctx to end (SIGINT/SIGTERM in main),
-// then drains and stops within cfg.ShutdownTimeout.
+// then drains and stops within cfg.ShutdownTimeout. Meanwhile SIGHUP
+// re-reads the TLS files (ReloadTLS).
 func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	g := New(cfg, log)
 	if err := g.Start(ctx); err != nil {
 		return err
 	}
-	<-ctx.Done()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	g.serveSignals(ctx, hup)
+	signal.Stop(hup)
 	log.Info("shutting down", "timeout", cfg.ShutdownTimeout.String())
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
@@ -203,6 +218,36 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// serveSignals reloads on each hup until ctx ends.
+func (g *Gateway) serveSignals(ctx context.Context, hup <-chan os.Signal) {
+	for {
+		select {
+		case <-hup:
+			g.reloadOnSignal()
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// reloadOnSignal runs ReloadTLS for SIGHUP and logs what came of it: each
+// failed section at error level, naming its key; the gateway carries on
+// with the files it had.
+func (g *Gateway) reloadOnSignal() {
+	if len(g.tls) == 0 {
+		g.log.Info("SIGHUP: nothing to reload (no TLS listener)")
+		return
+	}
+	errs := g.reloadTLS()
+	if len(errs) == 0 {
+		g.log.Info("SIGHUP: TLS certificates reloaded", "sections", len(g.tls))
+		return
+	}
+	for _, e := range errs {
+		g.log.Error("SIGHUP: TLS reload failed, keeping the files loaded before", "error", e)
+	}
 }
 
 // countAcceptFailures exports l's retried accept failures (out of file
@@ -242,6 +287,9 @@ func (g *Gateway) listeners() []*accept.Listener {
 	}
 	if g.amqp != nil {
 		ls = append(ls, g.amqp.Listener())
+		if l := g.amqp.TLSListener(); l != nil {
+			ls = append(ls, l)
+		}
 	}
 	return append(ls, g.mqtt.Listeners()...)
 }
@@ -249,6 +297,11 @@ func (g *Gateway) listeners() []*accept.Listener {
 // Addresses the gateway bound (useful with port 0).
 func (g *Gateway) MQTTAddr() string   { return g.mqtt.Addr() }
 func (g *Gateway) MQTTWSAddr() string { return g.mqtt.WSAddr() }
+
+// MQTTTLSAddr and MQTTWSSAddr are "" when mqtt.tls.listen, mqtt.wss.listen
+// are empty.
+func (g *Gateway) MQTTTLSAddr() string { return g.mqtt.TLSAddr() }
+func (g *Gateway) MQTTWSSAddr() string { return g.mqtt.WSSAddr() }
 func (g *Gateway) AdminAddr() string {
 	if g.admin == nil {
 		return ""
@@ -259,6 +312,14 @@ func (g *Gateway) AdminAddr() string {
 // Router and Store are exposed for tests and benchmarks in this module.
 func (g *Gateway) Router() *core.Router { return g.router }
 func (g *Gateway) Store() retain.Store  { return g.store }
+
+// serverTLS is t's configuration, or nil for no TLS section.
+func serverTLS(t *tlsconf.Config) *tls.Config {
+	if t == nil {
+		return nil
+	}
+	return t.TLSConfig()
+}
 
 // writeTimeout maps the config's 0 ("no limit") to the front-ends' negative
 // value, whose 0 takes their default.

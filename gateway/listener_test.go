@@ -32,10 +32,14 @@ func TestDeadListenerFailsReadiness(t *testing.T) {
 		{"mqtt-ws", (*Gateway).MQTTWSAddr},
 		{"amqp", (*Gateway).AMQPAddr},
 		{"admin", (*Gateway).AdminAddr},
+		{"mqtt-tls", (*Gateway).MQTTTLSAddr},
+		{"mqtt-wss", (*Gateway).MQTTWSSAddr},
+		{"amqp-tls", (*Gateway).AMQPTLSAddr},
 	} {
 		t.Run(tc.listener, func(t *testing.T) {
 			var log coretest.SyncBuffer
-			g := New(testConfig(t, "--amqp.listen=127.0.0.1:0"), slog.New(slog.NewJSONHandler(&log, nil)))
+			// Every TLS listener too (args turns amqp.listen on).
+			g := New(testConfig(t, newTLSFixture(t).args("none")...), slog.New(slog.NewJSONHandler(&log, nil)))
 			if err := g.Start(context.Background()); err != nil {
 				t.Fatal(err)
 			}

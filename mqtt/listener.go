@@ -1,6 +1,7 @@
 package mqtt
 
 import (
+	"crypto/tls"
 	"errors"
 	"io"
 	"log/slog"
@@ -20,10 +21,17 @@ import (
 // actual address (port 0) is known before mochi starts serving. It replaces
 // mochi's listeners.Net, whose accept loop shares an error variable between
 // goroutines (a data race under -race).
+//
+// With tls set it serves MQTT over TLS: the handshake runs on the
+// connection's goroutine, within the CONNECT deadline (connectTimeout), at
+// mochi's first read, so a client that stalls it holds nothing but its own
+// goroutine; drainConn sits under the TLS layer, so the close_notify alert
+// goes out before the drain.
 type tcpListener struct {
 	connServer
 	once    sync.Once
 	closing atomic.Bool // set by Close: connections close at once, no drain
+	tls     *tls.Config // nil: plain TCP
 }
 
 // connServer is what the TCP and WebSocket listeners share: the listening
@@ -65,6 +73,16 @@ func (l *connServer) wait() { l.wg.Wait() }
 
 // stopAccepting closes the listening socket at once (Close does the rest).
 func (l *connServer) stopAccepting() { _ = l.ln.Close() }
+
+func (l *connServer) acceptor() *accept.Listener { return l.ln }
+
+// ourListener is what Server does with each of its listeners (TCP,
+// WebSocket, their TLS twins) besides what mochi does.
+type ourListener interface {
+	stopAccepting()
+	wait()
+	acceptor() *accept.Listener
+}
 
 // serveConn runs one connection on its own goroutine, counted in l.wg by
 // l.conns.add. While the connection is idle, this frame and mochi's under
@@ -127,16 +145,13 @@ func (o *openConns) closeAll() {
 
 var _ listeners.Listener = (*tcpListener)(nil)
 
-// Listeners are the listening sockets, TCP then WebSocket (when enabled),
-// after Start: each says whether it has stopped accepting (Err, for
-// /readyz) and how many accepts failed and were retried.
+// Listeners are the listening sockets, TCP, WebSocket, TLS, WebSocket over
+// TLS (those enabled), after Start: each says whether it has stopped
+// accepting (Err, for /readyz) and how many accepts failed and were retried.
 func (s *Server) Listeners() []*accept.Listener {
 	var ls []*accept.Listener
-	if s.tcp != nil {
-		ls = append(ls, s.tcp.ln)
-	}
-	if s.ws != nil {
-		ls = append(ls, s.ws.ln)
+	for _, l := range s.listeners() {
+		ls = append(ls, l.acceptor())
 	}
 	return ls
 }
@@ -154,6 +169,9 @@ func (l *tcpListener) Serve(establish listeners.EstablishFn) {
 		}
 		if tc, ok := conn.(*net.TCPConn); ok {
 			conn = newDrainConn(tc, l)
+		}
+		if l.tls != nil {
+			conn = tls.Server(conn, l.tls)
 		}
 		if !l.conns.add(conn, &l.wg) {
 			_ = conn.Close() // closing
@@ -271,9 +289,11 @@ func (c *drainConn) Close() error {
 }
 
 // wsListener serves MQTT over WebSocket (subprotocol "mqtt", binary
-// messages) on paths / and /mqtt.
+// messages) on paths / and /mqtt; with tls set, over TLS (wss://), the
+// handshake done by net/http within ReadHeaderTimeout.
 type wsListener struct {
 	connServer
+	tls      *tls.Config // nil: plain WebSocket
 	srv      *http.Server
 	once     sync.Once
 	upgrader websocket.Upgrader
@@ -300,7 +320,10 @@ func (l *wsListener) Init(log *slog.Logger) error {
 		WriteBufferSize: 4096,
 		WriteBufferPool: &sync.Pool{},
 	}
-	l.srv = &http.Server{Handler: http.HandlerFunc(l.handle), ReadHeaderTimeout: 10 * time.Second}
+	l.srv = &http.Server{Handler: http.HandlerFunc(l.handle), ReadHeaderTimeout: 10 * time.Second,
+		// net/http logs failed TLS handshakes and bad requests on the
+		// standard logger; they go to ours, at debug.
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
 	return nil
 }
 
@@ -311,7 +334,11 @@ func (l *wsListener) Init(log *slog.Logger) error {
 // failure.
 func (l *wsListener) Serve(establish listeners.EstablishFn) {
 	l.est = establish // handle runs only on connections Serve accepts below
-	if err := l.srv.Serve(l.ln); !errors.Is(err, http.ErrServerClosed) {
+	var ln net.Listener = l.ln
+	if l.tls != nil {
+		ln = tls.NewListener(l.ln, l.tls)
+	}
+	if err := l.srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 		l.ln.Fail(err)
 	}
 }

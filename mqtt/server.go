@@ -12,6 +12,7 @@ package mqtt
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -36,6 +37,16 @@ import (
 type Options struct {
 	Listen   string // TCP address; required
 	WSListen string // WebSocket address; empty disables
+	// TLSListen is the MQTT over TLS address (8883 by custom); empty
+	// disables. It needs TLS.
+	TLSListen string
+	// WSSListen is the WebSocket over TLS address; empty disables. It
+	// needs TLS.
+	WSSListen string
+	// TLS is what the TLS and WSS listeners serve with; each handshake
+	// calls its GetConfigForClient, so certificates reloaded behind it
+	// (core/tlsconf) serve new connections only.
+	TLS *tls.Config
 
 	Router  *core.Router   // required
 	Store   retain.Matcher // required: late subscribers are served from it
@@ -88,6 +99,8 @@ type Server struct {
 	hook  *hook
 	tcp   *tcpListener
 	ws    *wsListener
+	tls   *tcpListener // nil unless TLSListen
+	wss   *wsListener  // nil unless WSSListen
 	sub   *core.Subscription
 	log   *slog.Logger
 }
@@ -100,6 +113,9 @@ const noExpiryCap = 100 * 365 * 24 * 3600
 func New(opts Options) (*Server, error) {
 	if opts.Router == nil || opts.Store == nil {
 		return nil, errors.New("mqtt: Router and Store are required")
+	}
+	if (opts.TLSListen != "" || opts.WSSListen != "") && opts.TLS == nil {
+		return nil, errors.New("mqtt: TLSListen and WSSListen need TLS")
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -160,29 +176,64 @@ func New(opts Options) (*Server, error) {
 }
 
 // Start binds the listeners, subscribes the front-end to the router and
-// starts serving. Bound addresses are logged and available from Addr/WSAddr.
-func (s *Server) Start() error {
-	ln, err := net.Listen("tcp", s.opts.Listen)
-	if err != nil {
-		return fmt.Errorf("mqtt.listen %s: %w", s.opts.Listen, err)
+// starts serving. Bound addresses are logged and available from Addr,
+// WSAddr, TLSAddr and WSSAddr.
+func (s *Server) Start() (err error) {
+	var bound []net.Listener
+	defer func() {
+		if err != nil {
+			for _, ln := range bound {
+				ln.Close()
+			}
+		}
+	}()
+	// bind listens on addr for cs, the listener named id; key names the
+	// address in errors.
+	bind := func(cs *connServer, key, addr, id string) error {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", key, addr, err)
+		}
+		bound = append(bound, ln)
+		cs.id, cs.ln = id, accept.New(ln, id, s.log)
+		cs.closeClients, cs.connectTimeout = s.disconnectListener, s.opts.ConnectTimeout
+		return nil
 	}
-	s.tcp = &tcpListener{connServer: connServer{id: "mqtt-tcp", ln: accept.New(ln, "mqtt-tcp", s.log),
-		closeClients: s.disconnectListener, connectTimeout: s.opts.ConnectTimeout}}
-	if err := s.mochi.AddListener(s.tcp); err != nil {
-		ln.Close()
+	tcpl := &tcpListener{}
+	if err := bind(&tcpl.connServer, "mqtt.listen", s.opts.Listen, "mqtt-tcp"); err != nil {
+		return err
+	}
+	s.tcp = tcpl
+	if err := s.mochi.AddListener(tcpl); err != nil {
 		return fmt.Errorf("mqtt: %w", err)
 	}
 	if s.opts.WSListen != "" {
-		wl, err := net.Listen("tcp", s.opts.WSListen)
-		if err != nil {
-			ln.Close()
-			return fmt.Errorf("mqtt.ws.listen %s: %w", s.opts.WSListen, err)
+		wsl := &wsListener{}
+		if err := bind(&wsl.connServer, "mqtt.ws.listen", s.opts.WSListen, "mqtt-ws"); err != nil {
+			return err
 		}
-		s.ws = &wsListener{connServer: connServer{id: "mqtt-ws", ln: accept.New(wl, "mqtt-ws", s.log),
-			closeClients: s.disconnectListener, connectTimeout: s.opts.ConnectTimeout}}
-		if err := s.mochi.AddListener(s.ws); err != nil {
-			ln.Close()
-			wl.Close()
+		s.ws = wsl
+		if err := s.mochi.AddListener(wsl); err != nil {
+			return fmt.Errorf("mqtt: %w", err)
+		}
+	}
+	if s.opts.TLSListen != "" {
+		tlsl := &tcpListener{tls: s.opts.TLS}
+		if err := bind(&tlsl.connServer, "mqtt.tls.listen", s.opts.TLSListen, "mqtt-tls"); err != nil {
+			return err
+		}
+		s.tls = tlsl
+		if err := s.mochi.AddListener(tlsl); err != nil {
+			return fmt.Errorf("mqtt: %w", err)
+		}
+	}
+	if s.opts.WSSListen != "" {
+		wssl := &wsListener{tls: s.opts.TLS}
+		if err := bind(&wssl.connServer, "mqtt.wss.listen", s.opts.WSSListen, "mqtt-wss"); err != nil {
+			return err
+		}
+		s.wss = wssl
+		if err := s.mochi.AddListener(wssl); err != nil {
 			return fmt.Errorf("mqtt: %w", err)
 		}
 	}
@@ -200,7 +251,31 @@ func (s *Server) Start() error {
 	if s.ws != nil {
 		s.log.Info("mqtt listening", "addr", s.WSAddr(), "transport", "websocket")
 	}
+	if s.tls != nil {
+		s.log.Info("mqtt listening", "addr", s.TLSAddr(), "transport", "tls")
+	}
+	if s.wss != nil {
+		s.log.Info("mqtt listening", "addr", s.WSSAddr(), "transport", "websocket+tls")
+	}
 	return nil
+}
+
+// listeners are the listeners Start added, in start order.
+func (s *Server) listeners() []ourListener {
+	var ls []ourListener
+	if s.tcp != nil {
+		ls = append(ls, s.tcp)
+	}
+	if s.ws != nil {
+		ls = append(ls, s.ws)
+	}
+	if s.tls != nil {
+		ls = append(ls, s.tls)
+	}
+	if s.wss != nil {
+		ls = append(ls, s.wss)
+	}
+	return ls
 }
 
 // Addr is the bound TCP address.
@@ -219,6 +294,22 @@ func (s *Server) WSAddr() string {
 	return s.ws.Address()
 }
 
+// TLSAddr is the bound MQTT over TLS address, or "" when disabled.
+func (s *Server) TLSAddr() string {
+	if s.tls == nil {
+		return ""
+	}
+	return s.tls.Address()
+}
+
+// WSSAddr is the bound WebSocket over TLS address, or "" when disabled.
+func (s *Server) WSSAddr() string {
+	if s.wss == nil {
+		return ""
+	}
+	return s.wss.Address()
+}
+
 // Clients is the number of connected MQTT clients.
 func (s *Server) Clients() int64 { return atomic.LoadInt64(&s.mochi.Info.ClientsConnected) }
 
@@ -229,21 +320,15 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.opts.Router.Unsubscribe(s.sub)
 	// No new connections from here on, even if ctx ends before mochi's
 	// Close (which disconnects the clients and waits for them) returns.
-	if s.tcp != nil {
-		s.tcp.stopAccepting()
-	}
-	if s.ws != nil {
-		s.ws.stopAccepting()
+	for _, l := range s.listeners() {
+		l.stopAccepting()
 	}
 	var err error
 	done := make(chan struct{})
 	go func() {
 		err = s.mochi.Close() // waits for every client goroutine: bounded by ctx too
-		if s.tcp != nil {
-			s.tcp.wait()
-		}
-		if s.ws != nil {
-			s.ws.wait()
+		for _, l := range s.listeners() {
+			l.wait()
 		}
 		s.hook.replay.close()
 		s.hook.backlog.close()
