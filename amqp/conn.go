@@ -14,6 +14,7 @@ import (
 
 	"github.com/tolsey/tolsey/amqp/internal/encoding"
 	"github.com/tolsey/tolsey/amqp/internal/frames"
+	"github.com/tolsey/tolsey/core/auth"
 	"github.com/tolsey/tolsey/core/queue"
 )
 
@@ -29,7 +30,7 @@ type conn struct {
 
 	// Owned by the reader goroutine.
 	r           *frames.Reader
-	user        string // SASL PLAIN identity; "" when anonymous
+	ident       auth.Identity // who SASL authenticated; the zero Identity when anonymous
 	containerID string
 	sessions    map[uint16]*session // by channel (ours mirrors the peer's)
 	dirty       []*session          // sessions with batched dispositions or flows to send
@@ -191,7 +192,7 @@ func (c *conn) serve() {
 	if err == nil {
 		c.containerID = open.ContainerID
 		c.log = c.log.With("container", c.containerID)
-		c.log.Debug("amqp connection open", "user", c.user)
+		c.log.Debug("amqp connection open", "user", c.ident.User)
 		if err = c.send(outItem{body: ours}); err == nil {
 			err = c.loop()
 		}

@@ -95,6 +95,11 @@ func (s *session) attachIn(a *frames.Attach) error {
 			}
 			l.topic = name
 		}
+		// The target is one topic (or queue): denied whole, refuse it now
+		// rather than reject every message (authz.go).
+		if !s.c.mayPublish(l.topic, l.queue) {
+			return s.refuse(l, reply, unauthorized("not authorised to publish to %q", core.ShortTopic(t.Address)))
+		}
 		tc := *t
 		reply.Target = &tc
 	}
@@ -268,6 +273,12 @@ func (l *inLink) deliver(payload []byte) {
 			}
 			m.Topic = name
 		}
+	}
+	// Checked again per message: the rules in force may have changed
+	// since the attach, and the relay's "to" varies.
+	if !c.mayPublish(m.Topic, qname) {
+		l.outcome(rejectUnauthorized)
+		return
 	}
 	m.Origin = core.Origin{Protocol: core.ProtocolAMQP, Node: opts.Node, Client: c.containerID}
 	opts.Metrics.In("amqp")

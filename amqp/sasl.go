@@ -3,8 +3,12 @@ package amqp
 import (
 	"bytes"
 	"crypto/subtle"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"time"
+
+	"github.com/tolsey/tolsey/core/auth"
 
 	"github.com/tolsey/tolsey/amqp/internal/encoding"
 	"github.com/tolsey/tolsey/amqp/internal/frames"
@@ -19,7 +23,12 @@ import (
 const (
 	mechPlain     encoding.Symbol = "PLAIN"
 	mechAnonymous encoding.Symbol = "ANONYMOUS"
+	mechScram     encoding.Symbol = "SCRAM-SHA-256"
+	mechExternal  encoding.Symbol = "EXTERNAL"
 )
+
+// authFailDelay is how long a failed login waits for its answer.
+const authFailDelay = 500 * time.Millisecond
 
 // handshake negotiates the protocol headers and SASL. On success the AMQP
 // header has been exchanged and the peer's open comes next.
@@ -49,8 +58,10 @@ func (c *conn) handshake() error {
 		}
 		return c.writeHeader(frames.HeaderAMQP)
 	}
-	// A bare AMQP header: the client skips SASL (rhea does without a user).
-	if !c.s.opts.AllowAnonymous {
+	// A bare AMQP header: the client skips SASL (rhea does without a user)
+	// and is anonymous.
+	if !c.s.anonymousOK() {
+		c.s.opts.Metrics.AuthFailure("amqp", "anonymous")
 		_ = c.writeHeader(frames.HeaderSASL) // SASL is required
 		return errors.New("amqp: client skipped SASL and anonymous access is off")
 	}
@@ -61,7 +72,7 @@ func (c *conn) handshake() error {
 // section 2.2 asks; the caller then closes the socket.
 func (c *conn) refuseHeader(got [8]byte) {
 	h := frames.HeaderSASL
-	if string(got[:4]) == "AMQP" && got[4] == frames.ProtocolAMQP && c.s.opts.AllowAnonymous {
+	if string(got[:4]) == "AMQP" && got[4] == frames.ProtocolAMQP && c.s.anonymousOK() {
 		h = frames.HeaderAMQP
 	}
 	_ = c.writeHeader(h)
@@ -74,20 +85,13 @@ func (c *conn) writeHeader(h frames.ProtocolHeader) error {
 }
 
 // sasl runs the SASL exchange after the SASL headers: mechanisms, init,
-// an empty challenge when PLAIN came without an initial response, outcome.
+// the mechanism's challenges and responses, outcome. A failure answers
+// sasl-outcome code auth after authFailDelay, is counted
+// (tolsey_auth_failures_total{protocol="amqp",reason}) and closes the
+// socket; the log says which mechanism and why, never with a password.
 func (c *conn) sasl() error {
-	var mechs []encoding.Symbol
-	if len(c.s.opts.Users) > 0 {
-		mechs = append(mechs, mechPlain)
-	}
-	if c.s.opts.AllowAnonymous {
-		mechs = append(mechs, mechAnonymous)
-	}
-	if len(mechs) == 0 {
-		mechs = []encoding.Symbol{mechPlain} // nothing can succeed; keep the exchange well-formed
-	}
 	w := frames.NewWriter(c.nc, 0)
-	if err := w.WriteFrame(0, &frames.SASLMechanisms{SASLServerMechanisms: mechs}, nil); err != nil {
+	if err := w.WriteFrame(0, &frames.SASLMechanisms{SASLServerMechanisms: c.mechanisms()}, nil); err != nil {
 		return err
 	}
 	p, err := c.readSASL()
@@ -99,42 +103,239 @@ func (c *conn) sasl() error {
 		_ = w.WriteFrame(0, &frames.SASLOutcome{Code: frames.SASLCodeSysPerm}, nil)
 		return fmt.Errorf("amqp: got %T, want sasl-init", p)
 	}
-	code := frames.SASLCodeAuth
-	switch init.Mechanism {
-	case mechAnonymous:
-		if c.s.opts.AllowAnonymous {
-			code = frames.SASLCodeOK
-		}
-	case mechPlain:
-		resp := init.InitialResponse
-		if resp == nil {
-			if err := w.WriteFrame(0, &frames.SASLChallenge{Challenge: []byte{}}, nil); err != nil {
-				return err
-			}
-			p, err := c.readSASL()
-			if err != nil {
-				return err
-			}
-			r, ok := p.(*frames.SASLResponse)
-			if !ok {
-				_ = w.WriteFrame(0, &frames.SASLOutcome{Code: frames.SASLCodeSysPerm}, nil)
-				return fmt.Errorf("amqp: got %T, want sasl-response", p)
-			}
-			resp = r.Response
-		}
-		if user, ok := c.checkPlain(resp); ok {
-			c.user = user
-			code = frames.SASLCodeOK
-		}
+	ex := saslExchange{c: c, w: w, init: init}
+	if c.s.opts.Auth != nil {
+		err = ex.authenticate()
+	} else {
+		err = ex.legacy()
 	}
-	if err := w.WriteFrame(0, &frames.SASLOutcome{Code: code}, nil); err != nil {
-		return err
+	if err != nil {
+		return err // the socket failed: nothing to answer
 	}
-	if code != frames.SASLCodeOK {
-		c.log.Info("amqp authentication failed", "mechanism", string(init.Mechanism))
+	if ex.reason != "" {
+		c.s.opts.Metrics.AuthFailure("amqp", ex.reason)
+		c.log.Info("amqp authentication failed", "mechanism", string(init.Mechanism), "reason", ex.reason)
+		c.failDelay()
+		_ = w.WriteFrame(0, &frames.SASLOutcome{Code: frames.SASLCodeAuth}, nil)
 		return errSASLFailed
 	}
+	c.ident = ex.ident
+	return w.WriteFrame(0, &frames.SASLOutcome{Code: frames.SASLCodeOK, AdditionalData: ex.final}, nil)
+}
+
+// failDelay holds a failed login's answer back, so that one connection
+// cannot try passwords faster than one per authFailDelay. It ends early
+// when Shutdown closes the connection.
+func (c *conn) failDelay() {
+	t := time.NewTimer(authFailDelay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-c.s.quit:
+	}
+}
+
+// mechanisms are the SASL mechanisms offered: with Options.Auth, those its
+// users file can serve (SCRAM-SHA-256 first, as the preferred one), EXTERNAL
+// on a TLS connection whose client certificate was verified, ANONYMOUS
+// when anonymous access is allowed; without, PLAIN against Options.Users.
+func (c *conn) mechanisms() []encoding.Symbol {
+	var mechs []encoding.Symbol
+	if a := c.s.opts.Auth; a != nil {
+		if a.Load() != nil {
+			mechs = append(mechs, mechScram, mechPlain)
+			if c.peerName() != "" {
+				mechs = append(mechs, mechExternal)
+			}
+		}
+	} else if len(c.s.opts.Users) > 0 {
+		mechs = append(mechs, mechPlain)
+	}
+	if c.s.anonymousOK() {
+		mechs = append(mechs, mechAnonymous)
+	}
+	if len(mechs) == 0 {
+		mechs = []encoding.Symbol{mechPlain} // nothing can succeed; keep the exchange well-formed
+	}
+	return mechs
+}
+
+// peerName is the common name of the TLS client certificate, when the
+// connection is TLS and the certificate was verified against the client
+// CA; "" otherwise. The TLS handshake is done: the protocol header was read
+// through it.
+func (c *conn) peerName() string {
+	tc, ok := c.nc.(*tls.Conn)
+	if !ok {
+		return ""
+	}
+	st := tc.ConnectionState()
+	if len(st.VerifiedChains) == 0 || len(st.PeerCertificates) == 0 {
+		return ""
+	}
+	return st.PeerCertificates[0].Subject.CommonName
+}
+
+// anonymousOK reports whether clients may connect without credentials.
+func (s *Server) anonymousOK() bool {
+	if s.opts.Auth != nil {
+		return s.opts.Auth.AllowAnonymous
+	}
+	return s.opts.AllowAnonymous
+}
+
+// saslExchange is one SASL exchange after sasl-init, on the reader
+// goroutine. reason is set when authentication failed.
+type saslExchange struct {
+	c    *conn
+	w    *frames.Writer
+	init *frames.SASLInit
+
+	ident  auth.Identity
+	final  []byte // the outcome's additional-data (SCRAM's server-final)
+	reason string // the metric label of a failure; "" on success
+}
+
+// authenticate runs the mechanism the client chose against Options.Auth.
+// Only I/O errors are returned; a failure sets reason.
+func (x *saslExchange) authenticate() error {
+	c, st := x.c, x.c.s.opts.Auth.Load()
+	switch x.init.Mechanism {
+	case mechAnonymous:
+		if !c.s.anonymousOK() {
+			x.reason = "anonymous"
+		}
+		return nil
+	case mechExternal:
+		// RFC 4422 appendix A: the response is an authorisation identity,
+		// empty for "the one the certificate names".
+		name := c.peerName()
+		switch {
+		case name == "" || st == nil:
+			x.reason = "no_certificate"
+		case len(x.init.InitialResponse) > 0 && string(x.init.InitialResponse) != name:
+			x.reason = "authzid"
+		default:
+			id, ok := st.Lookup(name)
+			if !ok {
+				x.reason = auth.Reason(auth.ErrUnknownUser)
+			}
+			x.ident = id
+		}
+		return nil
+	}
+	if st == nil {
+		x.reason = "mechanism"
+		return nil
+	}
+	switch x.init.Mechanism {
+	case mechPlain:
+		resp, err := x.first()
+		if err != nil || resp == nil {
+			return err
+		}
+		user, pass, ok := splitPlain(resp)
+		if !ok {
+			x.reason = "error"
+			return nil
+		}
+		id, aerr := st.Authenticate(user, pass)
+		x.ident, x.reason = id, auth.Reason(aerr)
+		return nil
+	case mechScram:
+		return x.scram(st)
+	}
+	x.reason = "mechanism"
 	return nil
+}
+
+// scram drives a SCRAM-SHA-256 exchange (RFC 5802, RFC 7677): client-first
+// in sasl-init (or the response to an empty challenge), server-first in a
+// sasl-challenge, client-final in a sasl-response, and server-final in the
+// successful sasl-outcome's additional-data (AMQP 1.0 part 5 §5.3.3.6),
+// where Qpid JMS and Proton read it to verify the server.
+func (x *saslExchange) scram(st *auth.Store) error {
+	srv := st.NewScramServer()
+	first, err := x.first()
+	if err != nil || first == nil {
+		return err
+	}
+	out, serr := srv.Step(first)
+	if serr != nil {
+		x.reason = auth.Reason(serr)
+		return nil
+	}
+	final, err := x.round(out)
+	if err != nil || final == nil {
+		return err
+	}
+	out, serr = srv.Step(final)
+	if serr != nil || !srv.Done() {
+		x.reason = auth.Reason(serr)
+		if x.reason == "" {
+			x.reason = "error"
+		}
+		return nil
+	}
+	x.ident, x.final = srv.Identity(), out
+	return nil
+}
+
+// legacy checks the client against Options.Users and AllowAnonymous
+// (no Options.Auth).
+func (x *saslExchange) legacy() error {
+	switch x.init.Mechanism {
+	case mechAnonymous:
+		if !x.c.s.opts.AllowAnonymous {
+			x.reason = "anonymous"
+		}
+		return nil
+	case mechPlain:
+		resp, err := x.first()
+		if err != nil || resp == nil {
+			return err
+		}
+		user, ok := x.c.checkPlain(resp)
+		if !ok {
+			x.reason = "bad_password"
+		}
+		x.ident = auth.Identity{User: user}
+		return nil
+	}
+	x.reason = "mechanism"
+	return nil
+}
+
+// first is the client's first message: sasl-init's initial-response, or
+// the answer to an empty challenge when it had none (PLAIN without an
+// initial response, part 5 §5.3.3.2). nil with a nil error: the exchange
+// failed and reason says why.
+func (x *saslExchange) first() ([]byte, error) {
+	if x.init.InitialResponse != nil {
+		return x.init.InitialResponse, nil
+	}
+	return x.round([]byte{})
+}
+
+// round sends a challenge and reads the response; nil with a nil error
+// when the client answered something else (reason is set).
+func (x *saslExchange) round(challenge []byte) ([]byte, error) {
+	if err := x.w.WriteFrame(0, &frames.SASLChallenge{Challenge: challenge}, nil); err != nil {
+		return nil, err
+	}
+	p, err := x.c.readSASL()
+	if err != nil {
+		return nil, err
+	}
+	r, ok := p.(*frames.SASLResponse)
+	if !ok {
+		x.reason = "error"
+		return nil, nil
+	}
+	if r.Response == nil {
+		return []byte{}, nil
+	}
+	return r.Response, nil
 }
 
 func (c *conn) readSASL() (frames.Performative, error) {
@@ -152,22 +353,32 @@ func (c *conn) readSASL() (frames.Performative, error) {
 	return p, nil
 }
 
-// checkPlain checks a PLAIN response, "authzid NUL authcid NUL passwd"
-// (RFC 4616), against the configured users.
-func (c *conn) checkPlain(resp []byte) (string, bool) {
+// splitPlain splits a PLAIN response, "authzid NUL authcid NUL passwd"
+// (RFC 4616). Acting as another identity (an authzid other than the
+// authcid) is not supported.
+func splitPlain(resp []byte) (user, pass string, ok bool) {
 	parts := bytes.Split(resp, []byte{0})
 	if len(parts) != 3 {
-		return "", false
+		return "", "", false
 	}
-	authz, user, pass := string(parts[0]), string(parts[1]), parts[2]
+	authz, user := string(parts[0]), string(parts[1])
 	if authz != "" && authz != user {
-		return "", false // acting as another identity is not supported
+		return "", "", false
+	}
+	return user, string(parts[2]), true
+}
+
+// checkPlain checks a PLAIN response against Options.Users.
+func (c *conn) checkPlain(resp []byte) (string, bool) {
+	user, pass, ok := splitPlain(resp)
+	if !ok {
+		return "", false
 	}
 	want, ok := c.s.opts.Users[user]
 	if !ok {
 		// Compare anyway, so that timing does not tell which users exist.
-		subtle.ConstantTimeCompare(pass, pass)
+		subtle.ConstantTimeCompare([]byte(pass), []byte(pass))
 		return "", false
 	}
-	return user, subtle.ConstantTimeCompare(pass, []byte(want)) == 1
+	return user, subtle.ConstantTimeCompare([]byte(pass), []byte(want)) == 1
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/tolsey/tolsey/amqp/internal/encoding"
 	"github.com/tolsey/tolsey/amqp/internal/frames"
 	"github.com/tolsey/tolsey/core"
+	"github.com/tolsey/tolsey/core/auth"
 	"github.com/tolsey/tolsey/core/queue"
 	"github.com/tolsey/tolsey/core/queue/match"
 	"github.com/tolsey/tolsey/retain"
@@ -25,9 +26,10 @@ type outLink struct {
 	filter string
 
 	// Fixed at attach.
-	except  []match.Filter          // the source's except filter (exceptions.go); a group member's are its group's
-	sndMode frames.SenderSettleMode // settled: all presettled; unsettled: none; mixed: QoS 0 presettled
-	second  bool                    // the peer's rcv-settle-mode is second
+	except     []match.Filter          // the source's except filter (exceptions.go); a group member's are its group's
+	sndMode    frames.SenderSettleMode // settled: all presettled; unsettled: none; mixed: QoS 0 presettled
+	aclPartial bool                    // the ACL allows the filter only partly: check each message (authz.go)
+	second     bool                    // the peer's rcv-settle-mode is second
 
 	// Owned by the reader goroutine.
 	sub *core.Subscription // a plain link's router subscription; nil for a group member
@@ -227,6 +229,11 @@ func (s *session) attachOut(a *frames.Attach) error {
 		if le != nil {
 			return s.refuse(l, reply, le)
 		}
+		// The queue's messages skip Deliver: the filter must be allowed
+		// whole.
+		if c.subscribeDecision(name) != auth.Allow {
+			return s.refuse(l, reply, unauthorized("not authorised to subscribe to all of %q", core.ShortTopic(name)))
+		}
 		return s.attachQueueOut(l, reply, &sc, q, queue.ConsumerOptions{Filter: name, Fallback: true})
 	default:
 		name, kind := c.s.resolve(src.Address, src.Capabilities)
@@ -235,10 +242,21 @@ func (s *session) attachOut(a *frames.Attach) error {
 			if le != nil {
 				return s.refuse(l, reply, le)
 			}
+			if !c.mayConsume(name) {
+				return s.refuse(l, reply, unauthorized("not authorised to consume from queue %q", core.ShortTopic(name)))
+			}
 			return s.attachQueueOut(l, reply, &sc, q, queue.ConsumerOptions{})
 		}
 		if err := c.s.checkFilter(name); err != nil {
 			return s.refuse(l, reply, linkErr(frames.ErrCondInvalidField, "source %q is not a topic filter: %v", core.ShortTopic(src.Address), err))
+		}
+		if !c.ownsTemp(tmpPrefix, name) {
+			switch c.subscribeDecision(name) {
+			case auth.Deny:
+				return s.refuse(l, reply, unauthorized("not authorised to subscribe to %q", core.ShortTopic(src.Address)))
+			case auth.AllowPartly:
+				l.aclPartial = true
+			}
 		}
 		l.filter = name
 	}
@@ -270,7 +288,11 @@ func (s *session) attachOut(a *frames.Attach) error {
 		l.sub = sub
 		// After the subscription: a message parked from now on was
 		// published before it, and nothing is parked once it is in place.
-		l.consumeAlternates()
+		// Not for a partial link: parked messages skip Deliver's check,
+		// and wait for a consumer allowed to read them all.
+		if !l.aclPartial {
+			l.consumeAlternates()
+		}
 	}
 	since := time.Now()
 	reply.Source = &sc
@@ -293,7 +315,7 @@ func (s *session) attachOut(a *frames.Attach) error {
 
 // Deliver implements core.Subscriber. It must not block.
 func (l *outLink) Deliver(m *core.Message, _ core.Delivery) error {
-	if match.AnyMatches(l.except, m.Topic) {
+	if match.AnyMatches(l.except, m.Topic) || !l.mayRead(m.Topic) {
 		return nil
 	}
 	if ok, closed := l.offer(queued{m: m}); !ok && !closed {
@@ -336,7 +358,7 @@ func (l *outLink) feedRetained(ctx context.Context, since time.Time) {
 }
 
 func (l *outLink) pushRetained(m *core.Message) bool {
-	if match.AnyMatches(l.except, m.Topic) {
+	if match.AnyMatches(l.except, m.Topic) || !l.mayRead(m.Topic) {
 		return true
 	}
 	for {

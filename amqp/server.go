@@ -14,6 +14,7 @@ import (
 
 	"github.com/tolsey/tolsey/core"
 	"github.com/tolsey/tolsey/core/accept"
+	"github.com/tolsey/tolsey/core/auth"
 	"github.com/tolsey/tolsey/core/metrics"
 	"github.com/tolsey/tolsey/core/queue"
 	"github.com/tolsey/tolsey/retain"
@@ -46,9 +47,18 @@ type Options struct {
 	// IdleTimeout is announced in open; a peer silent for longer is
 	// disconnected with amqp:resource-limit-exceeded. 0 disables it.
 	IdleTimeout time.Duration
-	// AllowAnonymous accepts SASL ANONYMOUS and clients that skip SASL.
+	// Auth is the users file and ACL in force (core/auth), read at every
+	// login and check so that a reload applies to what comes next. When
+	// set it replaces AllowAnonymous and Users: SASL offers SCRAM-SHA-256,
+	// PLAIN, EXTERNAL (TLS client certificate) and ANONYMOUS (only when
+	// Auth.AllowAnonymous), and links and messages are checked against the
+	// ACL (authz.go). nil: AllowAnonymous and Users, and no ACL.
+	Auth *auth.Live
+	// AllowAnonymous accepts SASL ANONYMOUS and clients that skip SASL
+	// (without Auth).
 	AllowAnonymous bool
-	// Users are the SASL PLAIN credentials, user → password.
+	// Users are the SASL PLAIN credentials, user → password (without
+	// Auth).
 	Users map[string]string
 	// LinkBuffer bounds the messages queued for one receiving client link
 	// (default 1000). Beyond it new messages for that link are dropped and
@@ -114,7 +124,8 @@ type Server struct {
 	out      *metrics.Outlet // messages out and their latency, resolved once: counted per delivery
 
 	mu      sync.Mutex
-	closing bool // Shutdown has begun: spawn refuses
+	closing bool          // Shutdown has begun: spawn refuses
+	quit    chan struct{} // closed when Shutdown begins: waits end early
 	conns   map[*conn]struct{}
 	wg      sync.WaitGroup           // every goroutine started by spawn
 	connSeq atomic.Uint64            // connection numbers (temporary addresses, logs)
@@ -166,6 +177,7 @@ func New(opts Options) (*Server, error) {
 		counters: newCounters(opts.Metrics),
 		out:      opts.Metrics.Outlet("amqp"),
 		conns:    map[*conn]struct{}{},
+		quit:     make(chan struct{}),
 		tmp:      map[string]int8{},
 		subs:     map[string]*subscription{},
 	}, nil
@@ -287,6 +299,9 @@ func (s *Server) forget(c *conn) {
 // it drops the sockets that are still open and waits for the rest.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
+	if !s.closing {
+		close(s.quit)
+	}
 	s.closing = true
 	conns := make([]*conn, 0, len(s.conns))
 	for c := range s.conns {

@@ -105,13 +105,21 @@ func (s *subscription) Deliver(m *core.Message, _ core.Delivery) error {
 		start := s.next
 		s.next++
 		s.mu.Unlock()
-		closed := false
+		closed, readers := false, 0
 		for i := range members {
-			ok, c := members[(start+i)%len(members)].offer(q)
+			l := members[(start+i)%len(members)]
+			if !l.mayRead(m.Topic) { // the ACL in force for that member's identity
+				continue
+			}
+			readers++
+			ok, c := l.offer(q)
 			if ok {
 				return nil
 			}
 			closed = closed || c
+		}
+		if readers == 0 {
+			return nil // no member may read it: not a slow consumer
 		}
 		if !closed {
 			break
@@ -130,7 +138,9 @@ func (s *subscription) bind(l *outLink) {
 	if s.backlog.len() > 0 {
 		l.mu.Lock()
 		for q, ok := s.backlog.pop(); ok; q, ok = s.backlog.pop() {
-			l.live.push(q)
+			if l.mayRead(q.m.Topic) { // a partial link skips what it may not read
+				l.live.push(q)
+			}
 		}
 		wake := !l.ready
 		l.ready = true

@@ -1,0 +1,259 @@
+package amqp
+
+import (
+	"crypto/hmac"
+	"crypto/pbkdf2"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/base64"
+	"fmt"
+	"strings"
+	"testing"
+
+	goamqp "github.com/Azure/go-amqp"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/tolsey/tolsey/amqp/internal/encoding"
+	"github.com/tolsey/tolsey/amqp/internal/frames"
+	"github.com/tolsey/tolsey/core/auth"
+	"github.com/tolsey/tolsey/core/tlsconf/tlstest"
+)
+
+// authEnv starts a server whose Options.Auth holds users (alice: PLAIN and
+// SCRAM "secret", groups devices; device-7: a certificate identity) and
+// acl, with anonymous access as anon says.
+func authEnv(t *testing.T, anon bool, acl string, mods ...func(*Options)) *env {
+	t.Helper()
+	pw, err := auth.HashBcrypt("secret", 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cred, err := auth.NewScramCredential("secret", 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := fmt.Sprintf("users:\n  - {name: alice, password: %q, scram: %q, groups: [devices]}\n  - {name: device-7, password: %q}\n", pw, cred, pw) + acl
+	st, err := auth.Parse([]byte(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := &auth.Live{AllowAnonymous: anon}
+	live.Swap(st)
+	return startServer(t, append([]func(*Options){func(o *Options) {
+		o.Auth = live
+		o.Users = map[string]string{"legacy": "x"} // replaced by Auth
+	}}, mods...)...)
+}
+
+func (e *env) authFailures(reason string) float64 {
+	var m dto.Metric
+	if err := e.metrics.AuthFailures.WithLabelValues("amqp", reason).Write(&m); err != nil {
+		panic(err)
+	}
+	return m.GetCounter().GetValue()
+}
+
+func TestAuthPlainAndAnonymous(t *testing.T) {
+	e := authEnv(t, false, "")
+	ctx := ctx5(t)
+	c, err := goamqp.Dial(ctx, "amqp://"+e.addr, &goamqp.ConnOptions{SASLType: goamqp.SASLTypePlain("alice", "secret")})
+	if err != nil {
+		t.Fatalf("good PLAIN: %v", err)
+	}
+	c.Close()
+	for _, tc := range []struct {
+		name   string
+		o      *goamqp.ConnOptions
+		reason string
+	}{
+		{"bad password", &goamqp.ConnOptions{SASLType: goamqp.SASLTypePlain("alice", "wrong")}, "bad_password"},
+		{"unknown user", &goamqp.ConnOptions{SASLType: goamqp.SASLTypePlain("mallory", "secret")}, "unknown_user"},
+		{"Options.Users is replaced", &goamqp.ConnOptions{SASLType: goamqp.SASLTypePlain("legacy", "x")}, "unknown_user"},
+		// go-amqp gives up itself on a mechanism not offered: nothing to count.
+		{"anonymous", &goamqp.ConnOptions{SASLType: goamqp.SASLTypeAnonymous()}, ""},
+		{"EXTERNAL without TLS", &goamqp.ConnOptions{SASLType: goamqp.SASLTypeExternal("")}, ""},
+		{"no SASL", &goamqp.ConnOptions{}, "anonymous"},
+	} {
+		before := e.authFailures(tc.reason)
+		if c, err := goamqp.Dial(ctx, "amqp://"+e.addr, tc.o); err == nil {
+			c.Close()
+			t.Errorf("%s: connected, want refused", tc.name)
+		}
+		if got := e.authFailures(tc.reason); tc.reason != "" && got != before+1 {
+			t.Errorf("%s: tolsey_auth_failures_total{reason=%q} = %v, want %v", tc.name, tc.reason, got, before+1)
+		}
+	}
+
+	// Allowed anonymous access: both ways in.
+	e = authEnv(t, true, "")
+	for _, o := range []*goamqp.ConnOptions{{SASLType: goamqp.SASLTypeAnonymous()}, {}} {
+		c, err := goamqp.Dial(ctx, "amqp://"+e.addr, o)
+		if err != nil {
+			t.Fatalf("anonymous allowed: %v", err)
+		}
+		c.Close()
+	}
+}
+
+// TestAuthMechanisms: what is offered depends on the users file and the
+// transport; a failed exchange answers code auth and closes.
+func TestAuthMechanisms(t *testing.T) {
+	e := authEnv(t, false, "")
+	c := rawDial(t, e.addr)
+	c.header(frames.HeaderSASL)
+	c.readHeader()
+	m := expectFrame[*frames.SASLMechanisms](c)
+	if got := fmt.Sprint(m.SASLServerMechanisms); got != "[SCRAM-SHA-256 PLAIN]" {
+		t.Errorf("mechanisms on plain TCP without anonymous access: %s", got)
+	}
+	c.send(0, &frames.SASLInit{Mechanism: "PLAIN", InitialResponse: []byte("\x00alice\x00nope")}, nil)
+	if o := expectFrame[*frames.SASLOutcome](c); o.Code != frames.SASLCodeAuth {
+		t.Fatalf("bad password: code %d, want auth (1)", o.Code)
+	}
+	c.expectEOF()
+	// Mechanisms not offered, chosen anyway.
+	for _, mech := range []encoding.Symbol{"ANONYMOUS", "EXTERNAL", "DIGEST-MD5"} {
+		c := rawDial(t, e.addr)
+		c.header(frames.HeaderSASL)
+		c.readHeader()
+		expectFrame[*frames.SASLMechanisms](c)
+		c.send(0, &frames.SASLInit{Mechanism: mech}, nil)
+		if o := expectFrame[*frames.SASLOutcome](c); o.Code != frames.SASLCodeAuth {
+			t.Fatalf("%s: code %d, want auth (1)", mech, o.Code)
+		}
+		c.expectEOF()
+	}
+}
+
+// scramClient is the client side of SCRAM-SHA-256 (RFC 5802 §3, RFC 7677),
+// written from the RFC: go-amqp has no SCRAM.
+type scramClient struct {
+	user, password, nonce string
+	first, authMessage    string
+	serverKey             []byte
+}
+
+func (s *scramClient) clientFirst() []byte {
+	s.first = "n=" + s.user + ",r=" + s.nonce
+	return []byte("n,," + s.first)
+}
+
+func (s *scramClient) clientFinal(t *testing.T, serverFirst string) []byte {
+	var nonce, salt string
+	iter := 0
+	for _, a := range strings.Split(serverFirst, ",") {
+		switch {
+		case strings.HasPrefix(a, "r="):
+			nonce = a[2:]
+		case strings.HasPrefix(a, "s="):
+			salt = a[2:]
+		case strings.HasPrefix(a, "i="):
+			fmt.Sscan(a[2:], &iter)
+		}
+	}
+	if !strings.HasPrefix(nonce, s.nonce) {
+		t.Fatalf("server-first %q does not extend our nonce", serverFirst)
+	}
+	raw, err := base64.StdEncoding.DecodeString(salt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	salted, err := pbkdf2.Key(sha256.New, s.password, raw, iter, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mac := func(key []byte, msg string) []byte {
+		h := hmac.New(sha256.New, key)
+		h.Write([]byte(msg))
+		return h.Sum(nil)
+	}
+	clientKey := mac(salted, "Client Key")
+	stored := sha256.Sum256(clientKey)
+	without := "c=biws,r=" + nonce
+	s.authMessage = s.first + "," + serverFirst + "," + without
+	sig := mac(stored[:], s.authMessage)
+	for i := range clientKey {
+		clientKey[i] ^= sig[i]
+	}
+	s.serverKey = mac(salted, "Server Key")
+	return []byte(without + ",p=" + base64.StdEncoding.EncodeToString(clientKey))
+}
+
+func (s *scramClient) serverFinal() string {
+	h := hmac.New(sha256.New, s.serverKey)
+	h.Write([]byte(s.authMessage))
+	return "v=" + base64.StdEncoding.EncodeToString(h.Sum(nil))
+}
+
+// TestAuthScram: SCRAM-SHA-256 over raw frames; the server-final message
+// comes in the successful outcome's additional-data, as Qpid JMS reads it.
+func TestAuthScram(t *testing.T) {
+	e := authEnv(t, false, "")
+	for _, tc := range []struct {
+		user, password string
+		ok             bool
+	}{{"alice", "secret", true}, {"alice", "wrong", false}, {"mallory", "secret", false}} {
+		c := rawDial(t, e.addr)
+		c.header(frames.HeaderSASL)
+		c.readHeader()
+		expectFrame[*frames.SASLMechanisms](c)
+		cl := &scramClient{user: tc.user, password: tc.password, nonce: "rOprNGfwEbeRWgbNEkqO"}
+		c.send(0, &frames.SASLInit{Mechanism: "SCRAM-SHA-256", InitialResponse: cl.clientFirst()}, nil)
+		ch := expectFrame[*frames.SASLChallenge](c)
+		c.send(0, &frames.SASLResponse{Response: cl.clientFinal(t, string(ch.Challenge))}, nil)
+		o := expectFrame[*frames.SASLOutcome](c)
+		if !tc.ok {
+			if o.Code != frames.SASLCodeAuth {
+				t.Errorf("%s/%s: code %d, want auth (1)", tc.user, tc.password, o.Code)
+			}
+			c.expectEOF()
+			continue
+		}
+		if o.Code != frames.SASLCodeOK {
+			t.Fatalf("%s: code %d, want ok", tc.user, o.Code)
+		}
+		if got, want := string(o.AdditionalData), cl.serverFinal(); got != want {
+			t.Fatalf("additional-data %q, want server-final %q", got, want)
+		}
+		c.open(nil) // the AMQP header and open, as alice
+	}
+}
+
+// TestAuthExternal: the verified client certificate's CN is the user; a
+// certificate naming no user, or none at all, is refused.
+func TestAuthExternal(t *testing.T) {
+	ca := tlstest.NewCA(t, "test CA")
+	srvCert := ca.Server(t)
+	cfg := &tls.Config{
+		Certificates: []tls.Certificate{srvCert.TLS},
+		ClientCAs:    ca.Pool(),
+		ClientAuth:   tls.VerifyClientCertIfGiven,
+		MinVersion:   tls.VersionTLS12,
+	}
+	e := authEnv(t, false, "", func(o *Options) {
+		o.TLSListen = "127.0.0.1:0"
+		o.TLS = cfg
+	})
+	ctx := ctx5(t)
+	url := "amqps://" + e.srv.TLSAddr()
+	c, err := goamqp.Dial(ctx, url, &goamqp.ConnOptions{SASLType: goamqp.SASLTypeExternal(""), TLSConfig: tlstest.ClientConfig(ca, ca.Client(t, "device-7"))})
+	if err != nil {
+		t.Fatalf("EXTERNAL with device-7's certificate: %v", err)
+	}
+	c.Close()
+	for _, tc := range []struct {
+		name string
+		cert *tlstest.Cert
+	}{{"unknown CN", ca.Client(t, "nobody")}, {"no certificate", nil}} {
+		if c, err := goamqp.Dial(ctx, url, &goamqp.ConnOptions{SASLType: goamqp.SASLTypeExternal(""), TLSConfig: tlstest.ClientConfig(ca, tc.cert)}); err == nil {
+			c.Close()
+			t.Errorf("%s: connected, want refused", tc.name)
+		}
+	}
+	// PLAIN still works inside TLS.
+	c, err = goamqp.Dial(ctx, url, &goamqp.ConnOptions{SASLType: goamqp.SASLTypePlain("alice", "secret"), TLSConfig: tlstest.ClientConfig(ca, nil)})
+	if err != nil {
+		t.Fatalf("PLAIN over TLS: %v", err)
+	}
+	c.Close()
+}
