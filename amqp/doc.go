@@ -4,8 +4,9 @@
 //
 // It owns, above the wire code in amqp/internal (buffer, encoding, frames):
 //
-//   - the protocol-header and SASL exchange (ANONYMOUS, PLAIN), server.go
-//     and sasl.go;
+//   - the protocol-header and SASL exchange (SCRAM-SHA-256, PLAIN, EXTERNAL,
+//     ANONYMOUS against core/auth), sasl.go; the ACL on links and messages,
+//     authz.go;
 //   - the connection, session and link state machines, conn.go, session.go,
 //     receiver.go (links the client sends on) and sender.go (links the
 //     client receives on), with writer.go the connection's writer goroutine;
