@@ -24,6 +24,7 @@ type Metrics struct {
 	LimitRefusals *prometheus.CounterVec // requests refused for a configured limit, by protocol and limit
 	Latency       *prometheus.HistogramVec
 	ConnsClosed   *prometheus.CounterVec // connections the gateway ended for cause, by protocol and reason
+	AuthFailures  *prometheus.CounterVec // logins and actions refused by auth (docs/security.md), by protocol and reason
 }
 
 // New registers the collectors in a new registry.
@@ -60,8 +61,12 @@ func New() *Metrics {
 		Name: "tolsey_connections_closed_total",
 		Help: "Connections the gateway ended for cause, by protocol and reason: write_timeout (the client stopped reading), packet_too_large, unanswered_refusals.",
 	}, []string{"protocol", "reason"})
+	m.AuthFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tolsey_auth_failures_total",
+		Help: "Logins and actions refused by authentication or the ACL, by protocol and reason: unknown_user, bad_password, unknown_certificate, anonymous, publish_denied, subscribe_denied.",
+	}, []string{"protocol", "reason"})
 	m.Registry.MustRegister(m.Connections, m.MessagesIn, m.MessagesOut, m.Dropped,
-		m.StoreErrors, m.RetainRefused, m.LimitRefusals, m.Latency, m.ConnsClosed,
+		m.StoreErrors, m.RetainRefused, m.LimitRefusals, m.Latency, m.ConnsClosed, m.AuthFailures,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -166,6 +171,13 @@ func (m *Metrics) TopicRefused(protocol, limit string) {
 func (m *Metrics) LimitRefused(protocol, limit string) {
 	if m != nil {
 		m.LimitRefusals.WithLabelValues(protocol, limit).Inc()
+	}
+}
+
+// AuthFailure counts a login or an action refused by auth, for reason.
+func (m *Metrics) AuthFailure(protocol, reason string) {
+	if m != nil {
+		m.AuthFailures.WithLabelValues(protocol, reason).Inc()
 	}
 }
 
