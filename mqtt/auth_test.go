@@ -1,7 +1,6 @@
 package mqtt
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net"
@@ -76,12 +75,7 @@ func dialUser(t *testing.T, addr, id, user string) *testClient {
 // CONNACK's code.
 func rawConnectCode(t *testing.T, addr string, version byte, id, user, password string) (*rawClient, byte) {
 	t.Helper()
-	conn, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	c := &rawClient{conn: conn, r: bufio.NewReader(conn), version: version}
+	c := dialRawConn(t, addr, version)
 	cp := packets.ConnectParams{ProtocolName: []byte("MQTT"), Clean: true, Keepalive: 30, ClientIdentifier: id}
 	if user != "" {
 		cp.UsernameFlag, cp.Username = true, []byte(user)
