@@ -32,7 +32,9 @@ import (
 //   - queues (queues.go): $queue/<name> subscriptions and publishes, the
 //     queue engine's consumers;
 //   - exceptions (exceptions.go): the exceptions MQTT 5 subscribers attach
-//     to their subscriptions, applied per recipient in OnACLCheck.
+//     to their subscriptions, applied per recipient in OnACLCheck;
+//   - auth (auth.go): who each client is, and the ACL on its publishes,
+//     subscriptions and deliveries.
 type hook struct {
 	mochi.HookBase
 	s *Server
@@ -41,6 +43,7 @@ type hook struct {
 	backlog backlog
 	queues  *queues
 	except  *exceptions
+	auth    *authz
 
 	// Fixed at construction.
 	limits core.TopicLimits   // the router's: mqtt.maxTopicLevels, mqtt.maxTopicLength
@@ -63,6 +66,7 @@ func newHook(s *Server) *hook {
 		backlog: backlog{s: s},
 		queues:  newQueues(s),
 		except:  newExceptions(),
+		auth:    newAuthz(s),
 		limits:  s.opts.Router.TopicLimits(),
 		in:      s.opts.Metrics.Counter(s.opts.Metrics.InVec(), "mqtt"),
 		out:     s.opts.Metrics.Outlet("mqtt"),
@@ -89,20 +93,23 @@ var provided = func() (t [256]bool) {
 
 func (h *hook) Provides(b byte) bool { return provided[b] }
 
-// OnConnectAuthenticate admits every client: authentication is a later issue.
+// OnConnectAuthenticate admits every client: OnConnect has authenticated
+// it already (auth.go says why there).
 func (h *hook) OnConnectAuthenticate(*mochi.Client, packets.Packet) bool { return true }
 
-// OnACLCheck allows every publish and subscription: authorisation is a
-// later issue. mochi also asks it for each recipient of a message
-// (publishToClient, write false), where the recipient's exceptions
-// (exceptions.go) keep out what they match.
+// OnACLCheck answers mochi for a PUBLISH (write true: allowed here, the
+// ACL is applied in OnPublish, after the topic alias is resolved), for each
+// filter of a SUBSCRIBE (decided in OnSubscribe, auth.go), and for each
+// recipient of a message (publishToClient, write false), where the ACL and
+// then the recipient's exceptions (exceptions.go) keep out what they match.
 func (h *hook) OnACLCheck(cl *mochi.Client, topic string, write bool) bool {
-	return write || h.except.allows(cl, topic)
+	return write || h.auth.mayRead(cl, topic) && h.except.allows(cl, topic)
 }
 
 func (h *hook) OnSessionEstablished(cl *mochi.Client, _ packets.Packet) {
 	h.s.opts.Metrics.Conn("mqtt", 1)
 	if !cl.Net.Inline {
+		h.auth.inherited(cl)
 		h.queues.resume(cl) // a session carried on consumes its queues again
 	}
 }
@@ -147,6 +154,7 @@ func (h *hook) OnDisconnect(cl *mochi.Client, err error, _ bool) {
 	h.replay.forget(cl)
 	h.backlog.forget(cl)
 	h.queues.forget(cl)
+	h.auth.forget(cl)
 }
 
 // OnPublish feeds an MQTT publish into the router: the retained store first
@@ -160,6 +168,9 @@ func (h *hook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet, e
 	}
 	if err := h.limits.CheckTopic(pk.TopicName); err != nil {
 		return pk, h.refusePublish(cl, &pk, err)
+	}
+	if !h.auth.mayPublish(cl, pk.TopicName) {
+		return pk, h.refuseUnauthorized(cl, &pk)
 	}
 	h.in.Inc()
 	if name, ok := queueName(pk.TopicName); ok {
@@ -187,17 +198,37 @@ func (h *hook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet, e
 func (h *hook) refusePublish(cl *mochi.Client, pk *packets.Packet, err error) error {
 	h.s.opts.Metrics.TopicRefused("mqtt", core.LimitReason(err))
 	h.s.log.Debug("publish refused", "client", cl.ID, "topic", pk.TopicName, "error", err)
+	if cl.Properties.ProtocolVersion >= 5 && pk.FixedHeader.Qos == 0 {
+		_ = h.s.mochi.DisconnectClient(cl, packets.ErrTopicNameInvalid)
+		return packets.ErrRejectPacket
+	}
+	return h.answerRefused(cl, pk, packets.ErrTopicNameInvalid, err.Error())
+}
+
+// refuseUnauthorized answers a PUBLISH the ACL denies (counted by
+// mayPublish): MQTT 5 PUBACK/PUBREC 0x87 Not authorized for QoS 1/2, a
+// QoS 0 one dropped; MQTT 3.1.1, which cannot say why, closes the network
+// connection [MQTT-3.3.5-2], whatever the QoS.
+func (h *hook) refuseUnauthorized(cl *mochi.Client, pk *packets.Packet) error {
+	if cl.Properties.ProtocolVersion >= 5 && pk.FixedHeader.Qos == 0 {
+		return packets.ErrRejectPacket
+	}
+	return h.answerRefused(cl, pk, packets.ErrNotAuthorized, "")
+}
+
+// answerRefused closes an MQTT 3.1.1 client, or acknowledges a QoS 1/2
+// MQTT 5 PUBLISH with code, and returns the error that makes mochi drop
+// the PUBLISH.
+func (h *hook) answerRefused(cl *mochi.Client, pk *packets.Packet, code packets.Code, why string) error {
 	switch {
 	case cl.Properties.ProtocolVersion < 5:
-		cl.Stop(packets.ErrTopicNameInvalid)
-	case pk.FixedHeader.Qos == 0:
-		_ = h.s.mochi.DisconnectClient(cl, packets.ErrTopicNameInvalid)
+		cl.Stop(code)
 	default:
 		ack := packets.Packet{
 			FixedHeader: packets.FixedHeader{Type: packets.Puback},
 			PacketID:    pk.PacketID,
-			ReasonCode:  packets.ErrTopicNameInvalid.Code,
-			Properties:  packets.Properties{ReasonString: err.Error()},
+			ReasonCode:  code.Code,
+			Properties:  packets.Properties{ReasonString: why},
 		}
 		if pk.FixedHeader.Qos == 2 {
 			ack.FixedHeader.Type = packets.Pubrec // a PUBREC >= 0x80 ends the flow [MQTT-4.3.3]
@@ -230,6 +261,7 @@ func (h *hook) OnSubscribe(cl *mochi.Client, pk packets.Packet) packets.Packet {
 		filters = refuseAll(filters)
 	}
 	pk.Filters = h.queues.subscribe(cl, filters)
+	h.auth.subscribing(cl, pk.Filters)
 	h.except.subscribing(cl, pk.Filters)
 	h.replay.subscribing(cl, pk.Filters)
 	return pk
@@ -279,6 +311,7 @@ func (h *hook) refuseFilters(cl *mochi.Client, filters packets.Subscriptions) pa
 func (h *hook) OnSubscribed(cl *mochi.Client, pk packets.Packet, codes []byte) {
 	if !cl.Net.Inline {
 		exc, _ := parseExceptions(pk.Properties.User) // refused in OnSubscribe if invalid
+		h.auth.subscribed(cl)
 		h.except.subscribed(cl, pk, codes, exc)
 		h.replay.subscribed(cl, codes)
 		h.queues.subscribed(cl, pk, codes)
@@ -424,8 +457,9 @@ func (h *hook) Deliver(m *core.Message, _ core.Delivery) error {
 // invalid; MQTT 3.1.1, which has no return code for it, by closing the
 // connection [MQTT-3.1.4-1]. It caps an MQTT 5 client's keep alive at
 // mqtt.maxKeepAlive; mochi announces the cap as Server Keep Alive in the
-// CONNACK [MQTT-3.2.2-21].
-func (h *hook) OnConnect(cl *mochi.Client, _ packets.Packet) error {
+// CONNACK [MQTT-3.2.2-21]. It authenticates the client (auth.go), and
+// writes the CONNACK that refuses it.
+func (h *hook) OnConnect(cl *mochi.Client, pk packets.Packet) error {
 	if w := &cl.Properties.Will; w.Flag > 0 {
 		if err := h.limits.CheckTopic(w.TopicName); err != nil {
 			h.s.opts.Metrics.TopicRefused("mqtt", core.LimitReason(err))
@@ -435,6 +469,9 @@ func (h *hook) OnConnect(cl *mochi.Client, _ packets.Packet) error {
 			}
 			return packets.ErrTopicNameInvalid
 		}
+	}
+	if err := h.auth.connect(cl, pk); err != nil {
+		return err
 	}
 	if max := uint16(h.s.opts.MaxKeepAlive / time.Second); max > 0 && cl.Properties.ProtocolVersion >= 5 &&
 		(cl.State.Keepalive == 0 || cl.State.Keepalive > max) {

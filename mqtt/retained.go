@@ -253,6 +253,9 @@ func (r *replayer) replay(cl *mochi.Client, c *clientReplay, sub packets.Subscri
 		if r.s.hook.except.excluded(cl, sub.Filter, m.Topic) {
 			return true // kept out by the subscription's exceptions (exceptions.go)
 		}
+		if !r.s.hook.auth.mayRead(cl, m.Topic) {
+			return true // a topic the client may not read (auth.go)
+		}
 		pk := toPacket(m, true, time.Now())
 		pk.FixedHeader.Qos = min(m.QoS, sub.Qos)
 		if sub.Identifier > 0 {

@@ -101,12 +101,7 @@ func dialRaw(t *testing.T, addr, id string, receiveMaximum uint16) *rawClient {
 // and the clean start flag.
 func dialRawVersion(t *testing.T, addr, id string, version byte, clean bool, receiveMaximum uint16) *rawClient {
 	t.Helper()
-	conn, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	c := &rawClient{conn: conn, r: bufio.NewReader(conn), version: version}
+	c := dialRawConn(t, addr, version)
 	c.write(t, packets.Packet{
 		FixedHeader: packets.FixedHeader{Type: packets.Connect},
 		Connect: packets.ConnectParams{ProtocolName: []byte("MQTT"), Clean: clean, Keepalive: 30,
@@ -118,6 +113,18 @@ func dialRawVersion(t *testing.T, addr, id string, version byte, clean bool, rec
 			id, packets.PacketNames[pk.FixedHeader.Type], pk.TopicName, pk.ReasonCode)
 	}
 	return c
+}
+
+// dialRawConn connects a rawClient of version, closed when the test ends;
+// nothing is sent yet.
+func dialRawConn(t *testing.T, addr string, version byte) *rawClient {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return &rawClient{conn: conn, r: bufio.NewReader(conn), version: version}
 }
 
 func (c *rawClient) write(t *testing.T, pk packets.Packet) {

@@ -27,6 +27,7 @@ import (
 
 	"github.com/tolsey/tolsey/core"
 	"github.com/tolsey/tolsey/core/accept"
+	"github.com/tolsey/tolsey/core/auth"
 	"github.com/tolsey/tolsey/core/metrics"
 	"github.com/tolsey/tolsey/core/queue"
 	"github.com/tolsey/tolsey/retain"
@@ -77,6 +78,11 @@ type Options struct {
 	// ConnectTimeout bounds the wait for a new connection's whole CONNECT
 	// packet, however slowly its bytes arrive (default 10 s).
 	ConnectTimeout time.Duration
+
+	// Auth is the users file in force (docs/security.md, "MQTT"): who may
+	// connect, publish and subscribe; swapped whole on reload. nil, or one
+	// holding no file: every client is let in and may do anything.
+	Auth *auth.Live
 
 	// Queues is the queue engine clients consume and fill through
 	// $queue/<name> (docs/queues.md, "MQTT"); nil: every $queue/ topic

@@ -24,7 +24,7 @@ type Metrics struct {
 	LimitRefusals *prometheus.CounterVec // requests refused for a configured limit, by protocol and limit
 	Latency       *prometheus.HistogramVec
 	ConnsClosed   *prometheus.CounterVec // connections the gateway ended for cause, by protocol and reason
-	AuthFailures  *prometheus.CounterVec // failed logins, by protocol and reason
+	AuthFailures  *prometheus.CounterVec // logins and actions refused by auth (docs/security.md), by protocol and reason
 }
 
 // New registers the collectors in a new registry.
@@ -63,7 +63,7 @@ func New() *Metrics {
 	}, []string{"protocol", "reason"})
 	m.AuthFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tolsey_auth_failures_total",
-		Help: "Failed logins, by protocol and reason (core/auth.Reason: unknown_user, bad_password, error; or the front-end's own).",
+		Help: "Logins and actions refused by authentication or the ACL, by protocol and reason: unknown_user, bad_password, unknown_certificate, anonymous, publish_denied, subscribe_denied (MQTT); unknown_user, bad_password, error, anonymous, no_certificate, authzid, mechanism (AMQP SASL).",
 	}, []string{"protocol", "reason"})
 	m.Registry.MustRegister(m.Connections, m.MessagesIn, m.MessagesOut, m.Dropped,
 		m.StoreErrors, m.RetainRefused, m.LimitRefusals, m.Latency, m.ConnsClosed, m.AuthFailures,
@@ -174,7 +174,7 @@ func (m *Metrics) LimitRefused(protocol, limit string) {
 	}
 }
 
-// AuthFailure counts a failed login through protocol.
+// AuthFailure counts a login or an action refused by auth, for reason.
 func (m *Metrics) AuthFailure(protocol, reason string) {
 	if m != nil {
 		m.AuthFailures.WithLabelValues(protocol, reason).Inc()
