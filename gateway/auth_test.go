@@ -281,9 +281,13 @@ func TestAdminExposureRefused(t *testing.T) {
 		t.Errorf("the error echoes the value: %v", err)
 	}
 	wantConfigError(t, []string{"--admin.open=healthz"}, nil, "admin.open", "not a path")
+	f := newTLSFixture(t)
+	mtls := []string{"--admin.listen=0.0.0.0:0", "--admin.tls.cert=" + f.files.Cert, "--admin.tls.key=" + f.files.Key, "--admin.tls.clientCA=" + f.files.CA}
+	wantConfigError(t, append(mtls, "--admin.tls.clientAuth=request"), nil, "admin.tokens", "beyond loopback")
 	for _, args := range [][]string{
 		{"--admin.listen=0.0.0.0:0", "--admin.tokens=" + entry},
 		{"--admin.listen=0.0.0.0:0", "--admin.open=*"},
+		append(mtls, "--admin.tls.clientAuth=require"),
 	} {
 		if _, err := LoadConfig(append([]string{"--data.dir=" + t.TempDir()}, args...), nil, io.Discard); err != nil {
 			t.Errorf("%v: %v", args, err)
