@@ -120,7 +120,7 @@ func (g *Gateway) tlsFor(prefix string) *tlsconf.Config {
 }
 
 // ReloadTLS re-reads the certificate, key and client CA files of every TLS
-// listener (SIGHUP; POST /api/v1/reload to come). New handshakes use the
+// listener (Reload runs it, for SIGHUP and POST /api/v1/reload). New handshakes use the
 // new files; established connections keep their session. A section whose
 // files fail keeps what it had, and its error, naming the key
 // (mqtt.tls.key: ...), is in the joined result; the others are reloaded
