@@ -47,6 +47,7 @@ func newAdminServer(g *Gateway) *adminServer {
 	mux.HandleFunc("DELETE /api/v1/retained", a.deleteRetained)
 	mux.HandleFunc("GET /api/v1/bridges", a.listBridges)
 	a.routeQueues(mux)
+	mux.HandleFunc("POST /api/v1/reload", a.reload)
 	// Profiles for performance work, as Caddy's admin API has them. The admin
 	// API listens on loopback unless admin.listen says otherwise.
 	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
@@ -54,7 +55,7 @@ func newAdminServer(g *Gateway) *adminServer {
 	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
-	a.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	a.srv = &http.Server{Handler: a.protect(mux), ReadHeaderTimeout: 10 * time.Second}
 	return a
 }
 

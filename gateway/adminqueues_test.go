@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -19,22 +18,8 @@ import (
 // connection of its own (none left idle for goleak).
 func call(t *testing.T, g *Gateway, method, path, body string) (int, string) {
 	t.Helper()
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, err := http.NewRequest(method, "http://"+g.AdminAddr()+path, rd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	resp, b := adminCall(t, g, method, path, "", body)
+	return resp.StatusCode, b
 }
 
 func startGateway(t *testing.T, args ...string) *Gateway {

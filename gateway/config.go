@@ -41,6 +41,9 @@ const (
 	// the file, which the loader re-encodes as JSON (never fmt.Sprint), and
 	// given as a JSON string in env and flags.
 	kindJSON
+	// kindList is a list of strings: a YAML list (or a comma-separated
+	// string) in the file, comma-separated in env and flags.
+	kindList
 )
 
 // keyDef documents and validates one configuration key. This table is the
@@ -91,9 +94,15 @@ var keyDefs = []keyDef{
 	{name: "amqp.writeTimeout", def: "30s", kind: kindDuration, help: "a client that does not take what the gateway writes to it for this long (a stuck socket, heartbeats included) is disconnected and counted; 0 disables"},
 	{name: "amqp.maxSessions", def: "256", kind: kindInt, max: 1 << 16, help: "sessions per AMQP connection (announced as channel-max; a begin above it closes the connection with framing-error)"},
 	{name: "amqp.maxLinksPerConnection", def: "1000", kind: kindInt, max: 1 << 20, help: "links (senders and receivers, over all sessions) per AMQP connection; an attach beyond it is refused with amqp:resource-limit-exceeded; bounds what one message costs one connection"},
+	{name: "auth.file", def: "", kind: kindString, optional: true, help: "users file (users, password hashes, groups, ACL rules; docs/security.md) for MQTT and AMQP; re-read on SIGHUP and POST /api/v1/reload; empty = no users"},
+	{name: "auth.allowAnonymous", def: "auto", kind: kindEnum, enum: []string{"auto", "true", "false"}, help: "let clients in without credentials: auto = true only while every MQTT and AMQP listener is on loopback; a listener beyond loopback with no auth.file needs true to start"},
 	{name: "admin.listen", def: "127.0.0.1:8088", kind: kindAddr, optional: true, help: "admin HTTP API listen address (/healthz, /readyz, /metrics, /api/v1/retained); empty disables"},
 	{name: "admin.tls.cert", def: "", kind: kindString, optional: true, help: "PEM certificate chain of the admin API: set (with admin.tls.key), admin.listen serves HTTPS only; re-read on SIGHUP"},
 	{name: "admin.tls.key", def: "", kind: kindString, optional: true, help: "PEM private key of admin.tls.cert; re-read on SIGHUP"},
+	{name: "admin.tls.clientCA", def: "", kind: kindString, optional: true, help: "PEM CAs that sign admin API client certificates (mutual TLS); re-read on SIGHUP"},
+	{name: "admin.tls.clientAuth", def: "none", kind: kindEnum, enum: []string{"none", "request", "require"}, help: "admin API client certificates: none, request, require (needs admin.tls.clientCA; protects an admin.listen beyond loopback without admin.tokens)"},
+	{name: "admin.tokens", def: "", kind: kindList, optional: true, help: "sha256:<hex> hashes of the bearer tokens the admin API accepts (gateway passwd --token prints a token and its hash): a YAML list in the file, comma-separated in env/flags; set, every admin path but admin.open needs Authorization: Bearer <token>"},
+	{name: "admin.open", def: "/healthz,/readyz", kind: kindList, optional: true, help: "admin paths served without a token (exact paths; \"*\" opens every path, and lets admin.listen go beyond loopback without admin.tokens)"},
 	{name: "data.dir", def: "./data", kind: kindString, help: "directory for the embedded retained store, the embedded queue store (queues.db) and the bridge buffer"},
 	{name: "retain.backend", def: "embedded", kind: kindEnum, enum: []string{"embedded", "memory", "redis"}, help: "retained store: embedded (file, survives restart), memory, or redis (shared by many gateways)"},
 	{name: "retain.redis.url", def: "redis://127.0.0.1:6379/0", kind: kindString, help: "Redis URL for retain.backend=redis"},
@@ -166,8 +175,10 @@ type Config struct {
 		MaxLinks       int
 		WriteTimeout   time.Duration
 	}
+	Auth              AuthConfig
 	AdminListen       string
 	AdminTLS          tlsconf.Options // Cert empty: plain HTTP
+	Admin             AdminAuthConfig
 	DataDir           string
 	RetainBackend     string
 	RedisURL          string
@@ -311,6 +322,15 @@ func LoadConfig(args, environ []string, help io.Writer) (*Config, error) {
 			switch {
 			case v == nil:
 				flat[key] = ""
+			case byName[key].kind == kindList:
+				if l, ok := v.([]any); ok {
+					parts := make([]string, len(l))
+					for i, x := range l {
+						parts[i] = fmt.Sprint(x)
+					}
+					v = strings.Join(parts, ",")
+				}
+				flat[key] = fmt.Sprint(v)
 			case byName[key].kind == kindJSON:
 				b, err := json.Marshal(v)
 				if err != nil {
@@ -428,6 +448,7 @@ func buildConfig(k *koanf.Koanf, byName map[string]*keyDef) (*Config, error) {
 	bridgeErr := buildBridgeConfig(c, get, num)
 	queuesErr := buildQueuesConfig(c, get, num)
 	tlsErr := buildTLSConfig(c, get)
+	authErr := buildAuthConfig(c, get)
 	c.LogFormat = get("log.format")
 	c.LogLevel = get("log.level")
 	c.ShutdownTimeout = dur("shutdown.timeout")
@@ -493,6 +514,9 @@ func buildConfig(k *koanf.Koanf, byName map[string]*keyDef) (*Config, error) {
 	}
 	if tlsErr != nil {
 		return nil, tlsErr
+	}
+	if authErr != nil {
+		return nil, authErr
 	}
 	if c.Bridge.NATS.Name == "" {
 		c.Bridge.NATS.Name = "tolsey-" + c.NodeID

@@ -23,6 +23,7 @@ import (
 	"github.com/tolsey/tolsey/bridge"
 	"github.com/tolsey/tolsey/core"
 	"github.com/tolsey/tolsey/core/accept"
+	"github.com/tolsey/tolsey/core/auth"
 	"github.com/tolsey/tolsey/core/metrics"
 	"github.com/tolsey/tolsey/core/queue"
 	"github.com/tolsey/tolsey/core/tlsconf"
@@ -44,6 +45,8 @@ type Gateway struct {
 	amqpBridges []*bridge.AMQP // bridge.amqp
 	admin       *adminServer
 	tls         []tlsHolder // the TLS sections listeners use; set before any starts
+	auth        *auth.Live  // set before any listener starts; swapped inside on Reload
+	reloadMu    sync.Mutex  // one Reload at a time (SIGHUP and the admin API may race)
 
 	ready   atomic.Bool
 	stopped atomic.Bool
@@ -80,6 +83,9 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 			_ = g.Stop(sctx)
 		}
 	}()
+	if err := g.startAuth(); err != nil {
+		return err
+	}
 	if err := g.startTLS(); err != nil {
 		return err
 	}
@@ -200,7 +206,7 @@ func (g *Gateway) Stop(ctx context.Context) error {
 
 // Run starts the gateway, waits for ctx to end (SIGINT/SIGTERM in main),
 // then drains and stops within cfg.ShutdownTimeout. Meanwhile SIGHUP
-// re-reads the TLS files (ReloadTLS).
+// re-reads the users file and the TLS files (Reload).
 func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	g := New(cfg, log)
 	if err := g.Start(ctx); err != nil {
@@ -232,22 +238,10 @@ func (g *Gateway) serveSignals(ctx context.Context, hup <-chan os.Signal) {
 	}
 }
 
-// reloadOnSignal runs ReloadTLS for SIGHUP and logs what came of it: each
-// failed section at error level, naming its key; the gateway carries on
-// with the files it had.
+// reloadOnSignal runs Reload for SIGHUP; Reload logs what came of it.
 func (g *Gateway) reloadOnSignal() {
-	if len(g.tls) == 0 {
-		g.log.Info("SIGHUP: nothing to reload (no TLS listener)")
-		return
-	}
-	errs := g.reloadTLS()
-	if len(errs) == 0 {
-		g.log.Info("SIGHUP: TLS certificates reloaded", "sections", len(g.tls))
-		return
-	}
-	for _, e := range errs {
-		g.log.Error("SIGHUP: TLS reload failed, keeping the files loaded before", "error", e)
-	}
+	g.log.Info("SIGHUP: reloading the users file and the TLS files")
+	_ = g.Reload()
 }
 
 // countAcceptFailures exports l's retried accept failures (out of file

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -336,12 +337,14 @@ func TestTLSConfigErrors(t *testing.T) {
 	}
 }
 
-// SIGHUP (as Run receives it) reloads the TLS files and logs the outcome:
-// the new certificate at info, a broken file at error naming the key.
-func TestSIGHUPReloadsTLS(t *testing.T) {
+// SIGHUP (as Run receives it) reloads the users file and the TLS files
+// and logs the outcome: the new certificate and users at info, a broken
+// file at error naming the key.
+func TestSIGHUPReloads(t *testing.T) {
 	f := newTLSFixture(t)
+	users := writeUsers(t, filepath.Join(f.dir, "users.yaml"), "alice")
 	var log coretest.SyncBuffer
-	g := New(testConfig(t, f.args("none")...), slog.New(slog.NewTextHandler(&log, nil)))
+	g := New(testConfig(t, append(f.args("none"), "--auth.file="+users)...), slog.New(slog.NewTextHandler(&log, nil)))
 	if err := g.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -354,10 +357,14 @@ func TestSIGHUPReloadsTLS(t *testing.T) {
 
 	next := f.ca.Server(t)
 	tlstest.Write(t, f.dir, next, f.ca)
+	writeUsers(t, users, "bob")
 	hup <- syscall.SIGHUP
 	coretest.Eventually(t, "the reload to be logged", 10*time.Second, func() bool {
-		return strings.Contains(log.String(), "TLS certificates reloaded")
+		return strings.Contains(log.String(), `msg="reload done" users=reloaded tls.sections=2 failed=0`)
 	})
+	if canLogIn(g, "alice") || !canLogIn(g, "bob") {
+		t.Error("after SIGHUP: want bob and not alice in the users in force")
+	}
 	_, conn, err := mqttTLS(t, g.MQTTTLSAddr(), "hup", tlstest.ClientConfig(f.ca, nil))
 	if err != nil {
 		t.Fatal(err)

@@ -23,7 +23,7 @@ func (c *Config) tlsSections() []tlsSection {
 		mqttBy = "mqtt.wss.listen"
 	}
 	return []tlsSection{
-		{prefix: "admin.tls", opts: &c.AdminTLS, used: c.AdminListen != "" && (c.AdminTLS.Cert != "" || c.AdminTLS.Key != ""), by: "admin.listen"},
+		{prefix: "admin.tls", opts: &c.AdminTLS, used: c.AdminListen != "" && (c.AdminTLS.Cert != "" || c.AdminTLS.Key != "" || c.AdminTLS.ClientCA != "" || c.AdminTLS.ClientAuth != tlsconf.ClientAuthNone), by: "admin.listen"},
 		{prefix: "mqtt.tls", opts: &c.MQTT.TLS, used: c.MQTT.TLSListen != "" || c.MQTT.WSSListen != "", by: mqttBy},
 		{prefix: "amqp.tls", opts: &c.AMQP.TLS, used: c.AMQP.TLSListen != "", by: "amqp.tls.listen"},
 	}
@@ -42,7 +42,8 @@ func buildTLSConfig(c *Config, get func(string) string) error {
 	c.AMQP.TLSListen = get("amqp.tls.listen")
 	c.AMQP.TLS = tlsconf.Options{Cert: get("amqp.tls.cert"), Key: get("amqp.tls.key"),
 		ClientCA: get("amqp.tls.clientCA"), ClientAuth: get("amqp.tls.clientAuth")}
-	c.AdminTLS = tlsconf.Options{Cert: get("admin.tls.cert"), Key: get("admin.tls.key")}
+	c.AdminTLS = tlsconf.Options{Cert: get("admin.tls.cert"), Key: get("admin.tls.key"),
+		ClientCA: get("admin.tls.clientCA"), ClientAuth: get("admin.tls.clientAuth")}
 	if c.AMQP.TLSListen != "" && c.AMQP.Listen == "" {
 		// The front-end starts with amqp.listen; keep plain AMQP to
 		// yourself with amqp.listen: 127.0.0.1:5672.
@@ -119,7 +120,7 @@ func (g *Gateway) tlsFor(prefix string) *tlsconf.Config {
 }
 
 // ReloadTLS re-reads the certificate, key and client CA files of every TLS
-// listener (SIGHUP; POST /api/v1/reload to come). New handshakes use the
+// listener (Reload runs it, for SIGHUP and POST /api/v1/reload). New handshakes use the
 // new files; established connections keep their session. A section whose
 // files fail keeps what it had, and its error, naming the key
 // (mqtt.tls.key: ...), is in the joined result; the others are reloaded

@@ -1,0 +1,216 @@
+package gateway
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+
+	"github.com/tolsey/tolsey/core/auth"
+	"github.com/tolsey/tolsey/core/tlsconf"
+)
+
+// AuthConfig is auth.*: who may connect to the MQTT and AMQP listeners.
+type AuthConfig struct {
+	File string // users file; "" = no users
+	// AllowAnonymous is auth.allowAnonymous resolved: auto becomes true
+	// only while every MQTT and AMQP listener is on loopback.
+	AllowAnonymous bool
+}
+
+// AdminAuthConfig is who may use the admin API (docs/security.md, "Admin
+// API").
+type AdminAuthConfig struct {
+	// Tokens are the sha256 sums of the bearer tokens admin.tokens
+	// accepts; empty: no token asked for.
+	Tokens [][sha256.Size]byte
+	// Open are the paths served without a token (admin.open); OpenAll
+	// is "*" among them.
+	Open    map[string]bool
+	OpenAll bool
+}
+
+// buildAuthConfig reads auth.* and admin.tokens, admin.open, and refuses
+// the configurations that would expose the gateway to anyone who can reach
+// it without saying so: a listener beyond loopback with no users file and
+// no auth.allowAnonymous: true, an admin.listen beyond loopback with no
+// token, no required client certificate and no admin.open: "*". The users
+// file is parsed here too, so that a broken one stops the gateway at start
+// (exit 2) naming auth.file and the file's own line.
+func buildAuthConfig(c *Config, get func(string) string) error {
+	c.Auth.File = get("auth.file")
+	anon := get("auth.allowAnonymous")
+	tokens := get("admin.tokens")
+	open := get("admin.open")
+
+	exposed := ""
+	for _, l := range []struct{ key, addr string }{
+		{"mqtt.listen", c.MQTT.Listen}, {"mqtt.ws.listen", c.MQTT.WSListen},
+		{"mqtt.tls.listen", c.MQTT.TLSListen}, {"mqtt.wss.listen", c.MQTT.WSSListen},
+		{"amqp.listen", c.AMQP.Listen}, {"amqp.tls.listen", c.AMQP.TLSListen},
+	} {
+		if l.addr != "" && !loopback(l.addr) {
+			exposed = l.key + " " + l.addr
+			break
+		}
+	}
+	switch anon {
+	case "true":
+		c.Auth.AllowAnonymous = true
+	case "false":
+		if c.Auth.File == "" {
+			return &ConfigError{Key: "auth.allowAnonymous", Msg: "false lets no one in without auth.file: set auth.file to a users file (docs/security.md)"}
+		}
+	default: // auto
+		if exposed != "" && c.Auth.File == "" {
+			return &ConfigError{Key: "auth.allowAnonymous", Msg: fmt.Sprintf("%s is beyond loopback and auth.file is empty, so anyone who can reach it could publish and subscribe: set auth.file to a users file, or auth.allowAnonymous: true to allow that", exposed)}
+		}
+		c.Auth.AllowAnonymous = exposed == ""
+	}
+	if c.Auth.File != "" {
+		if _, err := loadUsers(c.Auth.File); err != nil {
+			return err
+		}
+	}
+
+	c.Admin = AdminAuthConfig{Open: map[string]bool{}}
+	for _, p := range splitList(open) {
+		if p == "*" {
+			c.Admin.OpenAll = true
+			continue
+		}
+		if !strings.HasPrefix(p, "/") {
+			return &ConfigError{Key: "admin.open", Msg: fmt.Sprintf("%q is not a path (/healthz) or *", p)}
+		}
+		c.Admin.Open[p] = true
+	}
+	for _, t := range splitList(tokens) {
+		sum, err := parseTokenHash(t)
+		if err != nil {
+			return &ConfigError{Key: "admin.tokens", Msg: err.Error()}
+		}
+		c.Admin.Tokens = append(c.Admin.Tokens, sum)
+	}
+	if c.AdminListen != "" && !loopback(c.AdminListen) && len(c.Admin.Tokens) == 0 &&
+		c.AdminTLS.ClientAuth != tlsconf.ClientAuthRequire && !c.Admin.OpenAll {
+		return &ConfigError{Key: "admin.tokens", Msg: fmt.Sprintf("admin.listen %s is beyond loopback and nothing protects the admin API: set admin.tokens (gateway passwd --token prints a token and its hash), or admin.tls.clientAuth: require, or admin.open: \"*\" to leave it open to anyone who can reach it", c.AdminListen)}
+	}
+	return nil
+}
+
+// loadUsers parses the users file; the error is a *ConfigError naming
+// auth.file, the path and the file's own error (line and place).
+func loadUsers(path string) (*auth.Store, error) {
+	s, err := auth.Load(path)
+	if err != nil {
+		return nil, &ConfigError{Key: "auth.file", Msg: fmt.Sprintf("%s: %v", path, err)}
+	}
+	return s, nil
+}
+
+// parseTokenHash reads one admin.tokens entry, sha256:<64 hex digits>.
+func parseTokenHash(t string) ([sha256.Size]byte, error) {
+	var sum [sha256.Size]byte
+	h, ok := strings.CutPrefix(t, "sha256:")
+	b, err := hex.DecodeString(h)
+	if !ok || err != nil || len(b) != sha256.Size {
+		// Never echo the value: it may be a token pasted in by mistake.
+		return sum, errors.New("an entry is not sha256:<64 hex digits>; the config holds the hash of a token, never the token (gateway passwd --token prints both)")
+	}
+	copy(sum[:], b)
+	return sum, nil
+}
+
+// splitList splits a kindList value at commas, dropping empty entries.
+func splitList(v string) []string {
+	var out []string
+	for _, p := range strings.Split(v, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// loopback reports whether addr (host:port) listens on loopback only: a
+// loopback IP or localhost. An empty host, 0.0.0.0, :: and any other name
+// listen (or may) beyond it.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// tokenID is what the log says of a token: the first 8 hex digits of its
+// hash, enough to tell the configured tokens apart, useless to replay.
+func tokenID(sum [sha256.Size]byte) string { return hex.EncodeToString(sum[:4]) }
+
+// matchToken is the admin.tokens entry the bearer token t hashes to. Every
+// entry is compared, in constant time, so the time taken does not say which
+// (or whether one) matched.
+func matchToken(tokens [][sha256.Size]byte, t string) (id string, ok bool) {
+	sum := sha256.Sum256([]byte(t))
+	for _, want := range tokens {
+		if subtle.ConstantTimeCompare(sum[:], want[:]) == 1 {
+			id, ok = tokenID(want), true
+		}
+	}
+	return id, ok
+}
+
+// startAuth builds the auth.Live the front-ends read: the users file
+// parsed again (it may have changed since LoadConfig checked it) and
+// the resolved auth.allowAnonymous. Called before any listener starts.
+func (g *Gateway) startAuth() error {
+	g.auth = &auth.Live{AllowAnonymous: g.cfg.Auth.AllowAnonymous}
+	if g.cfg.Auth.File == "" {
+		return nil
+	}
+	s, err := loadUsers(g.cfg.Auth.File)
+	if err != nil {
+		return err
+	}
+	g.auth.Swap(s)
+	return nil
+}
+
+// Auth is the users and rules in force, for the front-ends and tests. Its
+// Load is nil without auth.file.
+func (g *Gateway) Auth() *auth.Live { return g.auth }
+
+// Reload re-reads the users file (auth.file) and the TLS files of every
+// listener (SIGHUP, POST /api/v1/reload). A part whose files fail keeps
+// what it had, and its error, naming the key (auth.file: users.yaml: line
+// 3: ...), is logged at error level and in the joined result; the others
+// are reloaded all the same. Established connections stay; what they do
+// next is checked against the new store.
+func (g *Gateway) Reload() error {
+	g.reloadMu.Lock()
+	defer g.reloadMu.Unlock()
+	var errs []error
+	users := "none"
+	if g.cfg.Auth.File != "" {
+		if s, err := loadUsers(g.cfg.Auth.File); err != nil {
+			errs = append(errs, err)
+			users = "kept"
+		} else {
+			g.auth.Swap(s)
+			users = "reloaded"
+		}
+	}
+	errs = append(errs, g.reloadTLS()...)
+	for _, e := range errs {
+		g.log.Error("reload failed, keeping what was loaded before", "error", e)
+	}
+	g.log.Info("reload done", "users", users, "tls.sections", len(g.tls), "failed", len(errs))
+	return errors.Join(errs...)
+}
