@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/tolsey/tolsey/amqp"
+	"github.com/tolsey/tolsey/core/auth"
 )
 
 // startAMQP starts the AMQP 1.0 front-end when amqp.listen is set.
@@ -12,7 +13,15 @@ func (g *Gateway) startAMQP(context.Context) error {
 	if g.cfg.AMQP.Listen == "" {
 		return nil
 	}
+	// With auth.file the users file serves AMQP too, and replaces
+	// amqp.users and amqp.allowAnonymous (docs/security.md); without it
+	// those keep working as before.
+	var live *auth.Live
+	if g.cfg.Auth.File != "" {
+		live = g.auth
+	}
 	s, err := amqp.New(amqp.Options{
+		Auth:                  live,
 		Listen:                g.cfg.AMQP.Listen,
 		TLSListen:             g.cfg.AMQP.TLSListen,
 		TLS:                   serverTLS(g.tlsFor("amqp.tls")),

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -14,6 +15,9 @@ import (
 	"testing"
 	"time"
 
+	goamqp "github.com/Azure/go-amqp"
+
+	"github.com/eclipse/paho.golang/paho"
 	"github.com/tolsey/tolsey/core/auth"
 	"github.com/tolsey/tolsey/core/coretest"
 )
@@ -306,5 +310,63 @@ func TestAdminExposureRefused(t *testing.T) {
 	}
 	if len(c.Admin.Tokens) != 2 || !c.Admin.Open["/healthz"] || c.Admin.Open["/readyz"] {
 		t.Errorf("from YAML lists: %d tokens, open %v", len(c.Admin.Tokens), c.Admin.Open)
+	}
+}
+
+// With auth.file, the users file is what both front-ends log clients in
+// against: MQTT CONNECT and AMQP SASL PLAIN take alice's password and
+// refuse a wrong one, and anonymous clients are refused.
+func TestUsersFileServesBothProtocols(t *testing.T) {
+	users := writeUsers(t, filepath.Join(t.TempDir(), "users.yaml"), "alice")
+	g := startGateway(t, "--auth.file="+users, "--auth.allowAnonymous=false", "--amqp.listen=127.0.0.1:0")
+
+	mqttConnect := func(user, pw string) byte {
+		t.Helper()
+		conn, err := net.Dial("tcp", g.MQTTAddr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		cl := paho.NewClient(paho.ClientConfig{Conn: conn})
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		cp := &paho.Connect{ClientID: "c-" + user, CleanStart: true, KeepAlive: 30}
+		if user != "" {
+			cp.Username, cp.UsernameFlag = user, true
+			cp.Password, cp.PasswordFlag = []byte(pw), true
+		}
+		ca, err := cl.Connect(ctx, cp)
+		if ca == nil {
+			t.Fatalf("MQTT connect %q: %v", user, err)
+		}
+		if ca.ReasonCode == 0 {
+			_ = cl.Disconnect(&paho.Disconnect{})
+		}
+		return ca.ReasonCode
+	}
+	if rc := mqttConnect("alice", "alice-pw"); rc != 0 {
+		t.Errorf("MQTT alice: CONNACK %#x", rc)
+	}
+	if rc := mqttConnect("alice", "wrong"); rc != 0x86 {
+		t.Errorf("MQTT alice with a wrong password: CONNACK %#x, want 0x86", rc)
+	}
+	if rc := mqttConnect("", ""); rc != 0x87 {
+		t.Errorf("MQTT anonymous: CONNACK %#x, want 0x87", rc)
+	}
+
+	amqpLogin := func(user, pw string) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		c, err := goamqp.Dial(ctx, "amqp://"+g.AMQPAddr(), &goamqp.ConnOptions{SASLType: goamqp.SASLTypePlain(user, pw)})
+		if err == nil {
+			c.Close()
+		}
+		return err
+	}
+	if err := amqpLogin("alice", "alice-pw"); err != nil {
+		t.Errorf("AMQP alice: %v", err)
+	}
+	if err := amqpLogin("alice", "wrong"); err == nil {
+		t.Error("AMQP alice with a wrong password logged in")
 	}
 }

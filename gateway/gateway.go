@@ -127,6 +127,7 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 	}
 
 	g.mqtt, err = mqtt.New(mqtt.Options{
+		Auth:             g.auth,
 		Listen:           g.cfg.MQTT.Listen,
 		WSListen:         g.cfg.MQTT.WSListen,
 		TLSListen:        g.cfg.MQTT.TLSListen,
