@@ -136,14 +136,14 @@ func (l *Listener) Fail(err error) {
 		err = errors.New("accept loop ended")
 	}
 	l.mu.Lock()
-	first := l.err == nil
-	if first {
-		l.err = fmt.Errorf("listener %s on %s stopped accepting: %w", l.name, l.Addr(), err)
+	defer l.mu.Unlock()
+	if l.err != nil {
+		return
 	}
-	l.mu.Unlock()
-	if first {
-		l.log.Error("listener stopped accepting connections", "listener", l.name, "addr", l.Addr().String(), "error", err)
-	}
+	// Logged before Err reports it (both under mu, once): whoever sees
+	// /readyz fail finds the line in the log already.
+	l.log.Error("listener stopped accepting connections", "listener", l.name, "addr", l.Addr().String(), "error", err)
+	l.err = fmt.Errorf("listener %s on %s stopped accepting: %w", l.name, l.Addr(), err)
 }
 
 // Err says why the listener stopped accepting while nobody closed it, or
