@@ -360,7 +360,14 @@ func (h *hook) OnPublishDropped(cl *mochi.Client, pk packets.Packet) {
 // and calls OnWillSent after: routed there, a retained will was not yet
 // stored when a client subscribing in between looked for it, and that
 // client got it neither live nor stored.
+//
+// A will to $queue/<name> goes into that queue only (docs/queues.md,
+// "MQTT"): Ignore keeps it from mochi's fan-out, which would hand it to the
+// queue's MQTT consumers straight, past the queue, and to nobody else.
 func (h *hook) OnWill(cl *mochi.Client, will mochi.Will) (mochi.Will, error) {
+	if _, ok := queueName(will.TopicName); ok {
+		will.Ignore = true
+	}
 	if cl.Properties.Will.WillDelayInterval > 0 {
 		return will, nil // sent later, or never if the client comes back
 	}
@@ -392,6 +399,10 @@ func (h *hook) OnWillSent(cl *mochi.Client, pk packets.Packet) {
 
 func (h *hook) routeWill(cl *mochi.Client, pk *packets.Packet) {
 	m := toMessage(pk, cl.ID, h.s.opts.Node, time.Now())
+	if name, ok := queueName(pk.TopicName); ok {
+		h.willQueue(cl, m, name)
+		return
+	}
 	if res := h.s.opts.Router.Publish(context.Background(), m); res.RetainErr != nil {
 		// Counted and logged as any retained publish; a will has no ack to tell.
 		retain.Refused(res.RetainErr, h.s.opts.Metrics, h.s.log, "topic", pk.TopicName, "client", cl.ID, "will", true)

@@ -546,6 +546,28 @@ func (h *hook) publishQueue(cl *mochi.Client, pk *packets.Packet, name string) e
 	})
 }
 
+// willQueue puts a will to $queue/<name> into the queue. A will has no
+// acknowledgement: a refusal (unknown queue, full queue, store failure) is
+// counted and logged, as a refused QoS 0 publish is.
+func (h *hook) willQueue(cl *mochi.Client, m *core.Message, name string) {
+	m.Retain = false // a queue keeps every message; retaining is a topic's
+	q, err := h.queues.lookup(name)
+	if err != nil {
+		h.willRefused(cl, m.Topic, err)
+		return
+	}
+	q.Put(m, func(err error) {
+		if err != nil {
+			h.willRefused(cl, m.Topic, err)
+		}
+	})
+}
+
+func (h *hook) willRefused(cl *mochi.Client, topic string, err error) {
+	h.s.opts.Metrics.Drop("mqtt", "queue_refused")
+	h.s.log.Warn("will to a queue refused", "client", cl.ID, "topic", topic, "error", err)
+}
+
 // onlyFull reports whether every refusal joined in err is a full queue's:
 // what queues.v311Full may drop. A refusal of anything else (the bridge's
 // buffer, a store that failed) still closes a 3.1.1 publisher.

@@ -459,3 +459,30 @@ func TestQueueUnsubscribe(t *testing.T) {
 	b.puback(t, b.readDelivery(t, "$queue/jobs", true, "m0").PacketID)
 	waitUntil(t, "the queue to be empty", func() bool { return info(t, eng, "jobs").Messages == 0 })
 }
+
+// TestWillIntoQueue: a will to $queue/<name>, sent at once or after its
+// delay, goes into the queue (counted in, acknowledged out), and reaches the
+// queue's consumer once. mochi used to fan it out itself: the consumer got it
+// past the queue (in 0, no redelivery had it been lost), and with no
+// consumer connected it was gone.
+func TestWillIntoQueue(t *testing.T) {
+	for _, delayed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("delayed=%v", delayed), func(t *testing.T) {
+			s, eng := startQueueServer(t, []queue.Config{{Name: "wills"}})
+			c := dialRaw(t, s.Addr(), "consumer", 0)
+			c.subscribeQoS1(t, "$queue/wills")
+			dying := dialWillRaw(t, s.Addr(), "dying", "$queue/wills", delayed)
+			_ = dying.Close() // no DISCONNECT: the will goes out
+			pk := c.readDelivery(t, "$queue/wills", false, `{"state":"gone"}`)
+			c.puback(t, pk.PacketID)
+			waitUntil(t, "the will to be acknowledged", func() bool { return info(t, eng, "wills").Counters.Acked == 1 })
+			if in := info(t, eng, "wills"); in.Counters.In != 1 || in.Messages != 0 {
+				t.Fatalf("want the will in the queue once and taken, got %+v (%d messages)", in.Counters, in.Messages)
+			}
+			c.write(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pingreq}})
+			if pk := c.read(t); pk.FixedHeader.Type != packets.Pingresp {
+				t.Fatalf("a copy outside the queue: %v on %s", packets.PacketNames[pk.FixedHeader.Type], pk.TopicName)
+			}
+		})
+	}
+}

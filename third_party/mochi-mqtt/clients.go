@@ -180,6 +180,11 @@ type Will struct {
 	ContentType           string
 	ResponseTopic         string
 	CorrelationData       []byte
+
+	// Ignore, set by an OnWill hook, keeps the will from mochi's fan-out
+	// and retained store, as pk.Ignore does a publish: the hook delivers
+	// it elsewhere (gateway patch: a will to a queue).
+	Ignore bool
 }
 
 // PublishProperties returns the properties of the PUBLISH that sends the

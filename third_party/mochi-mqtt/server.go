@@ -1783,6 +1783,7 @@ func (s *Server) sendLWT(cl *Client) {
 		// only on packets of version 5); publishToSubscribers sets Expiry
 		// from the interval, capped by MaximumMessageExpiryInterval.
 		ProtocolVersion: cl.Properties.ProtocolVersion,
+		Ignore:          modifiedLWT.Ignore, // gateway patch
 	}
 
 	if cl.Properties.Will.WillDelayInterval > 0 && cl.State.sessionTaken.Load() {

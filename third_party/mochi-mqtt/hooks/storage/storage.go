@@ -76,6 +76,8 @@ type ClientWill struct {
 	ContentType           string `json:"contentType,omitempty"`
 	ResponseTopic         string `json:"responseTopic,omitempty"`
 	CorrelationData       []byte `json:"correlationData,omitempty"`
+
+	Ignore bool `json:"-"` // set by hooks as the will is sent; never stored (gateway patch, as in mqtt.Will)
 }
 
 // MarshalBinary encodes the values into a json string.
