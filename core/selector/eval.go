@@ -20,8 +20,12 @@ type (
 	prop    struct{ name string }
 	header  struct{ h Header }
 	notNode struct{ x node }
-	andNode struct{ xs []node }
-	orNode  struct{ xs []node }
+	// chainNode is a chain of AND (decides 0: one FALSE makes it FALSE)
+	// or of OR (decides 1: one TRUE makes it TRUE).
+	chainNode struct {
+		xs      []node
+		decides int
+	}
 	negNode struct{ x node }
 	cmpNode struct {
 		op   byte // '=', 'n' (<>), '<', 'l' (<=), '>', 'g' (>=)
@@ -63,25 +67,12 @@ func not(c int) int {
 	return 1 - c
 }
 
-func (n *andNode) eval(src Source) Value {
-	r := 1
+func (n *chainNode) eval(src Source) Value {
+	r := 1 - n.decides
 	for _, x := range n.xs {
-		switch cond(x.eval(src)) {
-		case 0:
-			return BoolValue(false)
-		case -1:
-			r = -1
-		}
-	}
-	return boolOf(r)
-}
-
-func (n *orNode) eval(src Source) Value {
-	r := 0
-	for _, x := range n.xs {
-		switch cond(x.eval(src)) {
-		case 1:
-			return BoolValue(true)
+		switch c := cond(x.eval(src)); c {
+		case n.decides:
+			return BoolValue(c == 1)
 		case -1:
 			r = -1
 		}

@@ -349,17 +349,17 @@ func want(x typed, t ty, pos int, op string) error {
 
 // expr := and (OR and)*
 func (p *parser) expr() (typed, error) {
-	return p.chain("OR", p.and, func(xs []node) node { return &orNode{xs} })
+	return p.chain("OR", p.and, 1)
 }
 
 // and := not (AND not)*
 func (p *parser) and() (typed, error) {
-	return p.chain("AND", p.not, func(xs []node) node { return &andNode{xs} })
+	return p.chain("AND", p.not, 0)
 }
 
 // chain parses a chain of one boolean operator into one n-ary node, so
 // that `a=1 OR a=2 OR … OR a=500` is one level deep, not 500.
-func (p *parser) chain(kw string, sub func() (typed, error), mkNode func([]node) node) (typed, error) {
+func (p *parser) chain(kw string, sub func() (typed, error), decides int) (typed, error) {
 	pos := p.tok.pos
 	first, err := sub()
 	if err != nil || !p.isKw(kw) {
@@ -381,7 +381,7 @@ func (p *parser) chain(kw string, sub func() (typed, error), mkNode func([]node)
 		}
 		xs[i] = k.n
 	}
-	return p.mk(pos, mkNode(xs), tyBool, kids...)
+	return p.mk(pos, &chainNode{xs: xs, decides: decides}, tyBool, kids...)
 }
 
 // not := NOT not | comparison
