@@ -188,3 +188,37 @@ func TestSelectorInvalid(t *testing.T) {
 	// The session is fine: a valid selector still attaches.
 	newReceiver(t, s, "shop/#", selOpts("ok", "color = 'red'"))
 }
+
+// TestSelectorBesideOtherFilters: filters the gateway does not apply are
+// left out of the attach answer beside an applied selector (AMQP 1.0
+// part 3 §3.5.3): an unknown one everywhere, no-local on a queue.
+func TestSelectorBesideOtherFilters(t *testing.T) {
+	e := startServer(t)
+	e.declare(t, queue.Config{Name: "q"})
+	s := e.session(t)
+	const unknown = "example.org:unknown-filter"
+	filters := []goamqp.LinkFilter{goamqp.NewSelectorFilter("color = 'red'"), goamqp.NewLinkFilter(unknown, 0, "x"),
+		goamqp.NewLinkFilter(string(noLocalFilterName), noLocalFilterCode, []any{})}
+	topic := newReceiver(t, s, "shop/#", &goamqp.ReceiverOptions{Credit: 10, Filters: filters})
+	q := newReceiver(t, s, "queue://q", &goamqp.ReceiverOptions{Credit: 10, Filters: filters})
+	for _, c := range []struct {
+		who     string
+		r       *goamqp.Receiver
+		noLocal bool
+	}{{"topic", topic, true}, {"queue", q, false}} {
+		if v := echoedSelector(c.r); v != "color = 'red'" {
+			t.Errorf("%s: attach answer's selector %#v", c.who, v)
+		}
+		if v := c.r.LinkSourceFilterValue(unknown); v != nil {
+			t.Errorf("%s: the unknown filter is echoed: %#v", c.who, v)
+		}
+		if v := c.r.LinkSourceFilterValue(string(noLocalFilterName)); (v != nil) != c.noLocal {
+			t.Errorf("%s: no-local in the answer %#v, want it %v", c.who, v, c.noLocal)
+		}
+	}
+	other := e.session(t) // no-local: another connection publishes
+	sendProps(t, newSender(t, other, "queue://q", nil), shop, "a", "b", "c", "d")
+	sendProps(t, newSender(t, other, "shop/items", nil), shop, "a", "b", "c", "d")
+	expectBodies(t, "topic", receiveUntil(t, topic, "d"), "a", "b", "d")
+	expectBodies(t, "queue", receiveUntil(t, q, "d"), "a", "b", "d")
+}
