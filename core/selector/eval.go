@@ -140,12 +140,13 @@ func (n *cmpNode) eval(src Source) Value {
 }
 
 func (n *betweenNode) eval(src Source) Value {
-	x := n.x.eval(src)
-	ge, le := order('g', x, n.lo.eval(src)), order('l', x, n.hi.eval(src))
-	if n.not { // x < lo OR x > hi
-		return boolOf(or3(not(ge), not(le)))
+	x, lo, hi := n.x.eval(src), n.lo.eval(src), n.hi.eval(src)
+	if n.not {
+		// x < lo OR x > hi, as §3.8.1.1 defines it: not NOT BETWEEN's
+		// negation, which differs for unlike types (FALSE both ways).
+		return boolOf(or3(order('<', x, lo), order('>', x, hi)))
 	}
-	return boolOf(and3(ge, le))
+	return boolOf(and3(order('g', x, lo), order('l', x, hi)))
 }
 
 func and3(a, b int) int {

@@ -49,6 +49,11 @@ func TestMatchOverUserProperties(t *testing.T) {
 		{"price NOT BETWEEN 13 AND 20", true},
 		{"big > 1E19", true},
 		{"color > 1", false}, // unlike types: FALSE
+		{"color BETWEEN 1 AND 2", false},
+		{"color NOT BETWEEN 1 AND 2", false}, // color < 1 OR color > 2: FALSE too (QPID-6717)
+		{"missing NOT BETWEEN 1 AND 2", false},
+		{"price NOT BETWEEN 1 AND missing", false}, // FALSE OR UNKNOWN
+		{"price NOT BETWEEN 20 AND missing", true}, // TRUE OR UNKNOWN
 		{"NOT color > 1", true},
 		{"color = 1", false},
 		{"color <> 1", false},
