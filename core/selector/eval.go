@@ -163,13 +163,22 @@ func or3(a, b int) int {
 	return min(a, b)
 }
 
-func (n *inNode) eval(src Source) Value {
-	x := n.x.eval(src)
+// notString answers IN and LIKE for an operand that is not a string:
+// NULL is UNKNOWN, another type FALSE (unlike types, NOT or not).
+func notString(x Value) (Value, bool) {
 	switch {
 	case x.Kind == Null:
-		return unknown
+		return unknown, true
 	case !x.isStringlike():
-		return BoolValue(false)
+		return BoolValue(false), true
+	}
+	return Value{}, false
+}
+
+func (n *inNode) eval(src Source) Value {
+	x := n.x.eval(src)
+	if r, ok := notString(x); ok {
+		return r
 	}
 	for _, s := range n.set {
 		if s == x.S {
@@ -181,11 +190,8 @@ func (n *inNode) eval(src Source) Value {
 
 func (n *likeNode) eval(src Source) Value {
 	x := n.x.eval(src)
-	switch {
-	case x.Kind == Null:
-		return unknown
-	case !x.isStringlike():
-		return BoolValue(false)
+	if r, ok := notString(x); ok {
+		return r
 	}
 	return BoolValue(n.pat.match(x.S) != n.not)
 }
