@@ -163,21 +163,23 @@ func jmsQueueKind(name string) int8 {
 
 // attachQueueOut makes l a consumer of q: a browser when the source asks
 // for distribution-mode copy (JMS QueueBrowser). opts carries a fallback
-// link's Filter and Fallback.
-func (s *session) attachQueueOut(l *outLink, reply *frames.Attach, sc *frames.Source, q *queue.Queue, opts queue.ConsumerOptions) error {
+// link's Filter and Fallback; f the source's filters, of which the JMS
+// selector applies (queue.ConsumerOptions.Select).
+func (s *session) attachQueueOut(l *outLink, reply *frames.Attach, sc *frames.Source, f *sourceFilters, q *queue.Queue, opts queue.ConsumerOptions) error {
 	c := s.c
 	l.browse = sc.DistributionMode == distCopy && !opts.Fallback
 	l.retainedDone = true // a queue has no retained copies
 	opts.Browse, opts.Notify, opts.Deleted = l.browse, l.wake, l.queueDeleted
+	opts.Select = selectFunc(f.sel)
 	qc, err := q.Consume(opts)
 	if err != nil {
 		return s.refuse(l, reply, linkErr(queueCond(err), "%v", err))
 	}
 	l.qc = qc
 	c.addConsumer(qc)
-	// Filters (JMS selectors, no-local) do not apply to a queue: left out
-	// of the answer, so the client knows.
-	sc.Filter = nil
+	// Of the filters, the selector applies; no-local and except filters
+	// are about topics: left out of the answer, so the client knows.
+	sc.Filter = f.queueKept()
 	reply.Source = sc
 	s.keep(l)
 	return c.send(outItem{sess: s, body: reply, do: func(w *writer) { w.attachOut(l) }})
@@ -354,7 +356,7 @@ func (l *outLink) consumeAlternates() {
 		return
 	}
 	for _, q := range e.AlternatesMatching(l.filter) {
-		qc, err := q.Consume(queue.ConsumerOptions{Filter: l.filter, Notify: l.wake})
+		qc, err := q.Consume(queue.ConsumerOptions{Filter: l.filter, Select: selectFunc(l.sel), Notify: l.wake})
 		if err != nil {
 			continue // deleted meanwhile: nothing to drain
 		}

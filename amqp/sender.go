@@ -12,6 +12,7 @@ import (
 	"github.com/tolsey/tolsey/core/auth"
 	"github.com/tolsey/tolsey/core/queue"
 	"github.com/tolsey/tolsey/core/queue/match"
+	"github.com/tolsey/tolsey/core/selector"
 	"github.com/tolsey/tolsey/retain"
 )
 
@@ -27,6 +28,7 @@ type outLink struct {
 
 	// Fixed at attach.
 	except     []match.Filter          // the source's except filter (exceptions.go); a group member's are its group's
+	sel        *selector.Selector      // the source's JMS selector (selectors.go), or nil; a group member's is its group's
 	sndMode    frames.SenderSettleMode // settled: all presettled; unsettled: none; mixed: QoS 0 presettled
 	aclPartial bool                    // the ACL allows the filter only partly: check each message (authz.go)
 	second     bool                    // the peer's rcv-settle-mode is second
@@ -140,36 +142,13 @@ func (q *msgQueue) dropBack() {
 
 // JMS no-local filter (Qpid JMS): the subscriber does not want messages
 // its own connection published. With the gateway's except filter
-// (exceptions.go) it is the one filter applied; others (selectors) are not
-// supported and are left out of our attach, so the client knows
+// (exceptions.go) and JMS selectors (selectors.go) it is one of the
+// filters applied; others are left out of our attach, so the client knows
 // (AMQP 1.0 part 3 §3.5.3).
 const (
 	noLocalFilterName encoding.Symbol = "apache.org:no-local-filter:list"
 	noLocalFilterCode uint64          = 0x0000468C00000003
 )
-
-// supportedFilters returns the entries of a source's filter-set the
-// gateway applies, what they ask for, and the error of an except filter
-// that is not valid.
-func supportedFilters(f encoding.Fields) (kept encoding.Fields, noLocal bool, except []match.Filter, err error) {
-	for _, e := range f {
-		d, ok := e.Value.(encoding.Described)
-		switch {
-		case !ok:
-		case d.Descriptor == noLocalFilterName || d.Descriptor == noLocalFilterCode:
-			kept = append(kept, e)
-			noLocal = true
-		case d.Descriptor == exceptFilterName:
-			exc, err := parseExceptFilter(d.Value)
-			if err != nil {
-				return nil, false, nil, err
-			}
-			kept = append(kept, e)
-			except = append(except, exc...)
-		}
-	}
-	return kept, noLocal, except, nil
-}
 
 func (s *session) attachOut(a *frames.Attach) error {
 	c := s.c
@@ -208,6 +187,11 @@ func (s *session) attachOut(a *frames.Attach) error {
 		return c.send(outItem{sess: s, body: reply, do: func(w *writer) { w.attachOut(l) }})
 	}
 	sc := *src
+	filters, err := c.s.parseFilters(src.Filter)
+	if err != nil {
+		return s.refuse(l, reply, linkErr(frames.ErrCondInvalidField, "source filter: %v", err))
+	}
+	l.sel = filters.sel
 	switch {
 	case src.Dynamic && c.s.wantsTempQueue(src.Capabilities):
 		name, le := c.newTempQueue()
@@ -220,7 +204,7 @@ func (s *session) attachOut(a *frames.Attach) error {
 		}
 		sc.Address = prefixQueue + name
 		l.tmpQueue = name
-		return s.attachQueueOut(l, reply, &sc, q, queue.ConsumerOptions{})
+		return s.attachQueueOut(l, reply, &sc, &filters, q, queue.ConsumerOptions{})
 	case src.Dynamic:
 		sc.Address = c.newTemp(src.Capabilities)
 		l.filter = sc.Address
@@ -234,7 +218,7 @@ func (s *session) attachOut(a *frames.Attach) error {
 		if c.subscribeDecision(name) != auth.Allow {
 			return s.refuse(l, reply, unauthorized("not authorised to subscribe to all of %q", core.ShortTopic(name)))
 		}
-		return s.attachQueueOut(l, reply, &sc, q, queue.ConsumerOptions{Filter: name, Fallback: true})
+		return s.attachQueueOut(l, reply, &sc, &filters, q, queue.ConsumerOptions{Filter: name, Fallback: true})
 	default:
 		name, kind := c.s.resolve(src.Address, src.Capabilities)
 		if kind == nodeQueue {
@@ -245,7 +229,7 @@ func (s *session) attachOut(a *frames.Attach) error {
 			if !c.mayConsume(name) {
 				return s.refuse(l, reply, unauthorized("not authorised to consume from queue %q", core.ShortTopic(name)))
 			}
-			return s.attachQueueOut(l, reply, &sc, q, queue.ConsumerOptions{})
+			return s.attachQueueOut(l, reply, &sc, &filters, q, queue.ConsumerOptions{})
 		}
 		if err := c.s.checkFilter(name); err != nil {
 			return s.refuse(l, reply, linkErr(frames.ErrCondInvalidField, "source %q is not a topic filter: %v", core.ShortTopic(src.Address), err))
@@ -260,12 +244,8 @@ func (s *session) attachOut(a *frames.Attach) error {
 		}
 		l.filter = name
 	}
-	var noLocal bool
-	var err error
-	sc.Filter, noLocal, l.except, err = supportedFilters(src.Filter)
-	if err != nil {
-		return s.refuse(l, reply, linkErr(frames.ErrCondInvalidField, "source filter: %v", err))
-	}
+	noLocal := filters.noLocal
+	sc.Filter, l.except = filters.kept, filters.except
 	// Stored retained copies go to a late subscriber first; not for a
 	// dynamic node (nothing is retained there) nor a shared subscription
 	// (docs/architecture.md, decision 1).
@@ -315,7 +295,7 @@ func (s *session) attachOut(a *frames.Attach) error {
 
 // Deliver implements core.Subscriber. It must not block.
 func (l *outLink) Deliver(m *core.Message, _ core.Delivery) error {
-	if match.AnyMatches(l.except, m.Topic) || !l.mayRead(m.Topic) {
+	if match.AnyMatches(l.except, m.Topic) || !l.sel.MatchMessage(m) || !l.mayRead(m.Topic) {
 		return nil
 	}
 	if ok, closed := l.offer(queued{m: m}); !ok && !closed {
@@ -358,7 +338,7 @@ func (l *outLink) feedRetained(ctx context.Context, since time.Time) {
 }
 
 func (l *outLink) pushRetained(m *core.Message) bool {
-	if match.AnyMatches(l.except, m.Topic) || !l.mayRead(m.Topic) {
+	if match.AnyMatches(l.except, m.Topic) || !l.sel.MatchMessage(m) || !l.mayRead(m.Topic) {
 		return true
 	}
 	for {

@@ -77,6 +77,10 @@ type Options struct {
 	// in begin is 2*MaxLinksPerConnection-1 (room for the links and for
 	// refused ones awaiting the client's detach).
 	MaxLinksPerConnection int
+	// MaxSelectorLength bounds a JMS selector's length in bytes (default
+	// 4096; selectors.go): a longer one refuses the link with
+	// amqp:invalid-field.
+	MaxSelectorLength int
 	// WriteTimeout bounds each write to a client's socket: a client that
 	// stops reading for that long (while the gateway has frames for it,
 	// heartbeats included) is disconnected. 0 disables it.

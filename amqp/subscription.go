@@ -8,6 +8,7 @@ import (
 	"github.com/tolsey/tolsey/amqp/internal/frames"
 	"github.com/tolsey/tolsey/core"
 	"github.com/tolsey/tolsey/core/queue/match"
+	"github.com/tolsey/tolsey/core/selector"
 )
 
 // JMS durable and shared subscriptions (Qpid JMS; README, "AMQP 1.0").
@@ -46,8 +47,9 @@ type subscription struct {
 	noLocal bool
 	durable bool
 	shared  bool
-	except  []match.Filter // the except filter (exceptions.go)
-	source  frames.Source  // what an attach answer says about it
+	except  []match.Filter     // the except filter (exceptions.go)
+	sel     *selector.Selector // the JMS selector (selectors.go), or nil
+	source  frames.Source      // what an attach answer says about it
 	sub     *core.Subscription
 
 	mu      sync.Mutex
@@ -81,7 +83,7 @@ func subscriptionKey(container, link string, src *frames.Source) (key string, du
 // robin, skipping full ones); with none attached a durable subscription
 // keeps it.
 func (s *subscription) Deliver(m *core.Message, _ core.Delivery) error {
-	if match.AnyMatches(s.except, m.Topic) {
+	if match.AnyMatches(s.except, m.Topic) || !s.sel.MatchMessage(m) {
 		return nil
 	}
 	q := queued{m: m}
@@ -234,7 +236,7 @@ func (srv *Server) openSubscription(l *outLink, key string, noLocal, durable, sh
 	defer srv.subsMu.Unlock()
 	if old := srv.subs[key]; old != nil {
 		same := old.filter == filter && old.noLocal == noLocal && old.durable == durable && old.shared == shared &&
-			sameExceptions(old.except, l.except)
+			sameExceptions(old.except, l.except) && sameSelector(old.sel, l.sel)
 		busy := old.attached()
 		switch {
 		case same && (shared || !busy):
@@ -253,6 +255,7 @@ func (srv *Server) openSubscription(l *outLink, key string, noLocal, durable, sh
 		durable: durable,
 		shared:  shared,
 		except:  l.except,
+		sel:     l.sel,
 		source:  src,
 	}
 	opts := core.SubOptions{QoS: 2, NoLocal: noLocal, Client: container}

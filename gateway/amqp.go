@@ -41,6 +41,7 @@ func (g *Gateway) startAMQP(context.Context) error {
 		WriteTimeout:          g.cfg.AMQP.WriteTimeout,
 		MaxSessions:           g.cfg.AMQP.MaxSessions,
 		MaxLinksPerConnection: g.cfg.AMQP.MaxLinks,
+		MaxSelectorLength:     g.cfg.AMQP.MaxSelector,
 	})
 	if err != nil {
 		return err

@@ -30,19 +30,36 @@ type ConsumerOptions struct {
 	// of the queue that is neither a fallback nor a browser would take it
 	// (an AMQP qd.fallback link).
 	Fallback bool
+	// Select, when set, picks the messages the consumer takes (a JMS
+	// selector, core/selector); the others stay for the queue's other
+	// consumers, and a browser does not see them. It is called under the
+	// queue's lock, for every ready message Next passes over, so it must
+	// be cheap and must not call the queue. Cost: a consumer whose
+	// selector matches none of the ready messages makes each Next scan the
+	// window (Engine Window messages at most) and put them back; and
+	// messages no consumer selects stay in the window, so a window full
+	// of them holds back the ones behind it until a consumer that wants
+	// them attaches (docs/queues.md, "Selectors").
+	Select func(*core.Message) bool
 }
 
 // selective reports whether the consumer takes only some of the queue's
 // messages (Filter, Fallback): such a consumer is outside an exclusive
 // queue's order of active and standby consumers, so that one that does
 // not want a message never holds it back from the others.
-func (o *ConsumerOptions) selective() bool { return o.Filter != "" || o.Fallback }
+func (o *ConsumerOptions) selective() bool { return o.Filter != "" || o.Fallback || o.Select != nil }
+
+// wants reports whether a consumer with these options would take m,
+// Fallback aside.
+func (o *ConsumerOptions) wants(m *core.Message) bool {
+	return (o.Filter == "" || core.Match(o.Filter, m.Topic)) && (o.Select == nil || o.Select(m))
+}
 
 // takes reports whether c may take e, alternates-wise: its filter matches,
 // and, for a fallback consumer, no ordinary consumer would take e. q.mu
 // is held.
 func (c *Consumer) takesLocked(e *entry) bool {
-	if c.opts.Filter != "" && !core.Match(c.opts.Filter, e.rec.Msg.Topic) {
+	if !c.opts.wants(e.rec.Msg) {
 		return false
 	}
 	if !c.opts.Fallback {
@@ -52,7 +69,7 @@ func (c *Consumer) takesLocked(e *entry) bool {
 		if o.opts.Browse || o.opts.Fallback {
 			continue
 		}
-		if o.opts.Filter == "" || core.Match(o.opts.Filter, e.rec.Msg.Topic) {
+		if o.opts.wants(e.rec.Msg) {
 			return false
 		}
 	}
@@ -183,7 +200,7 @@ func (c *Consumer) browse() (Delivery, bool) {
 			r := c.browseBuf[0]
 			c.browseBuf = c.browseBuf[1:]
 			c.browsed = r.ID
-			if !r.Msg.Expired(now) {
+			if !r.Msg.Expired(now) && (c.opts.Select == nil || c.opts.Select(r.Msg)) {
 				q.mu.Unlock()
 				return Delivery{ID: r.ID, Msg: r.Msg}, true
 			}
