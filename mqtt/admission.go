@@ -121,15 +121,12 @@ func (a *admission) refusal(cl *mochi.Client) string {
 // error that ends the connection. Written here rather than by
 // mochi.SendConnack, which replaces a Reason String with the code's name.
 func (a *admission) refuseConnect(cl *mochi.Client, reason string) error {
-	code, why := packets.ErrQuotaExceeded, "quota exceeded: the gateway has as many connections as it takes"
-	switch reason {
-	case limits.ReasonAddress:
-		why = "quota exceeded: too many connections from this address"
-	case limits.ReasonRate:
-		code, why = packets.ErrConnectionRateExceeded, "connection rate exceeded for this address: retry later"
+	code := packets.ErrQuotaExceeded
+	if reason == limits.ReasonRate {
+		code = packets.ErrConnectionRateExceeded
 	}
 	ack := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connack}, ReasonCode: code.Code,
-		Properties: packets.Properties{ReasonString: why}}
+		Properties: packets.Properties{ReasonString: limits.Describe(reason)}}
 	if cl.Properties.ProtocolVersion < 5 {
 		// 3.1.1 has no quota codes: 3 is "the Network Connection has been
 		// made but the MQTT service is unavailable" [MQTT-3.2.2.3].

@@ -26,6 +26,21 @@ const (
 	ReasonRate    = "connect_rate"                // limits.connectRate / connectBurst
 )
 
+// Describe says what reason means to the client refused, in the words
+// every front-end sends (an MQTT 5 Reason String, an AMQP error's
+// description).
+func Describe(reason string) string {
+	switch reason {
+	case ReasonTotal:
+		return "quota exceeded: the gateway has as many connections as it takes"
+	case ReasonAddress:
+		return "quota exceeded: too many connections from this address"
+	case ReasonRate:
+		return "connection rate exceeded for this address: retry later"
+	}
+	return reason
+}
+
 // Reasons lists every reason, for series that read 0 from the start.
 var Reasons = []string{ReasonTotal, ReasonAddress, ReasonRate}
 
