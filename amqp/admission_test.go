@@ -3,7 +3,6 @@ package amqp
 import (
 	"context"
 	"errors"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -12,29 +11,19 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/tolsey/tolsey/amqp/internal/frames"
+	"github.com/tolsey/tolsey/core/coretest"
 	"github.com/tolsey/tolsey/core/limits"
 )
 
-// The tests dial from their own loopback addresses (Linux routes all of
-// 127/8 to lo), so that one address can be over its limits while another
+// The tests dial from their own loopback addresses (coretest.DialFrom),
+// so that one address can be over its limits while another
 // is not.
-
-func dialFrom(t testing.TB, from, addr string) net.Conn {
-	t.Helper()
-	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 5 * time.Second}
-	nc, err := d.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { nc.Close() })
-	return nc
-}
 
 // goamqpFrom connects go-amqp from the address from; opts nil: no SASL
 // (the bare AMQP header).
 func goamqpFrom(t testing.TB, from, addr string, opts *goamqp.ConnOptions) (*goamqp.Conn, error) {
 	t.Helper()
-	c, err := goamqp.NewConn(ctx5(t), dialFrom(t, from, addr), opts)
+	c, err := goamqp.NewConn(ctx5(t), coretest.DialFrom(t, from, addr), opts)
 	if err == nil {
 		t.Cleanup(func() { c.Close() })
 	}
@@ -102,7 +91,7 @@ func TestConnectionsPerAddress(t *testing.T) {
 	}
 
 	// The same on the wire: the open says a close follows.
-	raw := &rawConn{t: t, nc: dialFrom(t, "127.0.0.2", e.addr)}
+	raw := &rawConn{t: t, nc: coretest.DialFrom(t, "127.0.0.2", e.addr)}
 	raw.r, raw.w = frames.NewReader(raw.nc, 1<<24), frames.NewWriter(raw.nc, 0)
 	o := raw.open(nil)
 	if len(o.Properties) == 0 || o.Properties[0].Key != "amqp:connection-establishment-failed" {
@@ -147,7 +136,7 @@ func TestConnectRate(t *testing.T) {
 func TestRefusedSilentClosed(t *testing.T) {
 	e := startServer(t, func(o *Options) { o.Admission = limits.New(limits.Options{MaxConnections: 1}) })
 	roundTripFrom(t, e, "127.0.0.6") // its connection stays open until the test ends
-	nc := dialFrom(t, "127.0.0.7", e.addr)
+	nc := coretest.DialFrom(t, "127.0.0.7", e.addr)
 	_ = nc.SetReadDeadline(time.Now().Add(handshakeTimeout - time.Second))
 	var b [8]byte
 	if _, err := nc.Read(b[:]); err == nil || errors.Is(err, context.DeadlineExceeded) {

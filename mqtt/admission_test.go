@@ -11,6 +11,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/tolsey/tolsey/core/coretest"
 	"github.com/tolsey/tolsey/core/limits"
 	"github.com/tolsey/tolsey/core/metrics"
 	"github.com/tolsey/tolsey/retain"
@@ -21,24 +22,11 @@ import (
 // of 127/8 to lo), so that one address can be over its limits while
 // another is not.
 
-// dialFrom opens a TCP connection to addr from the loopback address from,
-// closed when the test ends.
-func dialFrom(t *testing.T, from, addr string) net.Conn {
-	t.Helper()
-	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 10 * time.Second}
-	c, err := d.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
 // connackFrom sends a CONNECT of version (4: MQTT 3.1.1, 5) from the
 // address from, and returns the CONNACK and the client.
 func connackFrom(t *testing.T, from, addr string, version byte, id string) (packets.Packet, *rawClient) {
 	t.Helper()
-	conn := dialFrom(t, from, addr)
+	conn := coretest.DialFrom(t, from, addr)
 	c := &rawClient{conn: conn, r: bufio.NewReader(conn), version: version}
 	c.write(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect},
 		Connect: packets.ConnectParams{ProtocolName: []byte("MQTT"), Clean: true, Keepalive: 30, ClientIdentifier: id}})
@@ -53,27 +41,14 @@ func connackFrom(t *testing.T, from, addr string, version byte, id string) (pack
 // success.
 func pahoFrom(t *testing.T, from, addr, id string) *testClient {
 	t.Helper()
-	conn := dialFrom(t, from, addr)
-	c := &testClient{id: id, conn: conn, msgs: make(chan *paho.Publish, 10)}
-	c.Client = paho.NewClient(paho.ClientConfig{ClientID: id, Conn: conn,
-		OnPublishReceived: []func(paho.PublishReceived) (bool, error){func(pr paho.PublishReceived) (bool, error) {
-			c.msgs <- pr.Packet
-			return true, nil
-		}}})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if ca, err := c.Connect(ctx, &paho.Connect{ClientID: id, CleanStart: true, KeepAlive: 30}); err != nil || ca.ReasonCode != 0 {
-		t.Fatalf("connect %s from %s: %v %v", id, from, err, ca)
-	}
-	t.Cleanup(func() { _ = c.Disconnect(&paho.Disconnect{}) })
-	return c
+	return connectOn(t, coretest.DialFrom(t, from, addr), &paho.Connect{ClientID: id, CleanStart: true, KeepAlive: 30})
 }
 
 // pahoRefused connects a paho MQTT 5 client from the address from and
 // returns the CONNACK that refused it.
 func pahoRefused(t *testing.T, from, addr, id string) *paho.Connack {
 	t.Helper()
-	conn := dialFrom(t, from, addr)
+	conn := coretest.DialFrom(t, from, addr)
 	c := paho.NewClient(paho.ClientConfig{ClientID: id, Conn: conn})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -179,6 +154,8 @@ func TestMaxConnections(t *testing.T) {
 	s, m := startAdmissionServer(t, limits.Options{MaxConnections: 2})
 	pahoFrom(t, "127.0.0.6", s.Addr(), "t1")
 	wsDial(t, s) // a WebSocket connection is counted from its upgrade
+	// which the server completes after the client has its answer.
+	waitUntil(t, "the WebSocket connection to be admitted", func() bool { return s.opts.Admission.Open() == 2 })
 	if ca := pahoRefused(t, "127.0.0.7", s.Addr(), "t3"); ca.ReasonCode != 0x97 {
 		t.Fatalf("over the total: %#x, want 0x97", ca.ReasonCode)
 	}
