@@ -51,7 +51,7 @@ func New() *Metrics {
 	}, []string{"reason"})
 	m.LimitRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tolsey_limit_refusals_total",
-		Help: "Client requests refused because a configured limit was reached, by protocol and limit: topic_levels, topic_length (mqtt.maxTopicLevels, mqtt.maxTopicLength), sessions, links (amqp.maxSessions, amqp.maxLinksPerConnection).",
+		Help: "Client requests refused because a configured limit was reached, by protocol and limit: topic_levels, topic_length (mqtt.maxTopicLevels, mqtt.maxTopicLength), sessions, links (amqp.maxSessions, amqp.maxLinksPerConnection), subscriptions (mqtt.maxSubscriptions).",
 	}, []string{"protocol", "limit"})
 	m.Latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "tolsey_publish_to_deliver_seconds",
@@ -68,7 +68,7 @@ func New() *Metrics {
 	}, []string{"protocol", "reason"})
 	m.ConnsRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tolsey_connections_refused_total",
-		Help: "New connections refused by the connection limits, by protocol and reason: max_connections, max_connections_per_address, connect_rate (limits.*), overloaded (closed unanswered: too many refusals already waiting for their client).",
+		Help: "New connections refused by the connection limits (limits.*), by protocol and reason: max_connections, max_connections_per_address, connect_rate.",
 	}, []string{"protocol", "reason"})
 	m.Registry.MustRegister(m.Connections, m.MessagesIn, m.MessagesOut, m.Dropped,
 		m.StoreErrors, m.RetainRefused, m.LimitRefusals, m.Latency, m.ConnsClosed, m.AuthFailures, m.ConnsRefused,
