@@ -108,6 +108,16 @@ func (s *Server) admit(nc net.Conn) (v limits.Verdict, ok bool) {
 	return v, true
 }
 
+// dropped closes a connection accepted while shutting down, which serve
+// will not run for, and gives back what admit took for it.
+func (c *conn) dropped() {
+	c.ticket.Release()
+	if c.refused != "" {
+		c.s.refusing.Add(-1)
+	}
+	c.nc.Close()
+}
+
 // serveRefused answers a connection the limits refused, on its reader
 // goroutine, and closes it:
 //   - after a SASL header (go-amqp, Qpid JMS, Proton with credentials):

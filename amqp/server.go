@@ -289,15 +289,14 @@ func (s *Server) accept(ln *accept.Listener, cfg *tls.Config) {
 		s.mu.Lock()
 		if s.closing {
 			s.mu.Unlock()
-			nc.Close()
+			c.dropped()
 			continue
 		}
 		s.conns[c] = struct{}{}
 		s.mu.Unlock()
 		if !s.spawn(c.serve) {
 			s.forget(c)
-			c.ticket.Release()
-			nc.Close()
+			c.dropped()
 		}
 	}
 }

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/tolsey/tolsey/core/coretest"
+	"github.com/tolsey/tolsey/core/tlsconf/tlstest"
 )
 
 // limits.maxConnections is one total over both protocols: with 2, an MQTT
@@ -92,5 +94,47 @@ func TestConfigLimits(t *testing.T) {
 		{[]string{"--mqtt.maxSubscriptions=-1"}, "mqtt.maxSubscriptions"},
 	} {
 		wantConfigError(t, tc.args, nil, tc.key, "")
+	}
+}
+
+// The TLS listeners count in the same total, and a refusal reaches the
+// client through TLS: MQTT TLS CONNACK 0x97, AMQPS close
+// amqp:resource-limit-exceeded.
+func TestConnectionLimitCountsTLS(t *testing.T) {
+	f := newTLSFixture(t)
+	g := New(testConfig(t, append(f.args("none"), "--limits.maxConnections=2")...), quiet())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := g.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer g.Stop(ctx)
+	cfg := tlstest.ClientConfig(f.ca, nil)
+	if _, _, err := mqttTLS(t, g.MQTTTLSAddr(), "tls-one", cfg); err != nil {
+		t.Fatal(err)
+	}
+	a, err := goamqp.Dial(ctx, "amqps://"+g.AMQPTLSAddr(), &goamqp.ConnOptions{TLSConfig: cfg, SASLType: goamqp.SASLTypeAnonymous()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+
+	conn, err := tls.Dial("tcp", g.MQTTTLSAddr(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := paho.NewClient(paho.ClientConfig{Conn: conn})
+	if ca, err := c.Connect(ctx, &paho.Connect{ClientID: "tls-three", CleanStart: true}); err == nil || ca == nil || ca.ReasonCode != 0x97 {
+		t.Fatalf("a third client over MQTT TLS: %v %v, want CONNACK 0x97", ca, err)
+	}
+	a2, err := goamqp.Dial(ctx, "amqps://"+g.AMQPTLSAddr(), &goamqp.ConnOptions{TLSConfig: cfg})
+	if err == nil {
+		_, err = a2.NewSession(ctx, nil)
+		a2.Close()
+	}
+	var ce *goamqp.ConnError
+	if !errors.As(err, &ce) || ce.RemoteErr == nil || ce.RemoteErr.Condition != goamqp.ErrCondResourceLimitExceeded {
+		t.Fatalf("a third client over AMQPS: %v, want amqp:resource-limit-exceeded", err)
 	}
 }
