@@ -224,3 +224,28 @@ func TestMaxSubscriptions(t *testing.T) {
 		t.Fatalf("tolsey_limit_refusals_total{limit=subscriptions} = %v, want 3", n)
 	}
 }
+
+// TestRefusalFlood: refused connections that never send their CONNECT
+// hold at most maxPendingRefusals goroutines (the rest are closed at
+// accept), each for refuseTimeout; meanwhile another address is served.
+func TestRefusalFlood(t *testing.T) {
+	s, m := startAdmissionServer(t, limits.Options{MaxPerAddress: 1})
+	pahoFrom(t, "127.0.0.8", s.Addr(), "holder")
+	const n = maxPendingRefusals + 44
+	for range n {
+		coretest.DialFrom(t, "127.0.0.8", s.Addr()) // silent: never sends CONNECT
+	}
+	waitUntil(t, "every flood connection refused", func() bool {
+		return counter(t, m.ConnsRefused, "mqtt", limits.ReasonAddress) == n
+	})
+	pending := func() int {
+		s.adm.mu.Lock()
+		defer s.adm.mu.Unlock()
+		return s.adm.pending
+	}
+	if p := pending(); p > maxPendingRefusals {
+		t.Fatalf("%d refusals pending, want at most %d", p, maxPendingRefusals)
+	}
+	roundTrip(t, "127.0.0.3", s.Addr(), "bystander")
+	waitUntil(t, "the silent refused connections closed", func() bool { return pending() == 0 })
+}
