@@ -15,6 +15,7 @@ import (
 	"github.com/tolsey/tolsey/amqp/internal/encoding"
 	"github.com/tolsey/tolsey/amqp/internal/frames"
 	"github.com/tolsey/tolsey/core/auth"
+	"github.com/tolsey/tolsey/core/limits"
 	"github.com/tolsey/tolsey/core/queue"
 )
 
@@ -53,6 +54,10 @@ type conn struct {
 	ready   []*outLink
 
 	forced atomic.Bool // Shutdown asked this connection to close
+
+	// Set at accept, before serve: the connection limits' verdict.
+	ticket  limits.Ticket // released when serve returns
+	refused string        // why the limits refused it; "" admitted
 
 	// Publishes whose outcome a subscriber holds (core.Delivery.Acks):
 	// heldSlots bounds them (the reader waits for a slot, which stops it
@@ -148,6 +153,11 @@ func (c *conn) armWrite(timeout time.Duration) (closing bool) {
 
 // serve is the reader goroutine.
 func (c *conn) serve() {
+	defer c.ticket.Release()
+	if c.refused != "" {
+		c.serveRefused()
+		return
+	}
 	c.s.opts.Metrics.Conn("amqp", 1)
 	defer c.s.opts.Metrics.Conn("amqp", -1)
 	defer c.s.forget(c)

@@ -15,6 +15,7 @@ import (
 	"github.com/tolsey/tolsey/core"
 	"github.com/tolsey/tolsey/core/accept"
 	"github.com/tolsey/tolsey/core/auth"
+	"github.com/tolsey/tolsey/core/limits"
 	"github.com/tolsey/tolsey/core/metrics"
 	"github.com/tolsey/tolsey/core/queue"
 	"github.com/tolsey/tolsey/retain"
@@ -86,6 +87,11 @@ type Options struct {
 	// heartbeats included) is disconnected. 0 disables it.
 	WriteTimeout time.Duration
 
+	// Admission applies the connection limits (limits.maxConnections,
+	// maxConnectionsPerAddress, connectRate: limits.go); one shared with
+	// the MQTT front-end makes the total one number. nil: none.
+	Admission *limits.Admission
+
 	// Queues is the queue engine (docs/queues.md, "AMQP"); nil: no queues,
 	// and a queue address is refused with amqp:not-found.
 	Queues *queue.Engine
@@ -127,17 +133,18 @@ type Server struct {
 	counters counters
 	out      *metrics.Outlet // messages out and their latency, resolved once: counted per delivery
 
-	mu      sync.Mutex
-	closing bool          // Shutdown has begun: spawn refuses
-	quit    chan struct{} // closed when Shutdown begins: waits end early
-	conns   map[*conn]struct{}
-	wg      sync.WaitGroup           // every goroutine started by spawn
-	connSeq atomic.Uint64            // connection numbers (temporary addresses, logs)
-	tmpMu   sync.Mutex               // guards tmp
-	tmp     map[string]int8          // temporary address → x-opt-jms-dest kind
-	subsMu  sync.Mutex               // guards subs
-	subs    map[string]*subscription // durable and shared subscriptions by key
-	autoMu  sync.Mutex               // serialises AutoCreateQueues: Declare changes an existing queue
+	mu       sync.Mutex
+	closing  bool          // Shutdown has begun: spawn refuses
+	quit     chan struct{} // closed when Shutdown begins: waits end early
+	conns    map[*conn]struct{}
+	wg       sync.WaitGroup           // every goroutine started by spawn
+	connSeq  atomic.Uint64            // connection numbers (temporary addresses, logs)
+	tmpMu    sync.Mutex               // guards tmp
+	tmp      map[string]int8          // temporary address → x-opt-jms-dest kind
+	subsMu   sync.Mutex               // guards subs
+	subs     map[string]*subscription // durable and shared subscriptions by key
+	autoMu   sync.Mutex               // serialises AutoCreateQueues: Declare changes an existing queue
+	refusing atomic.Int32             // refused connections being answered (limits.go)
 }
 
 // New builds the front-end; Start binds and serves.
@@ -273,21 +280,27 @@ func (s *Server) accept(ln *accept.Listener, cfg *tls.Config) {
 		if err != nil {
 			return
 		}
+		v, ok := s.admit(nc)
+		if !ok {
+			nc.Close() // refused, and too many refusals are being answered already
+			continue
+		}
 		if cfg != nil {
 			nc = tls.Server(nc, cfg)
 		}
 		c := newConn(s, nc)
+		c.ticket, c.refused = v.Ticket, v.Reason
 		s.mu.Lock()
 		if s.closing {
 			s.mu.Unlock()
-			nc.Close()
+			c.dropped()
 			continue
 		}
 		s.conns[c] = struct{}{}
 		s.mu.Unlock()
 		if !s.spawn(c.serve) {
 			s.forget(c)
-			nc.Close()
+			c.dropped()
 		}
 	}
 }

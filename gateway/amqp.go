@@ -22,6 +22,7 @@ func (g *Gateway) startAMQP(context.Context) error {
 	}
 	s, err := amqp.New(amqp.Options{
 		Auth:                  live,
+		Admission:             g.admission,
 		Listen:                g.cfg.AMQP.Listen,
 		TLSListen:             g.cfg.AMQP.TLSListen,
 		TLS:                   serverTLS(g.tlsFor("amqp.tls")),

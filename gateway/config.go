@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"regexp"
@@ -41,6 +42,8 @@ const (
 	// the file, which the loader re-encodes as JSON (never fmt.Sprint), and
 	// given as a JSON string in env and flags.
 	kindJSON
+	// kindFloat is a non-negative decimal number (a rate).
+	kindFloat
 	// kindList is a list of strings: a YAML list (or a comma-separated
 	// string) in the file, comma-separated in env and flags.
 	kindList
@@ -79,6 +82,7 @@ var keyDefs = []keyDef{
 	{name: "mqtt.maxSessionExpiry", def: "0", kind: kindDuration, help: "cap on MQTT 5 session expiry for disconnected persistent sessions; 0 = no cap"},
 	{name: "mqtt.maxTopicLevels", def: "128", kind: kindInt, max: 1024, help: "most levels in a topic name or filter (at most 1024: mochi's index costs levels² per subscribe), in every protocol (MQTT topics, AMQP addresses); over it: SUBACK 0x8F, PUBACK 0x90, MQTT 3.1.1 connection closed, AMQP invalid-field"},
 	{name: "mqtt.maxTopicLength", def: "4096", kind: kindBytes, max: 65535, help: "longest topic name or filter in bytes, in every protocol; at most 32768 with retain.backend=embedded (its key limit); refused as for mqtt.maxTopicLevels"},
+	{name: "mqtt.maxSubscriptions", def: "10000", kind: kindInt, max: 1 << 24, help: "subscriptions one MQTT client may hold (a resubscribe counts once); a filter beyond it gets SUBACK 0x97 Quota exceeded (MQTT 3.1.1: 0x80); 0 = no limit"},
 	{name: "amqp.listen", def: "127.0.0.1:5672", kind: kindAddr, optional: true, help: "AMQP 1.0 listen address; empty disables"},
 	{name: "amqp.tls.listen", def: "", kind: kindAddr, optional: true, help: "AMQP 1.0 over TLS (amqps) listen address (5671 by custom; needs amqp.tls.cert and amqp.tls.key); empty disables"},
 	{name: "amqp.tls.cert", def: "", kind: kindString, optional: true, help: "PEM certificate chain (leaf first) of the AMQP TLS listener; re-read on SIGHUP"},
@@ -95,6 +99,10 @@ var keyDefs = []keyDef{
 	{name: "amqp.maxSessions", def: "256", kind: kindInt, max: 1 << 16, help: "sessions per AMQP connection (announced as channel-max; a begin above it closes the connection with framing-error)"},
 	{name: "amqp.maxLinksPerConnection", def: "1000", kind: kindInt, max: 1 << 20, help: "links (senders and receivers, over all sessions) per AMQP connection; an attach beyond it is refused with amqp:resource-limit-exceeded; bounds what one message costs one connection"},
 	{name: "amqp.maxSelectorLength", def: "4096", kind: kindInt, max: 1 << 20, help: "longest JMS message selector (source filter apache.org:selector-filter:string), bytes; a longer one refuses the link with amqp:invalid-field (docs/jms.md)"},
+	{name: "limits.maxConnections", def: "0", kind: kindInt, max: 1 << 30, help: "open client connections in all, over every MQTT (TCP, WebSocket, TLS, WSS) and AMQP listener; beyond it: MQTT 5 CONNACK 0x97, 3.1.1 code 3, AMQP close amqp:resource-limit-exceeded (docs/security.md, \"Limits\"); 0 = no limit"},
+	{name: "limits.maxConnectionsPerAddress", def: "0", kind: kindInt, max: 1 << 30, help: "open client connections from one source address (IPv4 address, IPv6 /64), every listener together; refused as for limits.maxConnections; 0 = no limit"},
+	{name: "limits.connectRate", def: "0", kind: kindFloat, help: "new connections per second one source address may open (a token bucket of limits.connectBurst; fractions allowed, 0.1 = one per 10 s); beyond it: MQTT 5 CONNACK 0x9F, 3.1.1 code 3, AMQP amqp:resource-limit-exceeded; 0 = no limit"},
+	{name: "limits.connectBurst", def: "0", kind: kindInt, max: 1 << 30, help: "connections one source address may open at once before limits.connectRate applies; 0 = max(1, connectRate rounded up)"},
 	{name: "auth.file", def: "", kind: kindString, optional: true, help: "users file (users, password hashes, groups, ACL rules; docs/security.md) for MQTT and AMQP; re-read on SIGHUP and POST /api/v1/reload; empty = no users"},
 	{name: "auth.allowAnonymous", def: "auto", kind: kindEnum, enum: []string{"auto", "true", "false"}, help: "let clients in without credentials: auto = true only while every MQTT and AMQP listener is on loopback; a listener beyond loopback with no auth.file needs true to start"},
 	{name: "admin.listen", def: "127.0.0.1:8088", kind: kindAddr, optional: true, help: "admin HTTP API listen address (/healthz, /readyz, /metrics, /api/v1/retained); empty disables"},
@@ -161,6 +169,7 @@ type Config struct {
 		ConnectTimeout   time.Duration
 		MaxTopicLevels   int
 		MaxTopicLength   int
+		MaxSubscriptions int
 	}
 	AMQP struct {
 		Listen         string
@@ -177,6 +186,7 @@ type Config struct {
 		MaxSelector    int // amqp.maxSelectorLength
 		WriteTimeout   time.Duration
 	}
+	Limits            LimitsConfig
 	Auth              AuthConfig
 	AdminListen       string
 	AdminTLS          tlsconf.Options // Cert empty: plain HTTP
@@ -197,6 +207,15 @@ type Config struct {
 	// LegacyEnv names the GATEWAY_* variables that set keys: still read,
 	// for one release, under TOLSEY_* (the log warns).
 	LegacyEnv []string
+}
+
+// LimitsConfig is limits.*: the connection limits every listener shares
+// (core/limits).
+type LimitsConfig struct {
+	MaxConnections int
+	MaxPerAddress  int
+	ConnectRate    float64
+	ConnectBurst   int
 }
 
 // BridgeConfig is bridge.*.
@@ -430,6 +449,11 @@ func buildConfig(k *koanf.Koanf, byName map[string]*keyDef) (*Config, error) {
 	c.MQTT.ConnectTimeout = dur("mqtt.connectTimeout")
 	c.MQTT.MaxTopicLevels = int(num("mqtt.maxTopicLevels"))
 	c.MQTT.MaxTopicLength = int(num("mqtt.maxTopicLength"))
+	c.MQTT.MaxSubscriptions = int(num("mqtt.maxSubscriptions"))
+	c.Limits.MaxConnections = int(num("limits.maxConnections"))
+	c.Limits.MaxPerAddress = int(num("limits.maxConnectionsPerAddress"))
+	c.Limits.ConnectRate, _ = strconv.ParseFloat(get("limits.connectRate"), 64)
+	c.Limits.ConnectBurst = int(num("limits.connectBurst"))
 	c.AMQP.Listen = get("amqp.listen")
 	c.AMQP.MaxMessageSize = num("amqp.maxMessageSize")
 	c.AMQP.MaxFrameSize = num("amqp.maxFrameSize")
@@ -491,6 +515,9 @@ func buildConfig(k *koanf.Koanf, byName map[string]*keyDef) (*Config, error) {
 	}
 	if c.AMQP.MaxSelector < 1 {
 		return nil, &ConfigError{Key: "amqp.maxSelectorLength", Msg: "must be at least 1"}
+	}
+	if c.Limits.ConnectBurst > 0 && c.Limits.ConnectRate == 0 {
+		return nil, &ConfigError{Key: "limits.connectBurst", Msg: "is set but limits.connectRate is 0 (no rate limit): set both"}
 	}
 	if c.AMQP.MaxFrameSize != 0 && c.AMQP.MaxFrameSize < 512 {
 		return nil, &ConfigError{Key: "amqp.maxFrameSize", Msg: "must be at least 512 (AMQP 1.0 §2.7.1 MIN-MAX-FRAME-SIZE)"}
@@ -595,6 +622,11 @@ func checkValue(d *keyDef, v string) error {
 		}
 		if d.max > 0 && n > d.max {
 			return fmt.Errorf("%d is over the maximum %d", n, d.max)
+		}
+	case kindFloat:
+		x, err := strconv.ParseFloat(v, 64)
+		if err != nil || x < 0 || math.IsInf(x, 0) || math.IsNaN(x) {
+			return fmt.Errorf("%q is not a non-negative number", v)
 		}
 	case kindDuration:
 		x, err := time.ParseDuration(normDuration(v))

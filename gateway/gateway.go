@@ -24,6 +24,7 @@ import (
 	"github.com/tolsey/tolsey/core"
 	"github.com/tolsey/tolsey/core/accept"
 	"github.com/tolsey/tolsey/core/auth"
+	"github.com/tolsey/tolsey/core/limits"
 	"github.com/tolsey/tolsey/core/metrics"
 	"github.com/tolsey/tolsey/core/queue"
 	"github.com/tolsey/tolsey/core/tlsconf"
@@ -44,9 +45,10 @@ type Gateway struct {
 	nats        *bridge.NATS   // nil when bridge.nats.url is empty
 	amqpBridges []*bridge.AMQP // bridge.amqp
 	admin       *adminServer
-	tls         []tlsHolder // the TLS sections listeners use; set before any starts
-	auth        *auth.Live  // set before any listener starts; swapped inside on Reload
-	reloadMu    sync.Mutex  // one Reload at a time (SIGHUP and the admin API may race)
+	tls         []tlsHolder       // the TLS sections listeners use; set before any starts
+	auth        *auth.Live        // set before any listener starts; swapped inside on Reload
+	admission   *limits.Admission // limits.*: one for every listener of both front-ends; nil: none
+	reloadMu    sync.Mutex        // one Reload at a time (SIGHUP and the admin API may race)
 
 	ready   atomic.Bool
 	stopped atomic.Bool
@@ -126,7 +128,15 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 		return err
 	}
 
+	g.admission = limits.New(limits.Options{
+		MaxConnections: g.cfg.Limits.MaxConnections,
+		MaxPerAddress:  g.cfg.Limits.MaxPerAddress,
+		Rate:           g.cfg.Limits.ConnectRate,
+		Burst:          g.cfg.Limits.ConnectBurst,
+	})
 	g.mqtt, err = mqtt.New(mqtt.Options{
+		Admission:        g.admission,
+		MaxSubscriptions: g.cfg.MQTT.MaxSubscriptions,
 		Auth:             g.auth,
 		Listen:           g.cfg.MQTT.Listen,
 		WSListen:         g.cfg.MQTT.WSListen,

@@ -44,6 +44,7 @@ type hook struct {
 	queues  *queues
 	except  *exceptions
 	auth    *authz
+	quota   subQuota // mqtt.maxSubscriptions (subquota.go)
 
 	// Fixed at construction.
 	limits core.TopicLimits   // the router's: mqtt.maxTopicLevels, mqtt.maxTopicLength
@@ -67,6 +68,7 @@ func newHook(s *Server) *hook {
 		queues:  newQueues(s),
 		except:  newExceptions(),
 		auth:    newAuthz(s),
+		quota:   subQuota{max: s.opts.MaxSubscriptions},
 		limits:  s.opts.Router.TopicLimits(),
 		in:      s.opts.Metrics.Counter(s.opts.Metrics.InVec(), "mqtt"),
 		out:     s.opts.Metrics.Outlet("mqtt"),
@@ -103,7 +105,7 @@ func (h *hook) OnConnectAuthenticate(*mochi.Client, packets.Packet) bool { retur
 // recipient of a message (publishToClient, write false), where the ACL and
 // then the recipient's exceptions (exceptions.go) keep out what they match.
 func (h *hook) OnACLCheck(cl *mochi.Client, topic string, write bool) bool {
-	return write || h.auth.mayRead(cl, topic) && h.except.allows(cl, topic)
+	return write || !h.quota.refused(cl, topic) && h.auth.mayRead(cl, topic) && h.except.allows(cl, topic)
 }
 
 func (h *hook) OnSessionEstablished(cl *mochi.Client, _ packets.Packet) {
@@ -247,7 +249,12 @@ func (h *hook) OnRetainMessage(_ *mochi.Client, pk packets.Packet, _ int64) {
 	}
 }
 
-// OnSubscribe refuses filters over the topic limits, and every filter of a
+// limitSubscriptions is the limit label of a filter refused over
+// mqtt.maxSubscriptions in tolsey_limit_refusals_total.
+const limitSubscriptions = "subscriptions"
+
+// OnSubscribe refuses filters over the topic limits and over the
+// subscription quota (subquota.go), and every filter of a
 // SUBSCRIBE whose exceptions are not valid filters, and tells the replayer
 // a SUBSCRIBE has begun: it notes which filters the session held already
 // (Retain Handling 1) before mochi adds them, and closes the client's gate.
@@ -261,6 +268,13 @@ func (h *hook) OnSubscribe(cl *mochi.Client, pk packets.Packet) packets.Packet {
 		filters = refuseAll(filters)
 	}
 	pk.Filters = h.queues.subscribe(cl, filters)
+	if n := h.quota.subscribing(cl, pk.Filters); n > 0 {
+		for range n {
+			h.s.opts.Metrics.LimitRefused("mqtt", limitSubscriptions)
+		}
+		h.s.log.Debug("subscriptions refused: over mqtt.maxSubscriptions", "client", cl.ID, "refused", n,
+			"max", h.quota.max)
+	}
 	h.auth.subscribing(cl, pk.Filters)
 	h.except.subscribing(cl, pk.Filters)
 	h.replay.subscribing(cl, pk.Filters)
@@ -311,6 +325,7 @@ func (h *hook) refuseFilters(cl *mochi.Client, filters packets.Subscriptions) pa
 func (h *hook) OnSubscribed(cl *mochi.Client, pk packets.Packet, codes []byte) {
 	if !cl.Net.Inline {
 		exc, _ := parseExceptions(pk.Properties.User) // refused in OnSubscribe if invalid
+		h.quota.subscribed(cl, pk, codes)             // first: it may change codes the others read
 		h.auth.subscribed(cl)
 		h.except.subscribed(cl, pk, codes, exc)
 		h.replay.subscribed(cl, codes)
@@ -468,9 +483,13 @@ func (h *hook) Deliver(m *core.Message, _ core.Delivery) error {
 // invalid; MQTT 3.1.1, which has no return code for it, by closing the
 // connection [MQTT-3.1.4-1]. It caps an MQTT 5 client's keep alive at
 // mqtt.maxKeepAlive; mochi announces the cap as Server Keep Alive in the
-// CONNACK [MQTT-3.2.2-21]. It authenticates the client (auth.go), and
+// CONNACK [MQTT-3.2.2-21]. It answers a connection the connection limits
+// refused at accept (admission.go), authenticates the client (auth.go), and
 // writes the CONNACK that refuses it.
 func (h *hook) OnConnect(cl *mochi.Client, pk packets.Packet) error {
+	if reason := h.s.adm.refusal(cl); reason != "" {
+		return h.s.adm.refuseConnect(cl, reason) // before auth: a refused client costs no password hash
+	}
 	if w := &cl.Properties.Will; w.Flag > 0 {
 		if err := h.limits.CheckTopic(w.TopicName); err != nil {
 			h.s.opts.Metrics.TopicRefused("mqtt", core.LimitReason(err))

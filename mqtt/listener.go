@@ -50,6 +50,7 @@ type connServer struct {
 	// that trickles in is cut off too; mochi sets the keep-alive
 	// deadline once it has one.
 	connectTimeout time.Duration
+	adm            *admission // the connection limits, shared by every listener
 }
 
 func (l *connServer) ID() string                  { return l.id }
@@ -89,11 +90,30 @@ type ourListener interface {
 // it stay on that goroutine's stack, so each is kept small (no defers,
 // logging in a function of its own): the runtime then shrinks an idle
 // connection's stack to 4 KiB (TestIdleConnectionStackBudget).
-func (l *connServer) serveConn(establish listeners.EstablishFn, conn net.Conn) {
-	_ = conn.SetReadDeadline(time.Now().Add(l.connectTimeout))
+// timeout is how long it has for its CONNECT (admission.admit).
+func (l *connServer) serveConn(establish listeners.EstablishFn, conn net.Conn, timeout time.Duration) {
+	_ = conn.SetReadDeadline(time.Now().Add(timeout))
 	l.ended(establish(l.id, conn))
 	l.conns.remove(conn)
+	l.adm.done(conn)
 	l.wg.Done()
+}
+
+// start serves conn, accepted as raw (the socket under any TLS and
+// WebSocket layer), on a goroutine of its own, unless the connection
+// limits refuse it unanswered or the listener is closing.
+func (l *connServer) start(establish listeners.EstablishFn, conn, raw net.Conn) {
+	timeout := l.adm.admit(conn, l.id, l.connectTimeout)
+	if timeout == 0 {
+		_ = raw.Close() // refused, and too many refusals wait already
+		return
+	}
+	if !l.conns.add(conn, &l.wg) {
+		l.adm.done(conn)
+		_ = conn.Close() // closing
+		return
+	}
+	go l.serveConn(establish, conn, timeout)
 }
 
 //go:noinline
@@ -163,21 +183,18 @@ func (l *tcpListener) Protocol() string { return "tcp" }
 // records what does not.
 func (l *tcpListener) Serve(establish listeners.EstablishFn) {
 	for {
-		conn, err := l.ln.Accept()
+		raw, err := l.ln.Accept()
 		if err != nil {
 			return
 		}
+		conn := raw
 		if tc, ok := conn.(*net.TCPConn); ok {
 			conn = newDrainConn(tc, l)
 		}
 		if l.tls != nil {
 			conn = tls.Server(conn, l.tls)
 		}
-		if !l.conns.add(conn, &l.wg) {
-			_ = conn.Close() // closing
-			continue
-		}
-		go l.serveConn(establish, conn)
+		l.start(establish, conn, raw)
 	}
 }
 
@@ -356,11 +373,7 @@ func (l *wsListener) handle(w http.ResponseWriter, r *http.Request) {
 	// (whose deep frames would stay under every idle connection's
 	// stack) returns.
 	ws := newWSConn(c)
-	if !l.conns.add(ws, &l.wg) {
-		_ = ws.Close() // closing
-		return
-	}
-	go l.serveConn(l.est, ws)
+	l.start(l.est, ws, c.NetConn())
 }
 
 func (l *wsListener) Close(listeners.CloseFn) {

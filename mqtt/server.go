@@ -28,6 +28,7 @@ import (
 	"github.com/tolsey/tolsey/core"
 	"github.com/tolsey/tolsey/core/accept"
 	"github.com/tolsey/tolsey/core/auth"
+	"github.com/tolsey/tolsey/core/limits"
 	"github.com/tolsey/tolsey/core/metrics"
 	"github.com/tolsey/tolsey/core/queue"
 	"github.com/tolsey/tolsey/retain"
@@ -84,6 +85,14 @@ type Options struct {
 	// holding no file: every client is let in and may do anything.
 	Auth *auth.Live
 
+	// Admission applies the connection limits (limits.maxConnections,
+	// maxConnectionsPerAddress, connectRate: admission.go); one shared
+	// with the AMQP front-end makes the total one number. nil: none.
+	Admission *limits.Admission
+	// MaxSubscriptions bounds the subscriptions one client holds
+	// (mqtt.maxSubscriptions: subquota.go); 0: no limit.
+	MaxSubscriptions int
+
 	// Queues is the queue engine clients consume and fill through
 	// $queue/<name> (docs/queues.md, "MQTT"); nil: every $queue/ topic
 	// names an unknown queue.
@@ -109,6 +118,7 @@ type Server struct {
 	wss   *wsListener  // nil unless WSSListen
 	sub   *core.Subscription
 	log   *slog.Logger
+	adm   *admission
 }
 
 // noExpiryCap stands for "no cap" in mochi, which reads 0 as "expire now"
@@ -174,6 +184,7 @@ func New(opts Options) (*Server, error) {
 		WriteTimeout:             max(opts.WriteTimeout, 0),
 	})
 	s := &Server{opts: opts, mochi: ms, log: opts.Logger.With("part", "mqtt")}
+	s.adm = newAdmission(s)
 	s.hook = newHook(s)
 	if err := ms.AddHook(s.hook, nil); err != nil {
 		return nil, fmt.Errorf("mqtt: add hook: %w", err)
@@ -202,7 +213,7 @@ func (s *Server) Start() (err error) {
 		}
 		bound = append(bound, ln)
 		cs.id, cs.ln = id, accept.New(ln, id, s.log)
-		cs.closeClients, cs.connectTimeout = s.disconnectListener, s.opts.ConnectTimeout
+		cs.closeClients, cs.connectTimeout, cs.adm = s.disconnectListener, s.opts.ConnectTimeout, s.adm
 		return nil
 	}
 	tcpl := &tcpListener{}

@@ -93,11 +93,17 @@ func dialTest(t *testing.T, addr, id string, will *paho.WillMessage) *testClient
 
 func dialConnect(t *testing.T, addr string, cp *paho.Connect) *testClient {
 	t.Helper()
-	id := cp.ClientID
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return connectOn(t, conn, cp)
+}
+
+// connectOn connects a paho client over conn with cp, wanting success.
+func connectOn(t *testing.T, conn net.Conn, cp *paho.Connect) *testClient {
+	t.Helper()
+	id := cp.ClientID
 	c := &testClient{id: id, conn: conn, msgs: make(chan *paho.Publish, 10)}
 	c.Client = paho.NewClient(paho.ClientConfig{ClientID: id, Conn: conn,
 		OnPublishReceived: []func(paho.PublishReceived) (bool, error){func(pr paho.PublishReceived) (bool, error) {

@@ -25,6 +25,7 @@ type Metrics struct {
 	Latency       *prometheus.HistogramVec
 	ConnsClosed   *prometheus.CounterVec // connections the gateway ended for cause, by protocol and reason
 	AuthFailures  *prometheus.CounterVec // logins and actions refused by auth (docs/security.md), by protocol and reason
+	ConnsRefused  *prometheus.CounterVec // new connections refused by the connection limits (core/limits), by protocol and reason
 }
 
 // New registers the collectors in a new registry.
@@ -50,7 +51,7 @@ func New() *Metrics {
 	}, []string{"reason"})
 	m.LimitRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tolsey_limit_refusals_total",
-		Help: "Client requests refused because a configured limit was reached, by protocol and limit: topic_levels, topic_length (mqtt.maxTopicLevels, mqtt.maxTopicLength), sessions, links (amqp.maxSessions, amqp.maxLinksPerConnection).",
+		Help: "Client requests refused because a configured limit was reached, by protocol and limit: topic_levels, topic_length (mqtt.maxTopicLevels, mqtt.maxTopicLength), sessions, links (amqp.maxSessions, amqp.maxLinksPerConnection), subscriptions (mqtt.maxSubscriptions).",
 	}, []string{"protocol", "limit"})
 	m.Latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "tolsey_publish_to_deliver_seconds",
@@ -65,8 +66,12 @@ func New() *Metrics {
 		Name: "tolsey_auth_failures_total",
 		Help: "Logins and actions refused by authentication or the ACL, by protocol and reason: unknown_user, bad_password, unknown_certificate, anonymous, publish_denied, subscribe_denied (MQTT); unknown_user, bad_password, error, anonymous, no_certificate, authzid, mechanism (AMQP SASL).",
 	}, []string{"protocol", "reason"})
+	m.ConnsRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tolsey_connections_refused_total",
+		Help: "New connections refused by the connection limits (limits.*), by protocol and reason: max_connections, max_connections_per_address, connect_rate.",
+	}, []string{"protocol", "reason"})
 	m.Registry.MustRegister(m.Connections, m.MessagesIn, m.MessagesOut, m.Dropped,
-		m.StoreErrors, m.RetainRefused, m.LimitRefusals, m.Latency, m.ConnsClosed, m.AuthFailures,
+		m.StoreErrors, m.RetainRefused, m.LimitRefusals, m.Latency, m.ConnsClosed, m.AuthFailures, m.ConnsRefused,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -178,6 +183,13 @@ func (m *Metrics) LimitRefused(protocol, limit string) {
 func (m *Metrics) AuthFailure(protocol, reason string) {
 	if m != nil {
 		m.AuthFailures.WithLabelValues(protocol, reason).Inc()
+	}
+}
+
+// ConnRefused counts a new connection refused by the connection limits.
+func (m *Metrics) ConnRefused(protocol, reason string) {
+	if m != nil {
+		m.ConnsRefused.WithLabelValues(protocol, reason).Inc()
 	}
 }
 
