@@ -1,0 +1,149 @@
+package mqtt
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/paho"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/tolsey/tolsey/core/auth"
+	"github.com/tolsey/tolsey/core/auth/httpauth"
+	"github.com/tolsey/tolsey/core/metrics"
+	"github.com/tolsey/tolsey/retain"
+	"github.com/tolsey/tolsey/retain/memory"
+)
+
+// identityService is a real HTTP identity service for auth.http.url: dave
+// (password dave-pw) is allowed in group devices; anyone else is refused
+// with {"allow": false}. calls counts the requests it answered.
+func identityService(t *testing.T) (*httptest.Server, *atomic.Int64) {
+	t.Helper()
+	var calls atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		var req struct{ Username, Password, Protocol, ClientID string }
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Protocol != "mqtt" {
+			http.Error(w, "bad request", http.StatusBadRequest)
+			return
+		}
+		if req.Username == "dave" && req.Password == "dave-pw" {
+			_, _ = w.Write([]byte(`{"allow": true, "groups": ["devices"]}`))
+			return
+		}
+		_, _ = w.Write([]byte(`{"allow": false}`))
+	}))
+	t.Cleanup(srv.Close)
+	return srv, &calls
+}
+
+// startHookServer runs a front-end with the issue's users file and the
+// HTTP hook at url in force.
+func startHookServer(t *testing.T, url string, ttl time.Duration) (*Server, *metrics.Metrics) {
+	t.Helper()
+	hook, err := httpauth.New(httpauth.Options{URL: url, Timeout: 2 * time.Second, CacheTTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(hook.Close)
+	live := &auth.Live{External: hook} // set before Start, as gateway does
+	live.Swap(usersFile(t))
+	m := metrics.New()
+	s := startTestServer(t, memory.New(retain.Limits{}), func(o *Options) {
+		o.Auth = live
+		o.Metrics = m
+	})
+	return s, m
+}
+
+// TestHTTPAuthHook: users the file does not name are asked of the
+// identity service (auth.http.url): dave is let in, paho included, and the
+// groups the service gives him drive the file's ACL (devices/%u/#); a user
+// it refuses gets bad credentials (MQTT 5 0x86, 3.1.1 4); file users never
+// reach the service, whatever their password.
+func TestHTTPAuthHook(t *testing.T) {
+	svc, calls := identityService(t)
+	s, m := startHookServer(t, svc.URL, 0)
+
+	// paho: dialConnect fails the test unless the CONNACK is a success.
+	dialConnect(t, s.Addr(), &paho.Connect{ClientID: "dave-paho", CleanStart: true, KeepAlive: 30,
+		Username: "dave", UsernameFlag: true, Password: []byte("dave-pw"), PasswordFlag: true})
+
+	c, code := rawConnectCode(t, s.Addr(), 5, "dave-raw", "dave", "dave-pw")
+	if code != 0 {
+		t.Fatalf("dave: CONNACK %#x, want 0", code)
+	}
+	// Group devices, from the service: devices/dave/# is his, alice's not
+	// (subscribed below what he publishes, so none comes back to him).
+	if got := c.subscribeCodes(t, "devices/dave/in/#", 1); string(got) != "\x01" {
+		t.Errorf("devices/dave/in/#: SUBACK % x, want 01", got)
+	}
+	if got := c.subscribeCodes(t, "devices/alice/#", 1); string(got) != "\x87" {
+		t.Errorf("devices/alice/#: SUBACK % x, want 87", got)
+	}
+	c.publish(t, "devices/dave/x", 1, 1, false)
+	c.expectAcks(t, packets.Puback, []uint16{1}, nil)
+	c.publish(t, "devices/alice/x", 1, 2, false)
+	c.expectAcks(t, packets.Puback, []uint16{2}, map[uint16]byte{2: 0x87})
+
+	for _, v := range []struct{ version, want byte }{{5, 0x86}, {4, 4}} {
+		if _, code := rawConnectCode(t, s.Addr(), v.version, fmt.Sprintf("erin-%d", v.version), "erin", "erin-pw"); code != v.want {
+			t.Errorf("erin, version %d: CONNACK %#x, want %#x", v.version, code, v.want)
+		}
+	}
+	if got := failures(t, m, "denied"); got != 2 {
+		t.Errorf("tolsey_auth_failures_total{reason=denied} = %v, want 2", got)
+	}
+
+	before := calls.Load()
+	if _, code := rawConnectCode(t, s.Addr(), 5, "alice", "alice", "alice-pw"); code != 0 {
+		t.Errorf("alice (file user): CONNACK %#x, want 0", code)
+	}
+	if _, code := rawConnectCode(t, s.Addr(), 5, "alice-bad", "alice", "dave-pw"); code != 0x86 {
+		t.Errorf("alice, wrong password: CONNACK %#x, want 0x86", code)
+	}
+	if n := calls.Load() - before; n != 0 {
+		t.Errorf("file users reached the identity service %d times, want 0", n)
+	}
+}
+
+// TestHTTPAuthHookDown: when the identity service does not answer, a
+// client it would have let in is refused with "server unavailable"
+// (MQTT 5 0x88, 3.1.1 return code 3), never let in, and the outage is
+// counted.
+func TestHTTPAuthHookDown(t *testing.T) {
+	svc, _ := identityService(t)
+	url := svc.URL
+	svc.Close()
+	s, m := startHookServer(t, url, time.Hour)
+	for _, v := range []struct{ version, want byte }{{5, 0x88}, {4, 3}} {
+		if _, code := rawConnectCode(t, s.Addr(), v.version, fmt.Sprintf("dave-%d", v.version), "dave", "dave-pw"); code != v.want {
+			t.Errorf("version %d: CONNACK %#x, want %#x", v.version, code, v.want)
+		}
+	}
+	if got := failures(t, m, "unavailable"); got != 2 {
+		t.Errorf("tolsey_auth_failures_total{reason=unavailable} = %v, want 2", got)
+	}
+}
+
+// TestHTTPAuthHookCache: with auth.http.cacheTTL the service answers once
+// for two connections with the same credentials.
+func TestHTTPAuthHookCache(t *testing.T) {
+	svc, calls := identityService(t)
+	s, _ := startHookServer(t, svc.URL, time.Hour)
+	for i := range 2 {
+		c, code := rawConnectCode(t, s.Addr(), 5, "dave", "dave", "dave-pw")
+		if code != 0 {
+			t.Fatalf("connect %d: CONNACK %#x", i, code)
+		}
+		c.conn.Close()
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("the service saw %d calls for two connects, want 1", n)
+	}
+}
