@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"sync"
 	"time"
@@ -40,6 +41,9 @@ type Options struct {
 	// CacheSize bounds the cached answers (default 10000); beyond it the
 	// expired ones go first, then arbitrary ones.
 	CacheSize int
+	// Logger says why the service gave no answer (its status, the
+	// network error), never with a password; default slog.Default().
+	Logger *slog.Logger
 }
 
 // Defaults and fixed values.
@@ -82,6 +86,9 @@ func New(o Options) (*Client, error) {
 	}
 	if o.CacheSize <= 0 {
 		o.CacheSize = DefaultCacheSize
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
 	}
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	// Every connecting client may call at once: keep more than the default
@@ -137,6 +144,8 @@ func (c *Client) Authenticate(ctx context.Context, cr auth.Credentials) (auth.Id
 		c.remember(k, entry{id: id, expires: now.Add(c.opts.CacheTTL)})
 	case errors.Is(err, auth.ErrDenied):
 		c.remember(k, entry{denied: true, expires: now.Add(min(c.opts.CacheTTL, DenyTTL))})
+	default:
+		c.opts.Logger.Warn("auth hook unavailable: the client is refused", "user", cr.Username, "protocol", cr.Protocol, "error", err)
 	}
 	return id, err
 }
