@@ -31,15 +31,25 @@ const (
 // authFailDelay is how long a failed login waits for its answer.
 const authFailDelay = 500 * time.Millisecond
 
-// handshake negotiates the protocol headers and SASL. On success the AMQP
-// header has been exchanged and the peer's open comes next.
+// handshake negotiates the protocol headers, the TLS upgrade (starttls.go)
+// and SASL. On success the AMQP header has been exchanged and the peer's
+// open comes next.
 func (c *conn) handshake() error {
 	h, err := c.r.ReadProtocolHeader()
 	if err != nil {
 		var he *frames.ProtocolHeaderError
-		if errors.As(err, &he) {
-			c.refuseHeader(he.Got)
+		if !errors.As(err, &he) {
+			return err
 		}
+		if he.Got == frames.HeaderTLS.Bytes() && c.canUpgrade() {
+			// TLS first, then the headers again inside it [5.2.1]; once:
+			// canUpgrade is false from now on.
+			if err := c.startTLS(); err != nil {
+				return fmt.Errorf("amqp: TLS upgrade: %w", err)
+			}
+			return c.handshake()
+		}
+		c.refuseHeader(he.Got)
 		return err
 	}
 	if h.ProtocolID == frames.ProtocolSASL {
@@ -70,7 +80,8 @@ func (c *conn) handshake() error {
 }
 
 // refuseHeader answers a header we do not speak with one we do, as part 2
-// section 2.2 asks; the caller then closes the socket.
+// section 2.2 asks (the TLS header too, when no TLS is configured or the
+// connection is TLS already); the caller then closes the socket.
 func (c *conn) refuseHeader(got [8]byte) {
 	h := frames.HeaderSASL
 	if string(got[:4]) == "AMQP" && got[4] == frames.ProtocolAMQP && c.s.anonymousOK() {
