@@ -81,7 +81,7 @@ var keyDefs = []keyDef{
 	{name: "mqtt.maxTopicLength", def: "4096", kind: kindBytes, max: 65535, help: "longest topic name or filter in bytes, in every protocol; at most 32768 with retain.backend=embedded (its key limit); refused as for mqtt.maxTopicLevels"},
 	{name: "amqp.listen", def: "127.0.0.1:5672", kind: kindAddr, optional: true, help: "AMQP 1.0 listen address; empty disables"},
 	{name: "amqp.tls.listen", def: "", kind: kindAddr, optional: true, help: "AMQP 1.0 over TLS (amqps) listen address (5671 by custom; needs amqp.tls.cert and amqp.tls.key); empty disables"},
-	{name: "amqp.tls.cert", def: "", kind: kindString, optional: true, help: "PEM certificate chain (leaf first) of the AMQP TLS listener; re-read on SIGHUP"},
+	{name: "amqp.tls.cert", def: "", kind: kindString, optional: true, help: "PEM certificate chain (leaf first) of the AMQP TLS listener and of the TLS upgrade on amqp.listen (AMQP 1.0 §5.2.1, with amqp.tls.key even without amqp.tls.listen); re-read on SIGHUP"},
 	{name: "amqp.tls.key", def: "", kind: kindString, optional: true, help: "PEM private key of amqp.tls.cert; re-read on SIGHUP"},
 	{name: "amqp.tls.clientCA", def: "", kind: kindString, optional: true, help: "PEM CAs that sign AMQP client certificates (mutual TLS); re-read on SIGHUP"},
 	{name: "amqp.tls.clientAuth", def: "none", kind: kindEnum, enum: []string{"none", "request", "require"}, help: "AMQP client certificates: none, request (verified against amqp.tls.clientCA if sent), require (needs amqp.tls.clientCA)"},
