@@ -147,3 +147,44 @@ func TestHTTPAuthHookCache(t *testing.T) {
 		t.Errorf("the service saw %d calls for two connects, want 1", n)
 	}
 }
+
+// TestHTTPAuthHookBlocksNoOne: while the identity service sits on one
+// client's CONNECT, other clients connect, publish and receive: the call
+// runs on the connecting client's own goroutine.
+func TestHTTPAuthHookBlocksNoOne(t *testing.T) {
+	asked := make(chan struct{})
+	release := make(chan struct{})
+	svc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(asked)
+		<-release
+		_, _ = w.Write([]byte(`{"allow": true}`))
+	}))
+	defer svc.Close()
+	s, _ := startHookServer(t, svc.URL, 0)
+
+	c := dialRawConn(t, s.Addr(), 5)
+	cp := packets.ConnectParams{ProtocolName: []byte("MQTT"), Clean: true, Keepalive: 30, ClientIdentifier: "waiting",
+		UsernameFlag: true, Username: []byte("waiter"), PasswordFlag: true, Password: []byte("pw")}
+	c.write(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect}, Connect: cp})
+	done := make(chan byte, 1)
+	go func() {
+		pk, err := c.next()
+		if err != nil {
+			done <- 0xff
+			return
+		}
+		done <- pk.ReasonCode
+	}()
+	<-asked // the service holds the waiter's CONNECT from now on
+
+	ops := dialUser(t, s.Addr(), "ops-sub", "ops")
+	ops.subscribe(t, "live/#")
+	pub := dialUser(t, s.Addr(), "ops-pub", "ops")
+	pub.publishAll(t, "live/a", "live/end")
+	expectTopics(t, "ops", ops.receiveUntil(t, "live/end"), "live/a", "live/end")
+
+	close(release)
+	if code := <-done; code != 0 {
+		t.Errorf("the waiter's CONNACK %#x, want 0 once the service answered", code)
+	}
+}
