@@ -1,11 +1,7 @@
 package amqp
 
 import (
-	"encoding/json"
-	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,29 +9,15 @@ import (
 
 	"github.com/tolsey/tolsey/amqp/internal/frames"
 	"github.com/tolsey/tolsey/core/auth/httpauth"
+	"github.com/tolsey/tolsey/core/auth/httpauth/httpauthtest"
 )
 
-// identityService is a real HTTP identity service for auth.http.url: dave
-// (password dave-pw) is allowed in group devices; anyone else is refused
-// with 401. calls counts the requests it answered.
-func identityService(t *testing.T) (*httptest.Server, *atomic.Int64) {
-	t.Helper()
-	var calls atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		calls.Add(1)
-		var req struct{ Username, Password, Protocol, RemoteAddr string }
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Protocol != "amqp" || req.RemoteAddr == "" {
-			http.Error(w, "bad request", http.StatusBadRequest)
-			return
-		}
-		if req.Username == "dave" && req.Password == "dave-pw" {
-			_, _ = w.Write([]byte(`{"allow": true, "groups": ["devices"]}`))
-			return
-		}
-		w.WriteHeader(http.StatusUnauthorized)
-	}))
-	t.Cleanup(srv.Close)
-	return srv, &calls
+// identityService is a real identity service for auth.http.url that lets
+// dave (password dave-pw) in, in group devices.
+func identityService(t *testing.T) *httpauthtest.Service {
+	svc := httpauthtest.New(t)
+	svc.Allow("dave", "dave-pw", "devices")
+	return svc
 }
 
 // hookEnv is authEnv with the HTTP hook at url.
@@ -54,7 +36,7 @@ func hookEnv(t *testing.T, url string, ttl time.Duration) *env {
 // the file's ACL (devices/%u/#); a user it refuses fails with sasl-outcome
 // auth, counted as denied; file users never reach it.
 func TestHTTPAuthHook(t *testing.T) {
-	svc, calls := identityService(t)
+	svc := identityService(t)
 	e := hookEnv(t, svc.URL, 0)
 	ctx := ctx5(t)
 
@@ -62,6 +44,9 @@ func TestHTTPAuthHook(t *testing.T) {
 	s, err := c.NewSession(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if r := svc.Last(); r.Protocol != "amqp" || r.RemoteAddr == "" || r.ClientID != "" {
+		t.Errorf("the service was asked %+v", r)
 	}
 	r := newReceiver(t, s, "devices/dave/#", nil)
 	snd := newSender(t, s, "devices/dave/t", nil)
@@ -83,13 +68,13 @@ func TestHTTPAuthHook(t *testing.T) {
 		t.Errorf("tolsey_auth_failures_total{reason=denied} = %v, want 1", got)
 	}
 
-	before := calls.Load()
+	before := svc.Calls()
 	e.dial(t, &goamqp.ConnOptions{SASLType: goamqp.SASLTypePlain("alice", "secret")})
 	if c, err := goamqp.Dial(ctx, "amqp://"+e.addr, &goamqp.ConnOptions{SASLType: goamqp.SASLTypePlain("alice", "dave-pw")}); err == nil {
 		c.Close()
 		t.Error("alice with a wrong password: connected")
 	}
-	if n := calls.Load() - before; n != 0 {
+	if n := svc.Calls() - before; n != 0 {
 		t.Errorf("file users reached the identity service %d times, want 0", n)
 	}
 }
@@ -98,7 +83,7 @@ func TestHTTPAuthHook(t *testing.T) {
 // with sasl-outcome sys-temp (a transient system error, not bad
 // credentials), never let in, and the outage is counted.
 func TestHTTPAuthHookDown(t *testing.T) {
-	svc, _ := identityService(t)
+	svc := identityService(t)
 	url := svc.URL
 	svc.Close()
 	e := hookEnv(t, url, time.Hour)
@@ -118,13 +103,13 @@ func TestHTTPAuthHookDown(t *testing.T) {
 // TestHTTPAuthHookCache: with a cache TTL the service answers once for two
 // connections with the same credentials.
 func TestHTTPAuthHookCache(t *testing.T) {
-	svc, calls := identityService(t)
+	svc := identityService(t)
 	e := hookEnv(t, svc.URL, time.Hour)
 	for range 2 {
 		c := e.dial(t, &goamqp.ConnOptions{SASLType: goamqp.SASLTypePlain("dave", "dave-pw")})
 		c.Close()
 	}
-	if n := calls.Load(); n != 1 {
+	if n := svc.Calls(); n != 1 {
 		t.Errorf("the service saw %d calls for two connections, want 1", n)
 	}
 }

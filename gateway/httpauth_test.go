@@ -1,11 +1,10 @@
 package gateway
 
 import (
-	"encoding/json"
 	"io"
-	"net/http"
-	"net/http/httptest"
 	"testing"
+
+	"github.com/tolsey/tolsey/core/auth/httpauth/httpauthtest"
 )
 
 // auth.http.* are checked at start: a URL that is not http(s), a zero
@@ -29,16 +28,8 @@ func TestAuthHTTPConfig(t *testing.T) {
 // With auth.http.url and no auth.file, both front-ends let in whom the
 // identity service allows and refuse the rest.
 func TestAuthHTTPServesBothProtocols(t *testing.T) {
-	svc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var req struct{ Username, Password string }
-		_ = json.NewDecoder(r.Body).Decode(&req)
-		if req.Username == "dave" && req.Password == "dave-pw" {
-			_, _ = w.Write([]byte(`{"allow": true}`))
-			return
-		}
-		w.WriteHeader(http.StatusForbidden)
-	}))
-	defer svc.Close()
+	svc := httpauthtest.New(t)
+	svc.Allow("dave", "dave-pw")
 	g := startGateway(t, "--auth.http.url="+svc.URL, "--amqp.listen=127.0.0.1:0", "--auth.allowAnonymous=false")
 	if rc := mqttConnectCode(t, g, "dave", "dave-pw"); rc != 0 {
 		t.Errorf("MQTT dave: CONNACK %#x", rc)

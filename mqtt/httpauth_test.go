@@ -1,11 +1,9 @@
 package mqtt
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,32 +12,18 @@ import (
 
 	"github.com/tolsey/tolsey/core/auth"
 	"github.com/tolsey/tolsey/core/auth/httpauth"
+	"github.com/tolsey/tolsey/core/auth/httpauth/httpauthtest"
 	"github.com/tolsey/tolsey/core/metrics"
 	"github.com/tolsey/tolsey/retain"
 	"github.com/tolsey/tolsey/retain/memory"
 )
 
-// identityService is a real HTTP identity service for auth.http.url: dave
-// (password dave-pw) is allowed in group devices; anyone else is refused
-// with {"allow": false}. calls counts the requests it answered.
-func identityService(t *testing.T) (*httptest.Server, *atomic.Int64) {
-	t.Helper()
-	var calls atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		calls.Add(1)
-		var req struct{ Username, Password, Protocol, ClientID string }
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Protocol != "mqtt" {
-			http.Error(w, "bad request", http.StatusBadRequest)
-			return
-		}
-		if req.Username == "dave" && req.Password == "dave-pw" {
-			_, _ = w.Write([]byte(`{"allow": true, "groups": ["devices"]}`))
-			return
-		}
-		_, _ = w.Write([]byte(`{"allow": false}`))
-	}))
-	t.Cleanup(srv.Close)
-	return srv, &calls
+// identityService is a real identity service for auth.http.url that lets
+// dave (password dave-pw) in, in group devices.
+func identityService(t *testing.T) *httpauthtest.Service {
+	svc := httpauthtest.New(t)
+	svc.Allow("dave", "dave-pw", "devices")
+	return svc
 }
 
 // startHookServer runs a front-end with the issue's users file and the
@@ -67,7 +51,7 @@ func startHookServer(t *testing.T, url string, ttl time.Duration) (*Server, *met
 // it refuses gets bad credentials (MQTT 5 0x86, 3.1.1 4); file users never
 // reach the service, whatever their password.
 func TestHTTPAuthHook(t *testing.T) {
-	svc, calls := identityService(t)
+	svc := identityService(t)
 	s, m := startHookServer(t, svc.URL, 0)
 
 	// paho: dialConnect fails the test unless the CONNACK is a success.
@@ -77,6 +61,9 @@ func TestHTTPAuthHook(t *testing.T) {
 	c, code := rawConnectCode(t, s.Addr(), 5, "dave-raw", "dave", "dave-pw")
 	if code != 0 {
 		t.Fatalf("dave: CONNACK %#x, want 0", code)
+	}
+	if r := svc.Last(); r.Protocol != "mqtt" || r.ClientID != "dave-raw" || r.RemoteAddr == "" {
+		t.Errorf("the service was asked %+v", r)
 	}
 	// Group devices, from the service: devices/dave/# is his, alice's not
 	// (subscribed below what he publishes, so none comes back to him).
@@ -100,14 +87,14 @@ func TestHTTPAuthHook(t *testing.T) {
 		t.Errorf("tolsey_auth_failures_total{reason=denied} = %v, want 2", got)
 	}
 
-	before := calls.Load()
+	before := svc.Calls()
 	if _, code := rawConnectCode(t, s.Addr(), 5, "alice", "alice", "alice-pw"); code != 0 {
 		t.Errorf("alice (file user): CONNACK %#x, want 0", code)
 	}
 	if _, code := rawConnectCode(t, s.Addr(), 5, "alice-bad", "alice", "dave-pw"); code != 0x86 {
 		t.Errorf("alice, wrong password: CONNACK %#x, want 0x86", code)
 	}
-	if n := calls.Load() - before; n != 0 {
+	if n := svc.Calls() - before; n != 0 {
 		t.Errorf("file users reached the identity service %d times, want 0", n)
 	}
 }
@@ -117,7 +104,7 @@ func TestHTTPAuthHook(t *testing.T) {
 // (MQTT 5 0x88, 3.1.1 return code 3), never let in, and the outage is
 // counted.
 func TestHTTPAuthHookDown(t *testing.T) {
-	svc, _ := identityService(t)
+	svc := identityService(t)
 	url := svc.URL
 	svc.Close()
 	s, m := startHookServer(t, url, time.Hour)
@@ -134,7 +121,7 @@ func TestHTTPAuthHookDown(t *testing.T) {
 // TestHTTPAuthHookCache: with auth.http.cacheTTL the service answers once
 // for two connections with the same credentials.
 func TestHTTPAuthHookCache(t *testing.T) {
-	svc, calls := identityService(t)
+	svc := identityService(t)
 	s, _ := startHookServer(t, svc.URL, time.Hour)
 	for i := range 2 {
 		c, code := rawConnectCode(t, s.Addr(), 5, "dave", "dave", "dave-pw")
@@ -143,7 +130,7 @@ func TestHTTPAuthHookCache(t *testing.T) {
 		}
 		c.conn.Close()
 	}
-	if n := calls.Load(); n != 1 {
+	if n := svc.Calls(); n != 1 {
 		t.Errorf("the service saw %d calls for two connects, want 1", n)
 	}
 }

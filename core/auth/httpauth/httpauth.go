@@ -106,8 +106,9 @@ func New(o Options) (*Client, error) {
 // Close drops the idle connections to the service.
 func (c *Client) Close() { c.http.CloseIdleConnections() }
 
-// request is the JSON body POSTed; answer the JSON body of a 200.
-type request struct {
+// Request is the JSON body POSTed: the contract with the identity
+// service (docs/security.md, "HTTP auth hook").
+type Request struct {
 	Username    string `json:"username"`
 	Password    string `json:"password"`
 	ClientID    string `json:"clientId"`
@@ -116,10 +117,11 @@ type request struct {
 	RemoteAddr  string `json:"remoteAddr"`
 }
 
-type answer struct {
+// Answer is the JSON body of a 200.
+type Answer struct {
 	Allow  bool     `json:"allow"`
 	Groups []string `json:"groups"`
-	User   string   `json:"user"` // the name the ACL knows the client by; default the username
+	User   string   `json:"user,omitempty"` // the name the ACL knows the client by; default the username
 }
 
 var _ auth.Authenticator = (*Client)(nil)
@@ -151,7 +153,7 @@ func (c *Client) Authenticate(ctx context.Context, cr auth.Credentials) (auth.Id
 }
 
 func (c *Client) ask(ctx context.Context, cr auth.Credentials) (auth.Identity, error) {
-	body, err := json.Marshal(request(cr))
+	body, err := json.Marshal(Request(cr))
 	if err != nil {
 		return auth.Identity{}, fmt.Errorf("%w: %v", auth.ErrUnavailable, err)
 	}
@@ -175,7 +177,7 @@ func (c *Client) ask(ctx context.Context, cr auth.Credentials) (auth.Identity, e
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxAnswer))
 		return auth.Identity{}, fmt.Errorf("%w: %s answered %s", auth.ErrUnavailable, c.opts.URL, resp.Status)
 	}
-	var a answer
+	var a Answer
 	if err := json.NewDecoder(io.LimitReader(resp.Body, maxAnswer)).Decode(&a); err != nil {
 		return auth.Identity{}, fmt.Errorf("%w: %s: the answer is not {\"allow\": ...}: %v", auth.ErrUnavailable, c.opts.URL, err)
 	}
