@@ -204,8 +204,8 @@ func matchToken(tokens [][sha256.Size]byte, t string) (id string, ok bool) {
 }
 
 // startAuth builds the auth.Live the front-ends read: the users file
-// parsed again (it may have changed since LoadConfig checked it) and
-// the resolved auth.allowAnonymous. Called before any listener starts.
+// parsed again (it may have changed since LoadConfig checked it), the
+// HTTP auth hook (auth.http.*) and the resolved auth.allowAnonymous. Called before any listener starts.
 func (g *Gateway) startAuth() error {
 	g.auth = &auth.Live{AllowAnonymous: g.cfg.Auth.AllowAnonymous}
 	if o := g.cfg.Auth.HTTP; o.URL != "" {
@@ -235,7 +235,8 @@ func (g *Gateway) startAuth() error {
 }
 
 // Auth is the users and rules in force, for the front-ends and tests. Its
-// Load is nil without auth.file.
+// Load is nil without auth.file and auth.http.url (with the hook alone, an
+// empty Store: no users, no rules); External is the hook.
 func (g *Gateway) Auth() *auth.Live { return g.auth }
 
 // Reload re-reads the users file (auth.file) and the TLS files of every

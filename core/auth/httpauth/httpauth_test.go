@@ -165,3 +165,31 @@ func TestCacheBounded(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkAuthenticate: a login answered by the service (a loopback HTTP
+// round trip) and one answered from the cache.
+func BenchmarkAuthenticate(b *testing.B) {
+	svc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(`{"allow": true, "groups": ["devices"]}`))
+	}))
+	defer svc.Close()
+	cr := auth.Credentials{Username: "alice", Password: "secret", ClientID: "c1", Protocol: "mqtt"}
+	for _, tc := range []struct {
+		name string
+		ttl  time.Duration
+	}{{"service", 0}, {"cached", time.Hour}} {
+		b.Run(tc.name, func(b *testing.B) {
+			c, err := httpauth.New(httpauth.Options{URL: svc.URL, CacheTTL: tc.ttl})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := c.Authenticate(context.Background(), cr); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
