@@ -20,7 +20,17 @@ func FuzzConn(f *testing.F) {
 		}
 	}
 	f.Add([]byte("AMQP\x00\x01\x00\x00\x00\x00\x00\x0c\x02\x00\x00\x00\x00S\x10E"))
-	e := startServer(f, func(o *Options) { o.IdleTimeout = 200 * time.Millisecond; o.MaxFrameSize = 1 << 20 })
+	// The TLS upgrade [5.2.1]: a header then a broken ClientHello, a TLS
+	// header twice, and a TLS header alone.
+	f.Add([]byte("AMQP\x02\x01\x00\x00\x16\x03\x01\x00\x05hello"))
+	f.Add([]byte("AMQP\x02\x01\x00\x00AMQP\x02\x01\x00\x00"))
+	f.Add([]byte("AMQP\x02\x01\x00\x00"))
+	_, tlsCfg := upgradeTLS(f)
+	e := startServer(f, func(o *Options) {
+		o.IdleTimeout = 200 * time.Millisecond
+		o.MaxFrameSize = 1 << 20
+		o.TLS = tlsCfg // the plain port offers the TLS upgrade
+	})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		nc, err := net.Dial("tcp", e.addr)
 		if err != nil {

@@ -2,13 +2,14 @@ package amqp
 
 import (
 	"bytes"
+	"context"
 	"crypto/subtle"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/tolsey/tolsey/core/auth"
+	"github.com/tolsey/tolsey/core/tlsconf"
 
 	"github.com/tolsey/tolsey/amqp/internal/encoding"
 	"github.com/tolsey/tolsey/amqp/internal/frames"
@@ -30,15 +31,25 @@ const (
 // authFailDelay is how long a failed login waits for its answer.
 const authFailDelay = 500 * time.Millisecond
 
-// handshake negotiates the protocol headers and SASL. On success the AMQP
-// header has been exchanged and the peer's open comes next.
+// handshake negotiates the protocol headers, the TLS upgrade (starttls.go)
+// and SASL. On success the AMQP header has been exchanged and the peer's
+// open comes next.
 func (c *conn) handshake() error {
 	h, err := c.r.ReadProtocolHeader()
 	if err != nil {
 		var he *frames.ProtocolHeaderError
-		if errors.As(err, &he) {
-			c.refuseHeader(he.Got)
+		if !errors.As(err, &he) {
+			return err
 		}
+		if he.Got == frames.HeaderTLS.Bytes() && c.canUpgrade() {
+			// TLS first, then the headers again inside it [5.2.1]; once:
+			// canUpgrade is false from now on.
+			if err := c.startTLS(); err != nil {
+				return fmt.Errorf("amqp: TLS upgrade: %w", err)
+			}
+			return c.handshake()
+		}
+		c.refuseHeader(he.Got)
 		return err
 	}
 	if h.ProtocolID == frames.ProtocolSASL {
@@ -69,7 +80,8 @@ func (c *conn) handshake() error {
 }
 
 // refuseHeader answers a header we do not speak with one we do, as part 2
-// section 2.2 asks; the caller then closes the socket.
+// section 2.2 asks (the TLS header too, when no TLS is configured or the
+// connection is TLS already); the caller then closes the socket.
 func (c *conn) refuseHeader(got [8]byte) {
 	h := frames.HeaderSASL
 	if string(got[:4]) == "AMQP" && got[4] == frames.ProtocolAMQP && c.s.anonymousOK() {
@@ -86,7 +98,8 @@ func (c *conn) writeHeader(h frames.ProtocolHeader) error {
 
 // sasl runs the SASL exchange after the SASL headers: mechanisms, init,
 // the mechanism's challenges and responses, outcome. A failure answers
-// sasl-outcome code auth after authFailDelay, is counted
+// sasl-outcome code auth after authFailDelay (sys-temp at once when the
+// HTTP auth hook gave no answer), is counted
 // (tolsey_auth_failures_total{protocol="amqp",reason}) and closes the
 // socket; the log says which mechanism and why, never with a password.
 func (c *conn) sasl() error {
@@ -115,8 +128,16 @@ func (c *conn) sasl() error {
 	if ex.reason != "" {
 		c.s.opts.Metrics.AuthFailure("amqp", ex.reason)
 		c.log.Info("amqp authentication failed", "mechanism", string(init.Mechanism), "reason", ex.reason)
-		c.failDelay()
-		_ = w.WriteFrame(0, &frames.SASLOutcome{Code: frames.SASLCodeAuth}, nil)
+		code := frames.SASLCodeAuth
+		if ex.reason == auth.ReasonUnavailable {
+			// The identity service gave no answer: sys-temp, "a transient
+			// system error" [5.3.3.6], so the client retries rather than
+			// doubting its password; at once, as an outage is no guess.
+			code = frames.SASLCodeSysTemp
+		} else {
+			c.failDelay()
+		}
+		_ = w.WriteFrame(0, &frames.SASLOutcome{Code: code}, nil)
 		return errSASLFailed
 	}
 	c.ident = ex.ident
@@ -165,15 +186,19 @@ func (c *conn) mechanisms() []encoding.Symbol {
 // CA; "" otherwise. The TLS handshake is done: the protocol header was read
 // through it.
 func (c *conn) peerName() string {
-	tc, ok := c.nc.(*tls.Conn)
-	if !ok {
-		return ""
+	if leaf := tlsconf.VerifiedPeer(c.nc); leaf != nil {
+		return leaf.Subject.CommonName
 	}
-	st := tc.ConnectionState()
-	if len(st.VerifiedChains) == 0 || len(st.PeerCertificates) == 0 {
-		return ""
+	return ""
+}
+
+// peerSubject is the subject of the verified client certificate, "" when
+// there is none.
+func (c *conn) peerSubject() string {
+	if leaf := tlsconf.VerifiedPeer(c.nc); leaf != nil {
+		return leaf.Subject.String()
 	}
-	return st.PeerCertificates[0].Subject.CommonName
+	return ""
 }
 
 // anonymousOK reports whether clients may connect without credentials.
@@ -239,10 +264,21 @@ func (x *saslExchange) authenticate() error {
 			x.reason = "error"
 			return nil
 		}
-		id, aerr := st.Authenticate(user, pass)
+		// With auth.http.url a user the file does not name is a network
+		// call, bounded by its time-out, on this connection's reader: no
+		// other connection waits, and the handshake deadline still holds.
+		id, aerr := c.s.opts.Auth.Authenticate(context.Background(), st, auth.Credentials{
+			Username:    user,
+			Password:    pass,
+			Protocol:    "amqp",
+			CertSubject: c.peerSubject(),
+			RemoteAddr:  c.nc.RemoteAddr().String(),
+		})
 		x.ident, x.reason = id, auth.Reason(aerr)
 		return nil
 	case mechScram:
+		// SCRAM serves file users only: the server side needs the stored
+		// key, which an identity service behind auth.http.url never gives.
 		return x.scram(st)
 	}
 	x.reason = "mechanism"

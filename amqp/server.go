@@ -30,7 +30,9 @@ type Options struct {
 	TLSListen string
 	// TLS is what TLSListen serves with; each handshake calls its
 	// GetConfigForClient, so certificates reloaded behind it
-	// (core/tlsconf) serve new connections only.
+	// (core/tlsconf) serve new connections only. When set, a client on
+	// Listen may also upgrade to TLS with the TLS protocol header
+	// (AMQP 1.0 §5.2.1, starttls.go).
 	TLS *tls.Config
 
 	Router  *core.Router   // required
@@ -210,7 +212,7 @@ func (s *Server) Start() error {
 		s.tlsLn = accept.New(tln, "amqp-tls", s.log)
 	}
 	s.ln = accept.New(ln, "amqp", s.log)
-	if !s.spawn(func() { s.accept(s.ln, nil) }) {
+	if !s.spawn(func() { s.accept(s.ln, nil, s.opts.TLS != nil) }) {
 		ln.Close()
 		if tln != nil {
 			tln.Close()
@@ -219,7 +221,7 @@ func (s *Server) Start() error {
 	}
 	s.log.Info("amqp listening", "addr", s.Addr())
 	if tln != nil {
-		if !s.spawn(func() { s.accept(s.tlsLn, s.opts.TLS) }) {
+		if !s.spawn(func() { s.accept(s.tlsLn, s.opts.TLS, false) }) {
 			tln.Close()
 			return errors.New("amqp: server is shut down")
 		}
@@ -273,8 +275,9 @@ func (s *Server) TLSListener() *accept.Listener { return s.tlsLn }
 // log, and records a lasting one for /readyz. With cfg, each connection is
 // wrapped in TLS; its handshake runs at the connection's first read, on its
 // own goroutine and within handshakeTimeout, so a stalled handshake holds
-// up no one else.
-func (s *Server) accept(ln *accept.Listener, cfg *tls.Config) {
+// up no one else. With upgrade, each may turn to TLS at its start when
+// the client asks (starttls.go).
+func (s *Server) accept(ln *accept.Listener, cfg *tls.Config, upgrade bool) {
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
@@ -285,8 +288,11 @@ func (s *Server) accept(ln *accept.Listener, cfg *tls.Config) {
 			nc.Close() // refused, and too many refusals are being answered already
 			continue
 		}
-		if cfg != nil {
+		switch {
+		case cfg != nil:
 			nc = tls.Server(nc, cfg)
+		case upgrade:
+			nc = &upgradeConn{Conn: nc}
 		}
 		c := newConn(s, nc)
 		c.ticket, c.refused = v.Ticket, v.Reason

@@ -13,11 +13,11 @@ func (g *Gateway) startAMQP(context.Context) error {
 	if g.cfg.AMQP.Listen == "" {
 		return nil
 	}
-	// With auth.file the users file serves AMQP too, and replaces
-	// amqp.users and amqp.allowAnonymous (docs/security.md); without it
-	// those keep working as before.
+	// With auth.file (or auth.http.url) the users file and the hook serve
+	// AMQP too, and replace amqp.users and amqp.allowAnonymous
+	// (docs/security.md); without them those keep working as before.
 	var live *auth.Live
-	if g.cfg.Auth.File != "" {
+	if g.cfg.Auth.Enabled() {
 		live = g.auth
 	}
 	s, err := amqp.New(amqp.Options{

@@ -1,21 +1,27 @@
 package gateway
 
 import (
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"strings"
+	"time"
 
 	"github.com/tolsey/tolsey/core/auth"
+	"github.com/tolsey/tolsey/core/auth/httpauth"
 	"github.com/tolsey/tolsey/core/tlsconf"
 )
 
 // AuthConfig is auth.*: who may connect to the MQTT and AMQP listeners.
 type AuthConfig struct {
 	File string // users file; "" = no users
+	// HTTP is the HTTP auth hook (auth.http.*); URL "" = off.
+	HTTP httpauth.Options
 	// AllowAnonymous is auth.allowAnonymous resolved: auto becomes true
 	// only while every MQTT and AMQP listener is on loopback.
 	AllowAnonymous bool
@@ -42,6 +48,9 @@ type AdminAuthConfig struct {
 // (exit 2) naming auth.file and the file's own line.
 func buildAuthConfig(c *Config, get func(string) string) error {
 	c.Auth.File = get("auth.file")
+	if err := buildAuthHTTP(c, get); err != nil {
+		return err
+	}
 	anon := get("auth.allowAnonymous")
 	tokens := get("admin.tokens")
 	open := get("admin.open")
@@ -61,12 +70,12 @@ func buildAuthConfig(c *Config, get func(string) string) error {
 	case "true":
 		c.Auth.AllowAnonymous = true
 	case "false":
-		if c.Auth.File == "" {
-			return &ConfigError{Key: "auth.allowAnonymous", Msg: "false lets no one in without auth.file: set auth.file to a users file (docs/security.md)"}
+		if !c.Auth.Enabled() {
+			return &ConfigError{Key: "auth.allowAnonymous", Msg: "false lets no one in without auth.file or auth.http.url: set auth.file to a users file (docs/security.md)"}
 		}
 	default: // auto
-		if exposed != "" && c.Auth.File == "" {
-			return &ConfigError{Key: "auth.allowAnonymous", Msg: fmt.Sprintf("%s is beyond loopback and auth.file is empty, so anyone who can reach it could publish and subscribe: set auth.file to a users file, or auth.allowAnonymous: true to allow that", exposed)}
+		if exposed != "" && !c.Auth.Enabled() {
+			return &ConfigError{Key: "auth.allowAnonymous", Msg: fmt.Sprintf("%s is beyond loopback and auth.file is empty, so anyone who can reach it could publish and subscribe: set auth.file to a users file (or auth.http.url to an identity service), or auth.allowAnonymous: true to allow that", exposed)}
 		}
 		c.Auth.AllowAnonymous = exposed == ""
 	}
@@ -97,6 +106,33 @@ func buildAuthConfig(c *Config, get func(string) string) error {
 	if c.AdminListen != "" && !loopback(c.AdminListen) && len(c.Admin.Tokens) == 0 &&
 		c.AdminTLS.ClientAuth != tlsconf.ClientAuthRequire && !c.Admin.OpenAll {
 		return &ConfigError{Key: "admin.tokens", Msg: fmt.Sprintf("admin.listen %s is beyond loopback and nothing protects the admin API: set admin.tokens (gateway passwd --token prints a token and its hash), or admin.tls.clientAuth: require, or admin.open: \"*\" to leave it open to anyone who can reach it", c.AdminListen)}
+	}
+	return nil
+}
+
+// Enabled reports whether clients are authenticated at all: a users file,
+// an HTTP auth hook, or both.
+func (a *AuthConfig) Enabled() bool { return a.File != "" || a.HTTP.URL != "" }
+
+// buildAuthHTTP reads auth.http.*: the URL must be http or https with a
+// host, so that a typo stops the gateway at start rather than refusing
+// every client as "server unavailable".
+func buildAuthHTTP(c *Config, get func(string) string) error {
+	raw := get("auth.http.url")
+	if raw == "" {
+		return nil
+	}
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return &ConfigError{Key: "auth.http.url", Msg: fmt.Sprintf("%q is not an http:// or https:// URL with a host", raw)}
+	}
+	dur := func(key string) time.Duration {
+		d, _ := time.ParseDuration(normDuration(get(key))) // checked by keyDefs
+		return d
+	}
+	c.Auth.HTTP = httpauth.Options{URL: raw, Timeout: dur("auth.http.timeout"), CacheTTL: dur("auth.http.cacheTTL")}
+	if c.Auth.HTTP.Timeout <= 0 {
+		return &ConfigError{Key: "auth.http.timeout", Msg: "must be above 0 (a call without a time-out could hold a connecting client for ever)"}
 	}
 	return nil
 }
@@ -168,11 +204,26 @@ func matchToken(tokens [][sha256.Size]byte, t string) (id string, ok bool) {
 }
 
 // startAuth builds the auth.Live the front-ends read: the users file
-// parsed again (it may have changed since LoadConfig checked it) and
-// the resolved auth.allowAnonymous. Called before any listener starts.
+// parsed again (it may have changed since LoadConfig checked it), the
+// HTTP auth hook (auth.http.*) and the resolved auth.allowAnonymous. Called before any listener starts.
 func (g *Gateway) startAuth() error {
 	g.auth = &auth.Live{AllowAnonymous: g.cfg.Auth.AllowAnonymous}
+	if o := g.cfg.Auth.HTTP; o.URL != "" {
+		o.Logger = g.log.With("part", "auth")
+		hook, err := httpauth.New(o)
+		if err != nil {
+			return &ConfigError{Key: "auth.http.url", Msg: err.Error()}
+		}
+		g.auth.External = hook
+		g.onStop(func(context.Context) error { hook.Close(); return nil })
+	}
 	if g.cfg.Auth.File == "" {
+		if g.auth.External != nil {
+			// Only the hook's users: an empty file, whose ACL lets them
+			// do everything (no rules: default allow).
+			s, _ := auth.Parse(nil)
+			g.auth.Swap(s)
+		}
 		return nil
 	}
 	s, err := loadUsers(g.cfg.Auth.File)
@@ -184,7 +235,8 @@ func (g *Gateway) startAuth() error {
 }
 
 // Auth is the users and rules in force, for the front-ends and tests. Its
-// Load is nil without auth.file.
+// Load is nil without auth.file and auth.http.url (with the hook alone, an
+// empty Store: no users, no rules); External is the hook.
 func (g *Gateway) Auth() *auth.Live { return g.auth }
 
 // Reload re-reads the users file (auth.file) and the TLS files of every

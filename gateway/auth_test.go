@@ -320,30 +320,7 @@ func TestUsersFileServesBothProtocols(t *testing.T) {
 	users := writeUsers(t, filepath.Join(t.TempDir(), "users.yaml"), "alice")
 	g := startGateway(t, "--auth.file="+users, "--auth.allowAnonymous=false", "--amqp.listen=127.0.0.1:0")
 
-	mqttConnect := func(user, pw string) byte {
-		t.Helper()
-		conn, err := net.Dial("tcp", g.MQTTAddr())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		cl := paho.NewClient(paho.ClientConfig{Conn: conn})
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		cp := &paho.Connect{ClientID: "c-" + user, CleanStart: true, KeepAlive: 30}
-		if user != "" {
-			cp.Username, cp.UsernameFlag = user, true
-			cp.Password, cp.PasswordFlag = []byte(pw), true
-		}
-		ca, err := cl.Connect(ctx, cp)
-		if ca == nil {
-			t.Fatalf("MQTT connect %q: %v", user, err)
-		}
-		if ca.ReasonCode == 0 {
-			_ = cl.Disconnect(&paho.Disconnect{})
-		}
-		return ca.ReasonCode
-	}
+	mqttConnect := func(user, pw string) byte { return mqttConnectCode(t, g, user, pw) }
 	if rc := mqttConnect("alice", "alice-pw"); rc != 0 {
 		t.Errorf("MQTT alice: CONNACK %#x", rc)
 	}
@@ -354,19 +331,49 @@ func TestUsersFileServesBothProtocols(t *testing.T) {
 		t.Errorf("MQTT anonymous: CONNACK %#x, want 0x87", rc)
 	}
 
-	amqpLogin := func(user, pw string) error {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		c, err := goamqp.Dial(ctx, "amqp://"+g.AMQPAddr(), &goamqp.ConnOptions{SASLType: goamqp.SASLTypePlain(user, pw)})
-		if err == nil {
-			c.Close()
-		}
-		return err
-	}
+	amqpLogin := func(user, pw string) error { return amqpLogin(g, user, pw) }
 	if err := amqpLogin("alice", "alice-pw"); err != nil {
 		t.Errorf("AMQP alice: %v", err)
 	}
 	if err := amqpLogin("alice", "wrong"); err == nil {
 		t.Error("AMQP alice with a wrong password logged in")
 	}
+}
+
+// mqttConnectCode connects to g with paho (MQTT 5) as user (none when
+// "") and returns the CONNACK's reason code.
+func mqttConnectCode(t *testing.T, g *Gateway, user, pw string) byte {
+	t.Helper()
+	conn, err := net.Dial("tcp", g.MQTTAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	cl := paho.NewClient(paho.ClientConfig{Conn: conn})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	cp := &paho.Connect{ClientID: "c-" + user, CleanStart: true, KeepAlive: 30}
+	if user != "" {
+		cp.Username, cp.UsernameFlag = user, true
+		cp.Password, cp.PasswordFlag = []byte(pw), true
+	}
+	ca, err := cl.Connect(ctx, cp)
+	if ca == nil {
+		t.Fatalf("MQTT connect %q: %v", user, err)
+	}
+	if ca.ReasonCode == 0 {
+		_ = cl.Disconnect(&paho.Disconnect{})
+	}
+	return ca.ReasonCode
+}
+
+// amqpLogin logs in to g's AMQP listener with SASL PLAIN.
+func amqpLogin(g *Gateway, user, pw string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := goamqp.Dial(ctx, "amqp://"+g.AMQPAddr(), &goamqp.ConnOptions{SASLType: goamqp.SASLTypePlain(user, pw)})
+	if err == nil {
+		c.Close()
+	}
+	return err
 }

@@ -22,11 +22,22 @@ func (c *Config) tlsSections() []tlsSection {
 	if c.MQTT.TLSListen == "" {
 		mqttBy = "mqtt.wss.listen"
 	}
+	amqpBy := "amqp.tls.listen"
+	if c.AMQP.TLSListen == "" {
+		amqpBy = "amqp.listen (the TLS upgrade)"
+	}
 	return []tlsSection{
 		{prefix: "admin.tls", opts: &c.AdminTLS, used: c.AdminListen != "" && (c.AdminTLS.Cert != "" || c.AdminTLS.Key != "" || c.AdminTLS.ClientCA != "" || c.AdminTLS.ClientAuth != tlsconf.ClientAuthNone), by: "admin.listen"},
 		{prefix: "mqtt.tls", opts: &c.MQTT.TLS, used: c.MQTT.TLSListen != "" || c.MQTT.WSSListen != "", by: mqttBy},
-		{prefix: "amqp.tls", opts: &c.AMQP.TLS, used: c.AMQP.TLSListen != "", by: "amqp.tls.listen"},
+		{prefix: "amqp.tls", opts: &c.AMQP.TLS, used: c.AMQP.TLSListen != "" || c.amqpUpgrade(), by: amqpBy},
 	}
+}
+
+// amqpUpgrade: amqp.tls.cert or amqp.tls.key without amqp.tls.listen
+// still serve TLS, to clients on amqp.listen that ask for it with the TLS
+// protocol header (AMQP 1.0 §5.2.1, docs/tls.md).
+func (c *Config) amqpUpgrade() bool {
+	return c.AMQP.Listen != "" && (c.AMQP.TLS.Cert != "" || c.AMQP.TLS.Key != "")
 }
 
 // buildTLSConfig reads mqtt.tls.*, mqtt.wss.listen, amqp.tls.* and

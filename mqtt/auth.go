@@ -1,7 +1,7 @@
 package mqtt
 
 import (
-	"crypto/tls"
+	"context"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/tolsey/tolsey/core"
 	"github.com/tolsey/tolsey/core/auth"
+	"github.com/tolsey/tolsey/core/tlsconf"
 )
 
 // Authentication and authorisation of MQTT clients (docs/security.md,
@@ -166,7 +167,17 @@ func (a *authz) connect(cl *mochi.Client, pk packets.Packet) error {
 // identify returns who cl is, or the reason it is refused.
 func (a *authz) identify(st *auth.Store, cl *mochi.Client, pk packets.Packet) (auth.Identity, string) {
 	if pk.Connect.UsernameFlag || len(pk.Connect.Username) > 0 {
-		id, err := st.Authenticate(string(pk.Connect.Username), string(pk.Connect.Password))
+		// With auth.http.url this may be a network call, bounded by its
+		// time-out; it runs on this client's goroutine (mochi calls
+		// OnConnect from the connection's own), so no one else waits.
+		id, err := a.live.Authenticate(context.Background(), st, auth.Credentials{
+			Username:    string(pk.Connect.Username),
+			Password:    string(pk.Connect.Password),
+			ClientID:    cl.ID,
+			Protocol:    "mqtt",
+			CertSubject: certSubject(cl.Net.Conn),
+			RemoteAddr:  cl.Net.Remote,
+		})
 		return id, auth.Reason(err)
 	}
 	if name, ok := certName(cl.Net.Conn); ok {
@@ -184,19 +195,22 @@ func (a *authz) identify(st *auth.Store, cl *mochi.Client, pk packets.Packet) (a
 }
 
 // certName is the CN of the client certificate of a TLS connection, if
-// the handshake verified one against the client CA. A certificate that was
-// only requested and not verified (tls.RequestClientCert) names nobody.
+// the handshake verified one against the client CA.
 func certName(c net.Conn) (string, bool) {
-	tc, ok := c.(*tls.Conn)
-	if !ok {
-		return "", false
+	if leaf := tlsconf.VerifiedPeer(c); leaf != nil {
+		cn := leaf.Subject.CommonName
+		return cn, cn != ""
 	}
-	cs := tc.ConnectionState()
-	if len(cs.VerifiedChains) == 0 || len(cs.PeerCertificates) == 0 {
-		return "", false
+	return "", false
+}
+
+// certSubject is the subject of the verified client certificate, "" when
+// there is none.
+func certSubject(c net.Conn) string {
+	if leaf := tlsconf.VerifiedPeer(c); leaf != nil {
+		return leaf.Subject.String()
 	}
-	cn := cs.PeerCertificates[0].Subject.CommonName
-	return cn, cn != ""
+	return ""
 }
 
 // refuseConnect counts and logs a refused CONNECT (never its password),
@@ -205,20 +219,29 @@ func certName(c net.Conn) (string, bool) {
 //     Name or Password, 3.1.1 return code 4, the same for each so that a
 //     client cannot tell whether a name exists;
 //   - no credentials, anonymous not allowed, or a will the user may not
-//     publish: MQTT 5 0x87 Not authorized, 3.1.1 return code 5.
+//     publish: MQTT 5 0x87 Not authorized, 3.1.1 return code 5;
+//   - the identity service (auth.http.url) gave no answer: MQTT 5 0x88
+//     Server unavailable, 3.1.1 return code 3, at once: an outage is not
+//     a guess to slow down, and the client should retry, not give up.
 func (a *authz) refuseConnect(cl *mochi.Client, pk packets.Packet, reason string) error {
 	a.s.opts.Metrics.AuthFailure("mqtt", reason)
 	a.s.log.Info("mqtt connect refused", "client", cl.ID, "remote", cl.Net.Remote,
 		"user", string(pk.Connect.Username), "reason", reason)
 	code, v3 := packets.ErrNotAuthorized, packets.Err3NotAuthorized
-	if reason != reasonAnonymous && reason != reasonPublish {
+	switch reason {
+	case reasonAnonymous, reasonPublish:
+	case auth.ReasonUnavailable:
+		code, v3 = packets.ErrServerUnavailable, packets.Err3ServerUnavailable
+	default:
 		code, v3 = packets.ErrBadUsernameOrPassword, packets.ErrMalformedUsernameOrPassword // 4: bad user name or password
 	}
-	host, _, err := net.SplitHostPort(cl.Net.Remote)
-	if err != nil {
-		host = cl.Net.Remote
+	if reason != auth.ReasonUnavailable {
+		host, _, err := net.SplitHostPort(cl.Net.Remote)
+		if err != nil {
+			host = cl.Net.Remote
+		}
+		time.Sleep(a.delay.failed(host, time.Now())) // one wait on this connection's goroutine, capped: not a poll
 	}
-	time.Sleep(a.delay.failed(host, time.Now())) // one wait on this connection's goroutine, capped: not a poll
 	if cl.Properties.ProtocolVersion >= 5 {
 		_ = a.s.mochi.SendConnack(cl, code, false, nil)
 	} else {

@@ -12,6 +12,10 @@ type Live struct {
 	// without a username, AMQP SASL ANONYMOUS or no SASL layer). Set once
 	// before the front-ends start.
 	AllowAnonymous bool
+	// External checks users the users file does not name (auth.http.url);
+	// nil: only the file's users log in. Set once before the front-ends
+	// start.
+	External Authenticator
 }
 
 // Load is the Store in force; nil when the gateway has no users file, in

@@ -23,6 +23,7 @@ var (
 
 // Reason is the metric label of an authentication error
 // (gateway_auth_failures_total{reason}): "unknown_user", "bad_password",
+// "denied" and "unavailable" (the identity service's no, and its outage),
 // "" for nil and "error" for anything else (a malformed SCRAM message).
 func Reason(err error) string {
 	switch {
@@ -32,9 +33,17 @@ func Reason(err error) string {
 		return "unknown_user"
 	case errors.Is(err, ErrBadPassword):
 		return "bad_password"
+	case errors.Is(err, ErrDenied):
+		return "denied"
+	case errors.Is(err, ErrUnavailable):
+		return ReasonUnavailable
 	}
 	return "error"
 }
+
+// ReasonUnavailable is Reason's label for ErrUnavailable: the front-ends
+// answer it "server unavailable", not "bad credentials".
+const ReasonUnavailable = "unavailable"
 
 type user struct {
 	name   string

@@ -107,8 +107,8 @@ var Rules = []Rule{
 	{
 		Name:     "test helpers are for tests",
 		From:     []string{"..."},
-		Except:   []string{"test/...", "retain/redistest", "retain/retaintest", "core/coretest", "core/queue/queuetest", "core/tlsconf/tlstest"},
-		Deny:     []string{"retain/redistest", "retain/retaintest", "core/coretest", "core/queue/queuetest", "core/tlsconf/tlstest"},
+		Except:   []string{"test/...", "retain/redistest", "retain/retaintest", "core/coretest", "core/queue/queuetest", "core/tlsconf/tlstest", "core/auth/httpauth/httpauthtest"},
+		Deny:     []string{"retain/redistest", "retain/retaintest", "core/coretest", "core/queue/queuetest", "core/tlsconf/tlstest", "core/auth/httpauth/httpauthtest"},
 		TestsMay: true,
 	},
 }

@@ -109,6 +109,10 @@ type ProtocolHeader struct {
 var (
 	HeaderAMQP = ProtocolHeader{ProtocolID: ProtocolAMQP, Major: 1}
 	HeaderSASL = ProtocolHeader{ProtocolID: ProtocolSASL, Major: 1}
+	// HeaderTLS asks for TLS on a plain connection [5.2.1]. It parses as a
+	// *ProtocolHeaderError: whether it is spoken is the connection's
+	// decision, not the wire's.
+	HeaderTLS = ProtocolHeader{ProtocolID: ProtocolTLS, Major: 1}
 )
 
 // Bytes is the wire form of h.

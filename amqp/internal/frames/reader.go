@@ -97,6 +97,16 @@ func (r *Reader) ReadProtocolHeader() (ProtocolHeader, error) {
 	return ParseProtocolHeader(b)
 }
 
+// Buffered hands over the bytes read past what was consumed and forgets
+// them: a client that pipelined its TLS ClientHello behind the TLS header
+// [5.2.1] sent them, and the TLS layer must read them first. The slice
+// aliases the buffer; the Reader must not be used afterwards.
+func (r *Reader) Buffered() []byte {
+	b := r.buf[r.start:r.end]
+	r.start = r.end
+	return b
+}
+
 // ReadFrame reads one frame.
 func (r *Reader) ReadFrame() (Frame, error) {
 	if err := r.fill(HeaderSize); err != nil {
