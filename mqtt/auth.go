@@ -47,11 +47,17 @@ type authz struct {
 	swept   int // len(clients) after the last sweep of closed clients
 
 	delay failDelay
+
+	stopWatch func() // ends the recheck on every swap of live (revoke.go)
 }
 
 // clientAuth is what one connection authenticated as.
 type clientAuth struct {
 	id auth.Identity // fixed at CONNECT
+
+	// st is the users file id was last found the same in: the one of the
+	// CONNECT, then each one a reload rechecked it against (revoke.go).
+	st atomic.Pointer[auth.Store]
 
 	// checkAll: every message delivered to the client is checked with
 	// Allowed. Set once, on the client's reader (a SUBSCRIBE granted
@@ -60,10 +66,12 @@ type clientAuth struct {
 
 	// subscribing holds the decision of each filter of the SUBSCRIBE being
 	// processed, from OnSubscribe to OnSubscribed, for mochi's OnACLCheck
-	// on the filter. mu guards it; pending says whether to look.
+	// on the filter. mu guards it and decidedBy, the users file that
+	// decided them; pending says whether to look.
 	pending     atomic.Bool
 	mu          sync.Mutex
 	subscribing map[string]bool
+	decidedBy   *auth.Store
 }
 
 func newAuthz(s *Server) *authz {
@@ -146,6 +154,7 @@ func (a *authz) connect(cl *mochi.Client, pk packets.Packet) error {
 		return a.refuseConnect(cl, pk, reason)
 	}
 	ca := &clientAuth{id: id}
+	ca.st.Store(st)
 	a.mu.Lock()
 	if len(a.clients) >= 2*a.swept+64 {
 		// mochi calls OnDisconnect only for a client it attached: one whose
@@ -160,6 +169,11 @@ func (a *authz) connect(cl *mochi.Client, pk packets.Packet) error {
 	}
 	a.clients[cl] = ca
 	a.mu.Unlock()
+	if now := a.live.Load(); now != st {
+		// A reload swapped the file since this CONNECT read it, and its
+		// recheck may have missed this client, not yet in clients.
+		a.recheckClient(cl, ca, now)
+	}
 	return nil
 }
 
@@ -291,6 +305,7 @@ func (a *authz) subscribing(cl *mochi.Client, filters packets.Subscriptions) {
 	ca.mu.Lock()
 	defer ca.mu.Unlock()
 	ca.subscribing = make(map[string]bool, len(filters))
+	ca.decidedBy = st
 	for _, f := range filters {
 		if f.Filter == "" {
 			continue
@@ -321,7 +336,13 @@ func (a *authz) subscribed(cl *mochi.Client) {
 		ca.mu.Lock()
 		ca.subscribing = nil
 		ca.pending.Store(false)
+		by := ca.decidedBy
 		ca.mu.Unlock()
+		if now := a.live.Load(); now != by {
+			// A reload came between the decision and mochi adding the
+			// filters: its recheck may have run before they were there.
+			a.recheckClient(cl, ca, now)
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,17 +17,25 @@ import (
 	"github.com/tolsey/tolsey/retain/memory"
 )
 
+var testHashes sync.Map // password -> bcrypt hash
+
 // usersFile is the users file of issue 11 (alice in group devices, ops
 // with every right, bob with none of his own) with extra ACL rules after
 // its own; every password is "<name>-pw".
 func usersFile(t *testing.T, extra ...string) *auth.Store {
 	t.Helper()
 	hash := func(pw string) string {
+		// One hash per password for the whole run: a reload of a file
+		// whose hash changed disconnects the user (revoke.go).
+		if h, ok := testHashes.Load(pw); ok {
+			return h.(string)
+		}
 		h, err := auth.HashBcrypt(pw, 4)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return h
+		h2, _ := testHashes.LoadOrStore(pw, h)
+		return h2.(string)
 	}
 	f := fmt.Sprintf(`
 users:
