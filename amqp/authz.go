@@ -72,7 +72,7 @@ func (c *conn) ownsTemp(prefix, name string) bool {
 // mayRead reports whether m's topic may be delivered on l: every topic is
 // when its filter was allowed whole.
 func (l *outLink) mayRead(topic string) bool {
-	return !l.aclPartial || l.c.may(auth.Subscribe, topic)
+	return !l.revoked.Load() && (!l.aclPartial.Load() || l.c.may(auth.Subscribe, topic))
 }
 
 func unauthorized(format string, args ...any) *LinkError {

@@ -120,6 +120,7 @@ func (c *conn) sasl() error {
 		return errSASLFailed
 	}
 	c.ident = ex.ident
+	c.authSt.Store(ex.st)
 	return w.WriteFrame(0, &frames.SASLOutcome{Code: frames.SASLCodeOK, AdditionalData: ex.final}, nil)
 }
 
@@ -192,6 +193,7 @@ type saslExchange struct {
 	init *frames.SASLInit
 
 	ident  auth.Identity
+	st     *auth.Store // the users file ident comes from; nil without one
 	final  []byte // the outcome's additional-data (SCRAM's server-final)
 	reason string // the metric label of a failure; "" on success
 }
@@ -200,6 +202,7 @@ type saslExchange struct {
 // Only I/O errors are returned; a failure sets reason.
 func (x *saslExchange) authenticate() error {
 	c, st := x.c, x.c.s.opts.Auth.Load()
+	x.st = st
 	switch x.init.Mechanism {
 	case mechAnonymous:
 		if !c.s.anonymousOK() {

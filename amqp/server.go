@@ -134,6 +134,8 @@ type Server struct {
 	subsMu  sync.Mutex               // guards subs
 	subs    map[string]*subscription // durable and shared subscriptions by key
 	autoMu  sync.Mutex               // serialises AutoCreateQueues: Declare changes an existing queue
+
+	stopWatch func() // ends the rechecks on reload (revoke.go); set by Start, called by Shutdown
 }
 
 // New builds the front-end; Start binds and serves.
@@ -214,6 +216,7 @@ func (s *Server) Start() error {
 		}
 		s.log.Info("amqp listening", "addr", s.TLSAddr(), "transport", "tls")
 	}
+	s.stopWatch = s.watch()
 	return nil
 }
 
@@ -298,6 +301,9 @@ func (s *Server) forget(c *conn) {
 // amqp:connection:forced and waits for every goroutine until ctx ends; then
 // it drops the sockets that are still open and waits for the rest.
 func (s *Server) Shutdown(ctx context.Context) error {
+	if s.stopWatch != nil {
+		s.stopWatch()
+	}
 	s.mu.Lock()
 	if !s.closing {
 		close(s.quit)
