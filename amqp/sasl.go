@@ -194,8 +194,8 @@ type saslExchange struct {
 
 	ident  auth.Identity
 	st     *auth.Store // the users file ident comes from; nil without one
-	final  []byte // the outcome's additional-data (SCRAM's server-final)
-	reason string // the metric label of a failure; "" on success
+	final  []byte      // the outcome's additional-data (SCRAM's server-final)
+	reason string      // the metric label of a failure; "" on success
 }
 
 // authenticate runs the mechanism the client chose against Options.Auth.
