@@ -161,9 +161,9 @@ func (c *conn) mechanisms() []encoding.Symbol {
 	return mechs
 }
 
-// peerName is the common name of the TLS client certificate, when the
-// connection is TLS and the certificate was verified against the client
-// CA; "" otherwise. The TLS handshake is done: the protocol header was read
+// peerName is the user the TLS client certificate names (its CN, or the
+// SAN auth.certIdentity chooses), when the connection is TLS and the
+// certificate was verified against the client CA; "" otherwise. The TLS handshake is done: the protocol header was read
 // through it.
 func (c *conn) peerName() string {
 	tc, ok := c.nc.(*tls.Conn)
@@ -174,7 +174,11 @@ func (c *conn) peerName() string {
 	if len(st.VerifiedChains) == 0 || len(st.PeerCertificates) == 0 {
 		return ""
 	}
-	return st.PeerCertificates[0].Subject.CommonName
+	var field auth.CertField
+	if c.s.opts.Auth != nil {
+		field = c.s.opts.Auth.CertIdentity
+	}
+	return field.Name(st.PeerCertificates[0])
 }
 
 // anonymousOK reports whether clients may connect without credentials.

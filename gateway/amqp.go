@@ -17,7 +17,7 @@ func (g *Gateway) startAMQP(context.Context) error {
 	// amqp.users and amqp.allowAnonymous (docs/security.md); without it
 	// those keep working as before.
 	var live *auth.Live
-	if g.cfg.Auth.File != "" {
+	if g.cfg.Auth.Enabled() {
 		live = g.auth
 	}
 	s, err := amqp.New(amqp.Options{

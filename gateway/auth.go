@@ -15,7 +15,11 @@ import (
 
 // AuthConfig is auth.*: who may connect to the MQTT and AMQP listeners.
 type AuthConfig struct {
-	File string // users file; "" = no users
+	File    string // users file; "" = no users
+	ACLFile string // acl.file: the ACL rules apart from the users; "" = in File
+	// OnRevoke is acl.onRevoke; CertIdentity is auth.certIdentity.
+	OnRevoke     auth.Revoke
+	CertIdentity auth.CertField
 	// AllowAnonymous is auth.allowAnonymous resolved: auto becomes true
 	// only while every MQTT and AMQP listener is on loopback.
 	AllowAnonymous bool
@@ -42,6 +46,15 @@ type AdminAuthConfig struct {
 // (exit 2) naming auth.file and the file's own line.
 func buildAuthConfig(c *Config, get func(string) string) error {
 	c.Auth.File = get("auth.file")
+	c.Auth.ACLFile = get("acl.file")
+	if get("acl.onRevoke") == "disconnect" {
+		c.Auth.OnRevoke = auth.RevokeDisconnect
+	}
+	field, err := auth.ParseCertField(get("auth.certIdentity"))
+	if err != nil {
+		return &ConfigError{Key: "auth.certIdentity", Msg: err.Error()}
+	}
+	c.Auth.CertIdentity = field
 	anon := get("auth.allowAnonymous")
 	tokens := get("admin.tokens")
 	open := get("admin.open")
@@ -70,8 +83,8 @@ func buildAuthConfig(c *Config, get func(string) string) error {
 		}
 		c.Auth.AllowAnonymous = exposed == ""
 	}
-	if c.Auth.File != "" {
-		if _, err := loadUsers(c.Auth.File); err != nil {
+	if c.Auth.Enabled() {
+		if _, err := c.Auth.load(); err != nil {
 			return err
 		}
 	}
@@ -101,12 +114,32 @@ func buildAuthConfig(c *Config, get func(string) string) error {
 	return nil
 }
 
-// loadUsers parses the users file; the error is a *ConfigError naming
-// auth.file, the path and the file's own error (line and place).
-func loadUsers(path string) (*auth.Store, error) {
-	s, err := auth.Load(path)
+// Enabled reports whether a users file or an ACL file is configured: the
+// front-ends then check every client against the auth.Store they make.
+func (a *AuthConfig) Enabled() bool { return a.File != "" || a.ACLFile != "" }
+
+// load parses the users file and the ACL file into the Store in force;
+// the error is a *ConfigError naming auth.file or acl.file, the path and
+// the file's own error (line and place).
+func (a *AuthConfig) load() (*auth.Store, error) {
+	s, err := auth.Parse(nil) // no users, no rules
 	if err != nil {
-		return nil, &ConfigError{Key: "auth.file", Msg: fmt.Sprintf("%s: %v", path, err)}
+		return nil, err
+	}
+	if a.File != "" {
+		if s, err = auth.Load(a.File); err != nil {
+			return nil, &ConfigError{Key: "auth.file", Msg: fmt.Sprintf("%s: %v", a.File, err)}
+		}
+	}
+	if a.ACLFile == "" {
+		return s, nil
+	}
+	rules, err := auth.LoadACL(a.ACLFile)
+	if err == nil {
+		s, err = s.WithACL(rules)
+	}
+	if err != nil {
+		return nil, &ConfigError{Key: "acl.file", Msg: fmt.Sprintf("%s: %v", a.ACLFile, err)}
 	}
 	return s, nil
 }
@@ -171,11 +204,12 @@ func matchToken(tokens [][sha256.Size]byte, t string) (id string, ok bool) {
 // parsed again (it may have changed since LoadConfig checked it) and
 // the resolved auth.allowAnonymous. Called before any listener starts.
 func (g *Gateway) startAuth() error {
-	g.auth = &auth.Live{AllowAnonymous: g.cfg.Auth.AllowAnonymous}
-	if g.cfg.Auth.File == "" {
+	g.auth = &auth.Live{AllowAnonymous: g.cfg.Auth.AllowAnonymous,
+		OnRevoke: g.cfg.Auth.OnRevoke, CertIdentity: g.cfg.Auth.CertIdentity}
+	if !g.cfg.Auth.Enabled() {
 		return nil
 	}
-	s, err := loadUsers(g.cfg.Auth.File)
+	s, err := g.cfg.Auth.load()
 	if err != nil {
 		return err
 	}
@@ -198,8 +232,8 @@ func (g *Gateway) Reload() error {
 	defer g.reloadMu.Unlock()
 	var errs []error
 	users := "none"
-	if g.cfg.Auth.File != "" {
-		if s, err := loadUsers(g.cfg.Auth.File); err != nil {
+	if g.cfg.Auth.Enabled() {
+		if s, err := g.cfg.Auth.load(); err != nil {
 			errs = append(errs, err)
 			users = "kept"
 		} else {

@@ -183,7 +183,7 @@ func (a *authz) identify(st *auth.Store, cl *mochi.Client, pk packets.Packet) (a
 		id, err := st.Authenticate(string(pk.Connect.Username), string(pk.Connect.Password))
 		return id, auth.Reason(err)
 	}
-	if name, ok := certName(cl.Net.Conn); ok {
+	if name, ok := certName(cl.Net.Conn, a.live.CertIdentity); ok {
 		if id, ok := st.Lookup(name); ok {
 			return id, ""
 		}
@@ -197,10 +197,11 @@ func (a *authz) identify(st *auth.Store, cl *mochi.Client, pk packets.Packet) (a
 	return auth.Identity{}, reasonAnonymous
 }
 
-// certName is the CN of the client certificate of a TLS connection, if
-// the handshake verified one against the client CA. A certificate that was
-// only requested and not verified (tls.RequestClientCert) names nobody.
-func certName(c net.Conn) (string, bool) {
+// certName is the user the client certificate of a TLS connection names
+// in field (auth.certIdentity: its CN or a SAN), if the handshake verified
+// one against the client CA. A certificate that was only requested and
+// not verified (tls.RequestClientCert) names nobody.
+func certName(c net.Conn, field auth.CertField) (string, bool) {
 	tc, ok := c.(*tls.Conn)
 	if !ok {
 		return "", false
@@ -209,8 +210,8 @@ func certName(c net.Conn) (string, bool) {
 	if len(cs.VerifiedChains) == 0 || len(cs.PeerCertificates) == 0 {
 		return "", false
 	}
-	cn := cs.PeerCertificates[0].Subject.CommonName
-	return cn, cn != ""
+	name := field.Name(cs.PeerCertificates[0])
+	return name, name != ""
 }
 
 // refuseConnect counts and logs a refused CONNECT (never its password),

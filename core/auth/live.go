@@ -19,6 +19,10 @@ type Live struct {
 	// the new rules deny (acl.onRevoke). Set once before the front-ends
 	// start.
 	OnRevoke Revoke
+	// CertIdentity is the field of a verified client certificate that
+	// names its user (auth.certIdentity). Set once before the front-ends
+	// start.
+	CertIdentity CertField
 
 	mu       sync.Mutex // guards watchers and next; held while they run
 	watchers map[int]func(*Store)

@@ -51,6 +51,9 @@ type Store struct {
 	users map[string]*user
 	acl   acl
 
+	// hasRules: the file had an acl or a default section (WithACL).
+	hasRules bool
+
 	// secret keys the decoy SCRAM salts of unknown users.
 	secret [32]byte
 
