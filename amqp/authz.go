@@ -75,8 +75,20 @@ func (l *outLink) mayRead(topic string) bool {
 	return !l.revoked.Load() && (!l.aclPartial.Load() || l.c.may(auth.Subscribe, topic))
 }
 
-func unauthorized(format string, args ...any) *LinkError {
+// unauthorized is the refusal of an attach the ACL denies, counted as
+// MQTT counts its refusals: tolsey_auth_failures_total{protocol="amqp",
+// reason="publish_denied"} for a sending link, "subscribe_denied" for a
+// receiving one.
+func (c *conn) unauthorized(action auth.Action, format string, args ...any) *LinkError {
+	c.s.opts.Metrics.AuthFailure("amqp", deniedReason(action))
 	return linkErr(frames.ErrCondUnauthorizedAccess, format, args...)
+}
+
+func deniedReason(action auth.Action) string {
+	if action == auth.Publish {
+		return "publish_denied"
+	}
+	return "subscribe_denied"
 }
 
 // rejectUnauthorized is the outcome of a message its sender may not

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/tolsey/tolsey/core/auth"
@@ -26,9 +27,6 @@ const (
 	mechScram     encoding.Symbol = "SCRAM-SHA-256"
 	mechExternal  encoding.Symbol = "EXTERNAL"
 )
-
-// authFailDelay is how long a failed login waits for its answer.
-const authFailDelay = 500 * time.Millisecond
 
 // handshake negotiates the protocol headers and SASL. On success the AMQP
 // header has been exchanged and the peer's open comes next.
@@ -86,7 +84,7 @@ func (c *conn) writeHeader(h frames.ProtocolHeader) error {
 
 // sasl runs the SASL exchange after the SASL headers: mechanisms, init,
 // the mechanism's challenges and responses, outcome. A failure answers
-// sasl-outcome code auth after authFailDelay, is counted
+// sasl-outcome code auth after the per-host delay (failDelay), is counted
 // (tolsey_auth_failures_total{protocol="amqp",reason}) and closes the
 // socket; the log says which mechanism and why, never with a password.
 func (c *conn) sasl() error {
@@ -124,11 +122,16 @@ func (c *conn) sasl() error {
 	return w.WriteFrame(0, &frames.SASLOutcome{Code: frames.SASLCodeOK, AdditionalData: ex.final}, nil)
 }
 
-// failDelay holds a failed login's answer back, so that one connection
-// cannot try passwords faster than one per authFailDelay. It ends early
-// when Shutdown closes the connection.
+// failDelay holds a failed login's answer back by the time the per-host
+// throttle says (auth.Throttle: it grows with the failures from the same
+// host in the last minute, on any connection, MQTT's included). It ends
+// early when Shutdown closes the connection.
 func (c *conn) failDelay() {
-	t := time.NewTimer(authFailDelay)
+	host, _, err := net.SplitHostPort(c.nc.RemoteAddr().String())
+	if err != nil {
+		host = c.nc.RemoteAddr().String()
+	}
+	t := time.NewTimer(c.s.failures().Failed(host, time.Now()))
 	defer t.Stop()
 	select {
 	case <-t.C:
@@ -179,6 +182,15 @@ func (c *conn) peerName() string {
 		field = c.s.opts.Auth.CertIdentity
 	}
 	return field.Name(st.PeerCertificates[0])
+}
+
+// failures is the per-host throttle of failed logins: the users file's,
+// shared with MQTT, or the server's own without one.
+func (s *Server) failures() *auth.Throttle {
+	if s.opts.Auth != nil {
+		return &s.opts.Auth.Failures
+	}
+	return &s.legacyFailures
 }
 
 // anonymousOK reports whether clients may connect without credentials.

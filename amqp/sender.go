@@ -239,7 +239,7 @@ func (s *session) attachOut(a *frames.Attach) error {
 		// whole.
 		l.aclFilter, l.aclWhole = name, true
 		if c.subscribeDecision(name) != auth.Allow {
-			return s.refuse(l, reply, unauthorized("not authorised to subscribe to all of %q", core.ShortTopic(name)))
+			return s.refuse(l, reply, c.unauthorized(auth.Subscribe, "not authorised to subscribe to all of %q", core.ShortTopic(name)))
 		}
 		return s.attachQueueOut(l, reply, &sc, q, queue.ConsumerOptions{Filter: name, Fallback: true})
 	default:
@@ -250,7 +250,7 @@ func (s *session) attachOut(a *frames.Attach) error {
 				return s.refuse(l, reply, le)
 			}
 			if !c.mayConsume(name) {
-				return s.refuse(l, reply, unauthorized("not authorised to consume from queue %q", core.ShortTopic(name)))
+				return s.refuse(l, reply, c.unauthorized(auth.Subscribe, "not authorised to consume from queue %q", core.ShortTopic(name)))
 			}
 			if !c.ownsTemp(tmpQueuePrefix, name) {
 				l.aclFilter, l.aclWhole = queueTopic+name, true
@@ -264,7 +264,7 @@ func (s *session) attachOut(a *frames.Attach) error {
 			l.aclFilter = name
 			switch c.subscribeDecision(name) {
 			case auth.Deny:
-				return s.refuse(l, reply, unauthorized("not authorised to subscribe to %q", core.ShortTopic(src.Address)))
+				return s.refuse(l, reply, c.unauthorized(auth.Subscribe, "not authorised to subscribe to %q", core.ShortTopic(src.Address)))
 			case auth.AllowPartly:
 				l.aclPartial.Store(true)
 			}

@@ -136,6 +136,8 @@ type Server struct {
 	autoMu  sync.Mutex               // serialises AutoCreateQueues: Declare changes an existing queue
 
 	stopWatch func() // ends the rechecks on reload (revoke.go); set by Start, called by Shutdown
+
+	legacyFailures auth.Throttle // failed logins per host without Options.Auth (sasl.go)
 }
 
 // New builds the front-end; Start binds and serves.

@@ -46,8 +46,6 @@ type authz struct {
 	clients map[*mochi.Client]*clientAuth
 	swept   int // len(clients) after the last sweep of closed clients
 
-	delay failDelay
-
 	stopWatch func() // ends the recheck on every swap of live (revoke.go)
 }
 
@@ -76,56 +74,6 @@ type clientAuth struct {
 
 func newAuthz(s *Server) *authz {
 	return &authz{s: s, live: s.opts.Auth, clients: map[*mochi.Client]*clientAuth{}}
-}
-
-// Failed CONNECT attempts from one host are answered after a delay that
-// grows with the failures of the last failWindow (failStep each, at most
-// failMax), to slow password guessing. It is spent on the connecting
-// client's own goroutine: nobody else waits, and a guesser gets one answer
-// per connection.
-const (
-	failStep   = 100 * time.Millisecond
-	failMax    = time.Second
-	failWindow = time.Minute
-	failHosts  = 4096 // hosts remembered; the oldest are forgotten beyond
-)
-
-type failDelay struct {
-	mu    sync.Mutex
-	hosts map[string]*hostFailures
-}
-
-type hostFailures struct {
-	n    int
-	last time.Time
-}
-
-// failed notes a failure from host and returns how long to wait before
-// answering it.
-func (d *failDelay) failed(host string, now time.Time) time.Duration {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.hosts == nil {
-		d.hosts = map[string]*hostFailures{}
-	}
-	if len(d.hosts) >= failHosts {
-		for h, f := range d.hosts {
-			if now.Sub(f.last) > failWindow {
-				delete(d.hosts, h)
-			}
-		}
-		if len(d.hosts) >= failHosts {
-			clear(d.hosts) // a flood of hosts: start again rather than grow
-		}
-	}
-	f := d.hosts[host]
-	if f == nil || now.Sub(f.last) > failWindow {
-		f = &hostFailures{}
-		d.hosts[host] = f
-	}
-	f.n++
-	f.last = now
-	return min(time.Duration(f.n)*failStep, failMax)
 }
 
 // Reasons of refusal, the reason label of tolsey_auth_failures_total
@@ -215,7 +163,8 @@ func certName(c net.Conn, field auth.CertField) (string, bool) {
 }
 
 // refuseConnect counts and logs a refused CONNECT (never its password),
-// waits as failDelay says, and writes the CONNACK:
+// waits as the per-host throttle says (auth.Throttle, shared with AMQP),
+// and writes the CONNACK:
 //   - bad credentials, unknown user or certificate: MQTT 5 0x86 Bad User
 //     Name or Password, 3.1.1 return code 4, the same for each so that a
 //     client cannot tell whether a name exists;
@@ -233,7 +182,7 @@ func (a *authz) refuseConnect(cl *mochi.Client, pk packets.Packet, reason string
 	if err != nil {
 		host = cl.Net.Remote
 	}
-	time.Sleep(a.delay.failed(host, time.Now())) // one wait on this connection's goroutine, capped: not a poll
+	time.Sleep(a.live.Failures.Failed(host, time.Now())) // one wait on this connection's goroutine, capped: not a poll
 	if cl.Properties.ProtocolVersion >= 5 {
 		_ = a.s.mochi.SendConnack(cl, code, false, nil)
 	} else {

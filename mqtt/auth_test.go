@@ -298,3 +298,18 @@ func TestAuthReload(t *testing.T) {
 	ops.publishAll(t, "secret/x", "open/end")
 	expectTopics(t, "ops after reload", ops.receiveUntil(t, "open/end"), "open/end")
 }
+
+// TestFailedConnectsThrottledPerHost: refused CONNECTs count against their
+// source host in the Live's throttle (auth.Throttle), which AMQP's failed
+// SASL logins share.
+func TestFailedConnectsThrottledPerHost(t *testing.T) {
+	s, live, _ := startAuthServer(t, usersFile(t), false)
+	for i := range 2 {
+		if _, code := rawConnectCode(t, s.Addr(), 5, fmt.Sprintf("guess-%d", i), "alice", "wrong"); code != 0x86 {
+			t.Fatalf("CONNACK %#x, want 0x86", code)
+		}
+	}
+	if d := live.Failures.Failed("127.0.0.1", time.Now()); d != 3*auth.ThrottleStep {
+		t.Fatalf("the next failure from 127.0.0.1 waits %v, want %v", d, 3*auth.ThrottleStep)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseErrorsNameThePlace(t *testing.T) {
@@ -181,5 +182,24 @@ func TestACLFile(t *testing.T) {
 		if _, err := both.WithACL(rules); err == nil || !strings.Contains(err.Error(), "keep them in one file") {
 			t.Errorf("users file with %q and an ACL file: got %v, want a refusal", file, err)
 		}
+	}
+}
+
+// TestThrottle: the delay grows by ThrottleStep per failure from a host
+// within ThrottleWindow, up to ThrottleMax, per host; a host quiet for a
+// window starts again.
+func TestThrottle(t *testing.T) {
+	var th Throttle
+	now := time.Unix(1000, 0)
+	for i := 1; i <= 12; i++ {
+		if d, want := th.Failed("a", now), min(time.Duration(i)*ThrottleStep, ThrottleMax); d != want {
+			t.Fatalf("failure %d: %v, want %v", i, d, want)
+		}
+	}
+	if d := th.Failed("b", now); d != ThrottleStep {
+		t.Fatalf("another host: %v", d)
+	}
+	if d := th.Failed("a", now.Add(ThrottleWindow+time.Second)); d != ThrottleStep {
+		t.Fatalf("after a quiet window: %v", d)
 	}
 }

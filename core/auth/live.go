@@ -24,6 +24,10 @@ type Live struct {
 	// start.
 	CertIdentity CertField
 
+	// Failures delays the answer to failed logins per source host, for
+	// every front-end that reads this Live.
+	Failures Throttle
+
 	mu       sync.Mutex // guards watchers and next; held while they run
 	watchers map[int]func(*Store)
 	next     int
