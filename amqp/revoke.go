@@ -1,6 +1,8 @@
 package amqp
 
 import (
+	"maps"
+	"slices"
 	"strconv"
 
 	"github.com/tolsey/tolsey/amqp/internal/frames"
@@ -56,10 +58,7 @@ func (s *Server) watch() func() {
 // recheck applies st, just swapped in, to every open connection.
 func (s *Server) recheck(st *auth.Store) {
 	s.mu.Lock()
-	conns := make([]*conn, 0, len(s.conns))
-	for c := range s.conns {
-		conns = append(conns, c)
-	}
+	conns := slices.Collect(maps.Keys(s.conns))
 	s.mu.Unlock()
 	for _, c := range conns {
 		s.recheckConn(c, st)
@@ -78,10 +77,7 @@ func (s *Server) recheckConn(c *conn, st *auth.Store) {
 		return
 	}
 	c.aclMu.Lock()
-	links := make([]*outLink, 0, len(c.aclLinks))
-	for l := range c.aclLinks {
-		links = append(links, l)
-	}
+	links := slices.Collect(maps.Keys(c.aclLinks))
 	c.aclMu.Unlock()
 	for _, l := range links {
 		d := st.Subscribe(c.ident, c.containerID, l.aclFilter)
