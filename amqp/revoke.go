@@ -80,6 +80,9 @@ func (s *Server) recheckConn(c *conn, st *auth.Store) {
 	links := slices.Collect(maps.Keys(c.aclLinks))
 	c.aclMu.Unlock()
 	for _, l := range links {
+		if l.revoked.Load() {
+			continue // detached already, the peer's answer not yet in
+		}
 		d := st.Subscribe(c.ident, c.containerID, l.aclFilter)
 		if d == auth.Deny || d == auth.AllowPartly && l.aclWhole {
 			s.opts.Metrics.AuthFailure("amqp", "subscription_revoked")
