@@ -58,8 +58,9 @@ type clientAuth struct {
 	st atomic.Pointer[auth.Store]
 
 	// checkAll: every message delivered to the client is checked with
-	// Allowed. Set once, on the client's reader (a SUBSCRIBE granted
-	// AllowPartly, a session inherited); read by every publisher.
+	// Allowed. Set, never cleared, on the client's reader (a SUBSCRIBE
+	// granted AllowPartly, a session inherited) or by a reload's recheck
+	// (revoke.go); read by every publisher.
 	checkAll atomic.Bool
 
 	// subscribing holds the decision of each filter of the SUBSCRIBE being
