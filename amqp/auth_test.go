@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	goamqp "github.com/Azure/go-amqp"
@@ -24,25 +25,46 @@ import (
 // acl, with anonymous access as anon says.
 func authEnv(t *testing.T, anon bool, acl string, mods ...func(*Options)) *env {
 	t.Helper()
-	pw, err := auth.HashBcrypt("secret", 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cred, err := auth.NewScramCredential("secret", 4096)
-	if err != nil {
-		t.Fatal(err)
-	}
-	file := fmt.Sprintf("users:\n  - {name: alice, password: %q, scram: %q, groups: [devices]}\n  - {name: device-7, password: %q}\n", pw, cred, pw) + acl
-	st, err := auth.Parse([]byte(file))
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := usersStore(t, usersYAML(t)+acl)
 	live := &auth.Live{AllowAnonymous: anon}
 	live.Swap(st)
 	return startServer(t, append([]func(*Options){func(o *Options) {
 		o.Auth = live
 		o.Users = map[string]string{"legacy": "x"} // replaced by Auth
 	}}, mods...)...)
+}
+
+// usersYAML is the users section authEnv serves. Its hashes are made once
+// per run: a reload of a file whose hash changed closes the user's
+// connections (revoke.go).
+func usersYAML(t *testing.T) string {
+	t.Helper()
+	testUsersOnce.Do(func() {
+		pw, err := auth.HashBcrypt("secret", 4)
+		if err != nil {
+			panic(err)
+		}
+		cred, err := auth.NewScramCredential("secret", 4096)
+		if err != nil {
+			panic(err)
+		}
+		testUsers = fmt.Sprintf("users:\n  - {name: alice, password: %q, scram: %q, groups: [devices]}\n  - {name: device-7, password: %q}\n", pw, cred, pw)
+	})
+	return testUsers
+}
+
+var (
+	testUsersOnce sync.Once
+	testUsers     string
+)
+
+func usersStore(t *testing.T, file string) *auth.Store {
+	t.Helper()
+	st, err := auth.Parse([]byte(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }
 
 func (e *env) authFailures(reason string) float64 {

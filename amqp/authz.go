@@ -72,11 +72,23 @@ func (c *conn) ownsTemp(prefix, name string) bool {
 // mayRead reports whether m's topic may be delivered on l: every topic is
 // when its filter was allowed whole.
 func (l *outLink) mayRead(topic string) bool {
-	return !l.aclPartial || l.c.may(auth.Subscribe, topic)
+	return !l.revoked.Load() && (!l.aclPartial.Load() || l.c.may(auth.Subscribe, topic))
 }
 
-func unauthorized(format string, args ...any) *LinkError {
+// unauthorized is the refusal of an attach the ACL denies, counted as
+// MQTT counts its refusals: tolsey_auth_failures_total{protocol="amqp",
+// reason="publish_denied"} for a sending link, "subscribe_denied" for a
+// receiving one.
+func (c *conn) unauthorized(action auth.Action, format string, args ...any) *LinkError {
+	c.s.opts.Metrics.AuthFailure("amqp", deniedReason(action))
 	return linkErr(frames.ErrCondUnauthorizedAccess, format, args...)
+}
+
+func deniedReason(action auth.Action) string {
+	if action == auth.Publish {
+		return "publish_denied"
+	}
+	return "subscribe_denied"
 }
 
 // rejectUnauthorized is the outcome of a message its sender may not

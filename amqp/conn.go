@@ -59,6 +59,22 @@ type conn struct {
 	ticket  limits.Ticket // released when serve returns
 	refused string        // why the limits refused it; "" admitted
 
+	// revokedBy is the error a reload closes the connection with
+	// (revoke.go), set before forced; nil: Shutdown's connection-forced.
+	revokedBy atomic.Pointer[ConnError]
+
+	// opened is set by the reader once ident and containerID are final
+	// (after the peer's open), before any link exists: from then on a
+	// reload's recheck may read them. authSt is the users file ident was
+	// last found the same in (revoke.go).
+	opened atomic.Bool
+	authSt atomic.Pointer[auth.Store]
+
+	// Receiving links whose ACL decision a reload must revisit
+	// (revoke.go): added by the reader at attach, removed at teardown.
+	aclMu    sync.Mutex
+	aclLinks map[*outLink]struct{}
+
 	// Publishes whose outcome a subscriber holds (core.Delivery.Acks):
 	// heldSlots bounds them (the reader waits for a slot, which stops it
 	// reading: backpressure), and their outcomes, given on the holder's
@@ -201,6 +217,10 @@ func (c *conn) serve() {
 	}
 	if err == nil {
 		c.containerID = open.ContainerID
+		c.opened.Store(true)
+		if st := c.s.opts.Auth.Load(); st != c.authSt.Load() {
+			c.s.recheckConn(c, st) // a reload came during the login: its recheck skipped us
+		}
 		c.log = c.log.With("container", c.containerID)
 		c.log.Debug("amqp connection open", "user", c.ident.User)
 		if err = c.send(outItem{body: ours}); err == nil {
@@ -250,7 +270,7 @@ func (c *conn) loop() error {
 				_ = c.nc.SetReadDeadline(time.Now().Add(c.idle))
 			}
 			if c.forced.Load() {
-				return connErr(frames.ErrCondConnectionForced, "the gateway is shutting down")
+				return c.forcedErr()
 			}
 		}
 		f, err := c.r.ReadFrame()
@@ -282,7 +302,7 @@ func (c *conn) loop() error {
 // readError classifies a read failure.
 func (c *conn) readError(err error) error {
 	if c.forced.Load() {
-		return connErr(frames.ErrCondConnectionForced, "the gateway is shutting down")
+		return c.forcedErr()
 	}
 	var ne net.Error
 	switch {

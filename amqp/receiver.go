@@ -9,6 +9,7 @@ import (
 
 	"github.com/tolsey/tolsey/amqp/internal/frames"
 	"github.com/tolsey/tolsey/core"
+	"github.com/tolsey/tolsey/core/auth"
 	"github.com/tolsey/tolsey/retain"
 )
 
@@ -98,7 +99,7 @@ func (s *session) attachIn(a *frames.Attach) error {
 		// The target is one topic (or queue): denied whole, refuse it now
 		// rather than reject every message (authz.go).
 		if !s.c.mayPublish(l.topic, l.queue) {
-			return s.refuse(l, reply, unauthorized("not authorised to publish to %q", core.ShortTopic(t.Address)))
+			return s.refuse(l, reply, s.c.unauthorized(auth.Publish, "not authorised to publish to %q", core.ShortTopic(t.Address)))
 		}
 		tc := *t
 		reply.Target = &tc
@@ -277,6 +278,7 @@ func (l *inLink) deliver(payload []byte) {
 	// Checked again per message: the rules in force may have changed
 	// since the attach, and the relay's "to" varies.
 	if !c.mayPublish(m.Topic, qname) {
+		opts.Metrics.AuthFailure("amqp", deniedReason(auth.Publish))
 		l.outcome(rejectUnauthorized)
 		return
 	}

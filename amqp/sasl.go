@@ -6,6 +6,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/tolsey/tolsey/core/auth"
@@ -27,9 +28,6 @@ const (
 	mechScram     encoding.Symbol = "SCRAM-SHA-256"
 	mechExternal  encoding.Symbol = "EXTERNAL"
 )
-
-// authFailDelay is how long a failed login waits for its answer.
-const authFailDelay = 500 * time.Millisecond
 
 // handshake negotiates the protocol headers, the TLS upgrade (starttls.go)
 // and SASL. On success the AMQP header has been exchanged and the peer's
@@ -98,8 +96,8 @@ func (c *conn) writeHeader(h frames.ProtocolHeader) error {
 
 // sasl runs the SASL exchange after the SASL headers: mechanisms, init,
 // the mechanism's challenges and responses, outcome. A failure answers
-// sasl-outcome code auth after authFailDelay (sys-temp at once when the
-// HTTP auth hook gave no answer), is counted
+// sasl-outcome code auth after the per-host delay (failDelay; sys-temp at
+// once when the HTTP auth hook gave no answer), is counted
 // (tolsey_auth_failures_total{protocol="amqp",reason}) and closes the
 // socket; the log says which mechanism and why, never with a password.
 func (c *conn) sasl() error {
@@ -141,14 +139,20 @@ func (c *conn) sasl() error {
 		return errSASLFailed
 	}
 	c.ident = ex.ident
+	c.authSt.Store(ex.st)
 	return w.WriteFrame(0, &frames.SASLOutcome{Code: frames.SASLCodeOK, AdditionalData: ex.final}, nil)
 }
 
-// failDelay holds a failed login's answer back, so that one connection
-// cannot try passwords faster than one per authFailDelay. It ends early
-// when Shutdown closes the connection.
+// failDelay holds a failed login's answer back by the time the per-host
+// throttle says (auth.Throttle: it grows with the failures from the same
+// host in the last minute, on any connection, MQTT's included). It ends
+// early when Shutdown closes the connection.
 func (c *conn) failDelay() {
-	t := time.NewTimer(authFailDelay)
+	host, _, err := net.SplitHostPort(c.nc.RemoteAddr().String())
+	if err != nil {
+		host = c.nc.RemoteAddr().String()
+	}
+	t := time.NewTimer(c.s.failures().Failed(host, time.Now()))
 	defer t.Stop()
 	select {
 	case <-t.C:
@@ -181,15 +185,20 @@ func (c *conn) mechanisms() []encoding.Symbol {
 	return mechs
 }
 
-// peerName is the common name of the TLS client certificate, when the
-// connection is TLS and the certificate was verified against the client
-// CA; "" otherwise. The TLS handshake is done: the protocol header was read
+// peerName is the user the TLS client certificate names (its CN, or the
+// SAN auth.certIdentity chooses), when the connection is TLS and the
+// certificate was verified against the client CA; "" otherwise. The TLS handshake is done: the protocol header was read
 // through it.
 func (c *conn) peerName() string {
-	if leaf := tlsconf.VerifiedPeer(c.nc); leaf != nil {
-		return leaf.Subject.CommonName
+	leaf := tlsconf.VerifiedPeer(c.nc)
+	if leaf == nil {
+		return ""
 	}
-	return ""
+	var field auth.CertField
+	if c.s.opts.Auth != nil {
+		field = c.s.opts.Auth.CertIdentity
+	}
+	return field.Name(leaf)
 }
 
 // peerSubject is the subject of the verified client certificate, "" when
@@ -199,6 +208,15 @@ func (c *conn) peerSubject() string {
 		return leaf.Subject.String()
 	}
 	return ""
+}
+
+// failures is the per-host throttle of failed logins: the users file's,
+// shared with MQTT, or the server's own without one.
+func (s *Server) failures() *auth.Throttle {
+	if s.opts.Auth != nil {
+		return &s.opts.Auth.Failures
+	}
+	return &s.legacyFailures
 }
 
 // anonymousOK reports whether clients may connect without credentials.
@@ -217,14 +235,16 @@ type saslExchange struct {
 	init *frames.SASLInit
 
 	ident  auth.Identity
-	final  []byte // the outcome's additional-data (SCRAM's server-final)
-	reason string // the metric label of a failure; "" on success
+	st     *auth.Store // the users file ident comes from; nil without one
+	final  []byte      // the outcome's additional-data (SCRAM's server-final)
+	reason string      // the metric label of a failure; "" on success
 }
 
 // authenticate runs the mechanism the client chose against Options.Auth.
 // Only I/O errors are returned; a failure sets reason.
 func (x *saslExchange) authenticate() error {
 	c, st := x.c, x.c.s.opts.Auth.Load()
+	x.st = st
 	switch x.init.Mechanism {
 	case mechAnonymous:
 		if !c.s.anonymousOK() {

@@ -27,11 +27,17 @@ type outLink struct {
 	filter string
 
 	// Fixed at attach.
-	except     []match.Filter          // the source's except filter (exceptions.go); a group member's are its group's
-	sel        *selector.Selector      // the source's JMS selector (selectors.go), or nil; a group member's is its group's
-	sndMode    frames.SenderSettleMode // settled: all presettled; unsettled: none; mixed: QoS 0 presettled
-	aclPartial bool                    // the ACL allows the filter only partly: check each message (authz.go)
-	second     bool                    // the peer's rcv-settle-mode is second
+	except    []match.Filter          // the source's except filter (exceptions.go); a group member's are its group's
+	sel       *selector.Selector      // the source's JMS selector (selectors.go), or nil; a group member's is its group's
+	sndMode   frames.SenderSettleMode // settled: all presettled; unsettled: none; mixed: QoS 0 presettled
+	second    bool                    // the peer's rcv-settle-mode is second
+	aclFilter string                  // what the ACL decided the attach on; "" when exempt (a temporary address)
+	aclWhole  bool                    // the link needs aclFilter allowed whole (a queue, a fallback consumer)
+
+	// Set at attach, and by a reload's recheck (revoke.go); read by
+	// publishers (Deliver) and the writer.
+	aclPartial atomic.Bool // the ACL allows the filter only partly: check each message (authz.go)
+	revoked    atomic.Bool // a reload denied the filter: deliver nothing, the writer detaches the link
 
 	// Owned by the reader goroutine.
 	sub *core.Subscription // a plain link's router subscription; nil for a group member
@@ -215,8 +221,9 @@ func (s *session) attachOut(a *frames.Attach) error {
 		}
 		// The queue's messages skip Deliver: the filter must be allowed
 		// whole.
+		l.aclFilter, l.aclWhole = name, true
 		if c.subscribeDecision(name) != auth.Allow {
-			return s.refuse(l, reply, unauthorized("not authorised to subscribe to all of %q", core.ShortTopic(name)))
+			return s.refuse(l, reply, c.unauthorized(auth.Subscribe, "not authorised to subscribe to all of %q", core.ShortTopic(name)))
 		}
 		return s.attachQueueOut(l, reply, &sc, &filters, q, queue.ConsumerOptions{Filter: name, Fallback: true})
 	default:
@@ -227,7 +234,10 @@ func (s *session) attachOut(a *frames.Attach) error {
 				return s.refuse(l, reply, le)
 			}
 			if !c.mayConsume(name) {
-				return s.refuse(l, reply, unauthorized("not authorised to consume from queue %q", core.ShortTopic(name)))
+				return s.refuse(l, reply, c.unauthorized(auth.Subscribe, "not authorised to consume from queue %q", core.ShortTopic(name)))
+			}
+			if !c.ownsTemp(tmpQueuePrefix, name) {
+				l.aclFilter, l.aclWhole = queueTopic+name, true
 			}
 			return s.attachQueueOut(l, reply, &sc, &filters, q, queue.ConsumerOptions{})
 		}
@@ -235,11 +245,12 @@ func (s *session) attachOut(a *frames.Attach) error {
 			return s.refuse(l, reply, linkErr(frames.ErrCondInvalidField, "source %q is not a topic filter: %v", core.ShortTopic(src.Address), err))
 		}
 		if !c.ownsTemp(tmpPrefix, name) {
+			l.aclFilter = name
 			switch c.subscribeDecision(name) {
 			case auth.Deny:
-				return s.refuse(l, reply, unauthorized("not authorised to subscribe to %q", core.ShortTopic(src.Address)))
+				return s.refuse(l, reply, c.unauthorized(auth.Subscribe, "not authorised to subscribe to %q", core.ShortTopic(src.Address)))
 			case auth.AllowPartly:
-				l.aclPartial = true
+				l.aclPartial.Store(true)
 			}
 		}
 		l.filter = name
@@ -270,7 +281,7 @@ func (s *session) attachOut(a *frames.Attach) error {
 		// published before it, and nothing is parked once it is in place.
 		// Not for a partial link: parked messages skip Deliver's check,
 		// and wait for a consumer allowed to read them all.
-		if !l.aclPartial {
+		if !l.aclPartial.Load() {
 			l.consumeAlternates()
 		}
 	}
@@ -406,6 +417,7 @@ func (l *outLink) queuedLen() int {
 // which takes back the messages not sent yet) and empties its queue.
 // closed is the detach's closed flag. Called by the reader.
 func (l *outLink) teardown(closed bool) {
+	l.c.unwatchACL(l)
 	if l.sub != nil {
 		l.c.s.opts.Router.Unsubscribe(l.sub)
 	}

@@ -147,6 +147,10 @@ type Server struct {
 	subs     map[string]*subscription // durable and shared subscriptions by key
 	autoMu   sync.Mutex               // serialises AutoCreateQueues: Declare changes an existing queue
 	refusing atomic.Int32             // refused connections being answered (limits.go)
+
+	stopWatch func() // ends the rechecks on reload (revoke.go); set by Start, called by Shutdown
+
+	legacyFailures auth.Throttle // failed logins per host without Options.Auth (sasl.go)
 }
 
 // New builds the front-end; Start binds and serves.
@@ -227,6 +231,7 @@ func (s *Server) Start() error {
 		}
 		s.log.Info("amqp listening", "addr", s.TLSAddr(), "transport", "tls")
 	}
+	s.stopWatch = s.watch()
 	return nil
 }
 
@@ -321,6 +326,9 @@ func (s *Server) forget(c *conn) {
 // amqp:connection:forced and waits for every goroutine until ctx ends; then
 // it drops the sockets that are still open and waits for the rest.
 func (s *Server) Shutdown(ctx context.Context) error {
+	if s.stopWatch != nil {
+		s.stopWatch()
+	}
 	s.mu.Lock()
 	if !s.closing {
 		close(s.quit)

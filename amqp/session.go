@@ -145,6 +145,9 @@ func (s *session) end(e *frames.End) error {
 // keep puts ep on its handle, counted against the connection's limits.
 func (s *session) keep(ep endpoint) {
 	s.links[ep.base().handle] = ep
+	if l, ok := ep.(*outLink); ok && !ep.base().refused {
+		s.c.watchACL(l)
+	}
 	if ep.base().refused {
 		s.c.refusing++
 	} else {

@@ -435,6 +435,10 @@ func (w *writer) pump(l *outLink) {
 		w.detachDeleted(l)
 		return
 	}
+	if l.revoked.Load() {
+		w.detachRevoked(l)
+		return
+	}
 	s := l.sess
 	maxUnsettled := w.c.s.opts.LinkBuffer
 	empty := false    // a queue link's consumer had nothing for it

@@ -19,9 +19,13 @@ import (
 
 // AuthConfig is auth.*: who may connect to the MQTT and AMQP listeners.
 type AuthConfig struct {
-	File string // users file; "" = no users
+	File    string // users file; "" = no users
+	ACLFile string // acl.file: the ACL rules apart from the users; "" = in File
 	// HTTP is the HTTP auth hook (auth.http.*); URL "" = off.
 	HTTP httpauth.Options
+	// OnRevoke is acl.onRevoke; CertIdentity is auth.certIdentity.
+	OnRevoke     auth.Revoke
+	CertIdentity auth.CertField
 	// AllowAnonymous is auth.allowAnonymous resolved: auto becomes true
 	// only while every MQTT and AMQP listener is on loopback.
 	AllowAnonymous bool
@@ -51,6 +55,15 @@ func buildAuthConfig(c *Config, get func(string) string) error {
 	if err := buildAuthHTTP(c, get); err != nil {
 		return err
 	}
+	c.Auth.ACLFile = get("acl.file")
+	if get("acl.onRevoke") == "disconnect" {
+		c.Auth.OnRevoke = auth.RevokeDisconnect
+	}
+	field, err := auth.ParseCertField(get("auth.certIdentity"))
+	if err != nil {
+		return &ConfigError{Key: "auth.certIdentity", Msg: err.Error()}
+	}
+	c.Auth.CertIdentity = field
 	anon := get("auth.allowAnonymous")
 	tokens := get("admin.tokens")
 	open := get("admin.open")
@@ -79,8 +92,8 @@ func buildAuthConfig(c *Config, get func(string) string) error {
 		}
 		c.Auth.AllowAnonymous = exposed == ""
 	}
-	if c.Auth.File != "" {
-		if _, err := loadUsers(c.Auth.File); err != nil {
+	if c.Auth.Enabled() {
+		if _, err := c.Auth.load(); err != nil {
 			return err
 		}
 	}
@@ -110,9 +123,10 @@ func buildAuthConfig(c *Config, get func(string) string) error {
 	return nil
 }
 
-// Enabled reports whether clients are authenticated at all: a users file,
-// an HTTP auth hook, or both.
-func (a *AuthConfig) Enabled() bool { return a.File != "" || a.HTTP.URL != "" }
+// Enabled reports whether clients are authenticated and checked at all: a
+// users file, an ACL file or an HTTP auth hook is configured, and the
+// front-ends check every client against the auth.Store they make.
+func (a *AuthConfig) Enabled() bool { return a.File != "" || a.ACLFile != "" || a.HTTP.URL != "" }
 
 // buildAuthHTTP reads auth.http.*: the URL must be http or https with a
 // host, so that a typo stops the gateway at start rather than refusing
@@ -137,12 +151,28 @@ func buildAuthHTTP(c *Config, get func(string) string) error {
 	return nil
 }
 
-// loadUsers parses the users file; the error is a *ConfigError naming
-// auth.file, the path and the file's own error (line and place).
-func loadUsers(path string) (*auth.Store, error) {
-	s, err := auth.Load(path)
+// load parses the users file and the ACL file into the Store in force;
+// the error is a *ConfigError naming auth.file or acl.file, the path and
+// the file's own error (line and place).
+func (a *AuthConfig) load() (*auth.Store, error) {
+	s, err := auth.Parse(nil) // no users, no rules
 	if err != nil {
-		return nil, &ConfigError{Key: "auth.file", Msg: fmt.Sprintf("%s: %v", path, err)}
+		return nil, err
+	}
+	if a.File != "" {
+		if s, err = auth.Load(a.File); err != nil {
+			return nil, &ConfigError{Key: "auth.file", Msg: fmt.Sprintf("%s: %v", a.File, err)}
+		}
+	}
+	if a.ACLFile == "" {
+		return s, nil
+	}
+	rules, err := auth.LoadACL(a.ACLFile)
+	if err == nil {
+		s, err = s.WithACL(rules)
+	}
+	if err != nil {
+		return nil, &ConfigError{Key: "acl.file", Msg: fmt.Sprintf("%s: %v", a.ACLFile, err)}
 	}
 	return s, nil
 }
@@ -207,7 +237,8 @@ func matchToken(tokens [][sha256.Size]byte, t string) (id string, ok bool) {
 // parsed again (it may have changed since LoadConfig checked it), the
 // HTTP auth hook (auth.http.*) and the resolved auth.allowAnonymous. Called before any listener starts.
 func (g *Gateway) startAuth() error {
-	g.auth = &auth.Live{AllowAnonymous: g.cfg.Auth.AllowAnonymous}
+	g.auth = &auth.Live{AllowAnonymous: g.cfg.Auth.AllowAnonymous,
+		OnRevoke: g.cfg.Auth.OnRevoke, CertIdentity: g.cfg.Auth.CertIdentity}
 	if o := g.cfg.Auth.HTTP; o.URL != "" {
 		o.Logger = g.log.With("part", "auth")
 		hook, err := httpauth.New(o)
@@ -217,16 +248,12 @@ func (g *Gateway) startAuth() error {
 		g.auth.External = hook
 		g.onStop(func(context.Context) error { hook.Close(); return nil })
 	}
-	if g.cfg.Auth.File == "" {
-		if g.auth.External != nil {
-			// Only the hook's users: an empty file, whose ACL lets them
-			// do everything (no rules: default allow).
-			s, _ := auth.Parse(nil)
-			g.auth.Swap(s)
-		}
+	// With the hook alone, load gives an empty Store: no users, no rules
+	// (default allow), so the hook's users may do everything.
+	if !g.cfg.Auth.Enabled() {
 		return nil
 	}
-	s, err := loadUsers(g.cfg.Auth.File)
+	s, err := g.cfg.Auth.load()
 	if err != nil {
 		return err
 	}
@@ -250,8 +277,8 @@ func (g *Gateway) Reload() error {
 	defer g.reloadMu.Unlock()
 	var errs []error
 	users := "none"
-	if g.cfg.Auth.File != "" {
-		if s, err := loadUsers(g.cfg.Auth.File); err != nil {
+	if g.cfg.Auth.Enabled() {
+		if s, err := g.cfg.Auth.load(); err != nil {
 			errs = append(errs, err)
 			users = "kept"
 		} else {

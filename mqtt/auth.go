@@ -47,78 +47,35 @@ type authz struct {
 	clients map[*mochi.Client]*clientAuth
 	swept   int // len(clients) after the last sweep of closed clients
 
-	delay failDelay
+	stopWatch func() // ends the recheck on every swap of live (revoke.go)
 }
 
 // clientAuth is what one connection authenticated as.
 type clientAuth struct {
 	id auth.Identity // fixed at CONNECT
 
+	// st is the users file id was last found the same in: the one of the
+	// CONNECT, then each one a reload rechecked it against (revoke.go).
+	st atomic.Pointer[auth.Store]
+
 	// checkAll: every message delivered to the client is checked with
-	// Allowed. Set once, on the client's reader (a SUBSCRIBE granted
-	// AllowPartly, a session inherited); read by every publisher.
+	// Allowed. Set, never cleared, on the client's reader (a SUBSCRIBE
+	// granted AllowPartly, a session inherited) or by a reload's recheck
+	// (revoke.go); read by every publisher.
 	checkAll atomic.Bool
 
 	// subscribing holds the decision of each filter of the SUBSCRIBE being
 	// processed, from OnSubscribe to OnSubscribed, for mochi's OnACLCheck
-	// on the filter. mu guards it; pending says whether to look.
+	// on the filter. mu guards it and decidedBy, the users file that
+	// decided them; pending says whether to look.
 	pending     atomic.Bool
 	mu          sync.Mutex
 	subscribing map[string]bool
+	decidedBy   *auth.Store
 }
 
 func newAuthz(s *Server) *authz {
 	return &authz{s: s, live: s.opts.Auth, clients: map[*mochi.Client]*clientAuth{}}
-}
-
-// Failed CONNECT attempts from one host are answered after a delay that
-// grows with the failures of the last failWindow (failStep each, at most
-// failMax), to slow password guessing. It is spent on the connecting
-// client's own goroutine: nobody else waits, and a guesser gets one answer
-// per connection.
-const (
-	failStep   = 100 * time.Millisecond
-	failMax    = time.Second
-	failWindow = time.Minute
-	failHosts  = 4096 // hosts remembered; the oldest are forgotten beyond
-)
-
-type failDelay struct {
-	mu    sync.Mutex
-	hosts map[string]*hostFailures
-}
-
-type hostFailures struct {
-	n    int
-	last time.Time
-}
-
-// failed notes a failure from host and returns how long to wait before
-// answering it.
-func (d *failDelay) failed(host string, now time.Time) time.Duration {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.hosts == nil {
-		d.hosts = map[string]*hostFailures{}
-	}
-	if len(d.hosts) >= failHosts {
-		for h, f := range d.hosts {
-			if now.Sub(f.last) > failWindow {
-				delete(d.hosts, h)
-			}
-		}
-		if len(d.hosts) >= failHosts {
-			clear(d.hosts) // a flood of hosts: start again rather than grow
-		}
-	}
-	f := d.hosts[host]
-	if f == nil || now.Sub(f.last) > failWindow {
-		f = &hostFailures{}
-		d.hosts[host] = f
-	}
-	f.n++
-	f.last = now
-	return min(time.Duration(f.n)*failStep, failMax)
 }
 
 // Reasons of refusal, the reason label of tolsey_auth_failures_total
@@ -147,6 +104,7 @@ func (a *authz) connect(cl *mochi.Client, pk packets.Packet) error {
 		return a.refuseConnect(cl, pk, reason)
 	}
 	ca := &clientAuth{id: id}
+	ca.st.Store(st)
 	a.mu.Lock()
 	if len(a.clients) >= 2*a.swept+64 {
 		// mochi calls OnDisconnect only for a client it attached: one whose
@@ -161,6 +119,11 @@ func (a *authz) connect(cl *mochi.Client, pk packets.Packet) error {
 	}
 	a.clients[cl] = ca
 	a.mu.Unlock()
+	if now := a.live.Load(); now != st {
+		// A reload swapped the file since this CONNECT read it, and its
+		// recheck may have missed this client, not yet in clients.
+		a.recheckClient(cl, ca, now)
+	}
 	return nil
 }
 
@@ -180,7 +143,7 @@ func (a *authz) identify(st *auth.Store, cl *mochi.Client, pk packets.Packet) (a
 		})
 		return id, auth.Reason(err)
 	}
-	if name, ok := certName(cl.Net.Conn); ok {
+	if name, ok := certName(cl.Net.Conn, a.live.CertIdentity); ok {
 		if id, ok := st.Lookup(name); ok {
 			return id, ""
 		}
@@ -194,12 +157,14 @@ func (a *authz) identify(st *auth.Store, cl *mochi.Client, pk packets.Packet) (a
 	return auth.Identity{}, reasonAnonymous
 }
 
-// certName is the CN of the client certificate of a TLS connection, if
-// the handshake verified one against the client CA.
-func certName(c net.Conn) (string, bool) {
+// certName is the user the client certificate of a TLS connection names
+// in field (auth.certIdentity: its CN or a SAN), if the handshake verified
+// one against the client CA. A certificate that was only requested and
+// not verified (tls.RequestClientCert) names nobody.
+func certName(c net.Conn, field auth.CertField) (string, bool) {
 	if leaf := tlsconf.VerifiedPeer(c); leaf != nil {
-		cn := leaf.Subject.CommonName
-		return cn, cn != ""
+		name := field.Name(leaf)
+		return name, name != ""
 	}
 	return "", false
 }
@@ -214,7 +179,8 @@ func certSubject(c net.Conn) string {
 }
 
 // refuseConnect counts and logs a refused CONNECT (never its password),
-// waits as failDelay says, and writes the CONNACK:
+// waits as the per-host throttle says (auth.Throttle, shared with AMQP),
+// and writes the CONNACK:
 //   - bad credentials, unknown user or certificate: MQTT 5 0x86 Bad User
 //     Name or Password, 3.1.1 return code 4, the same for each so that a
 //     client cannot tell whether a name exists;
@@ -240,7 +206,7 @@ func (a *authz) refuseConnect(cl *mochi.Client, pk packets.Packet, reason string
 		if err != nil {
 			host = cl.Net.Remote
 		}
-		time.Sleep(a.delay.failed(host, time.Now())) // one wait on this connection's goroutine, capped: not a poll
+		time.Sleep(a.live.Failures.Failed(host, time.Now())) // one wait on this connection's goroutine, capped: not a poll
 	}
 	if cl.Properties.ProtocolVersion >= 5 {
 		_ = a.s.mochi.SendConnack(cl, code, false, nil)
@@ -314,6 +280,7 @@ func (a *authz) subscribing(cl *mochi.Client, filters packets.Subscriptions) {
 	ca.mu.Lock()
 	defer ca.mu.Unlock()
 	ca.subscribing = make(map[string]bool, len(filters))
+	ca.decidedBy = st
 	for _, f := range filters {
 		if f.Filter == "" {
 			continue
@@ -344,7 +311,13 @@ func (a *authz) subscribed(cl *mochi.Client) {
 		ca.mu.Lock()
 		ca.subscribing = nil
 		ca.pending.Store(false)
+		by := ca.decidedBy
 		ca.mu.Unlock()
+		if now := a.live.Load(); now != by {
+			// A reload came between the decision and mochi adding the
+			// filters: its recheck may have run before they were there.
+			a.recheckClient(cl, ca, now)
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,17 +17,25 @@ import (
 	"github.com/tolsey/tolsey/retain/memory"
 )
 
+var testHashes sync.Map // password -> bcrypt hash
+
 // usersFile is the users file of issue 11 (alice in group devices, ops
 // with every right, bob with none of his own) with extra ACL rules after
 // its own; every password is "<name>-pw".
 func usersFile(t *testing.T, extra ...string) *auth.Store {
 	t.Helper()
 	hash := func(pw string) string {
+		// One hash per password for the whole run: a reload of a file
+		// whose hash changed disconnects the user (revoke.go).
+		if h, ok := testHashes.Load(pw); ok {
+			return h.(string)
+		}
 		h, err := auth.HashBcrypt(pw, 4)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return h
+		h2, _ := testHashes.LoadOrStore(pw, h)
+		return h2.(string)
 	}
 	f := fmt.Sprintf(`
 users:
@@ -288,4 +297,19 @@ func TestAuthReload(t *testing.T) {
 
 	ops.publishAll(t, "secret/x", "open/end")
 	expectTopics(t, "ops after reload", ops.receiveUntil(t, "open/end"), "open/end")
+}
+
+// TestFailedConnectsThrottledPerHost: refused CONNECTs count against their
+// source host in the Live's throttle (auth.Throttle), which AMQP's failed
+// SASL logins share.
+func TestFailedConnectsThrottledPerHost(t *testing.T) {
+	s, live, _ := startAuthServer(t, usersFile(t), false)
+	for i := range 2 {
+		if _, code := rawConnectCode(t, s.Addr(), 5, fmt.Sprintf("guess-%d", i), "alice", "wrong"); code != 0x86 {
+			t.Fatalf("CONNACK %#x, want 0x86", code)
+		}
+	}
+	if d := live.Failures.Failed("127.0.0.1", time.Now()); d != 3*auth.ThrottleStep {
+		t.Fatalf("the next failure from 127.0.0.1 waits %v, want %v", d, 3*auth.ThrottleStep)
+	}
 }

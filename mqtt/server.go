@@ -274,6 +274,7 @@ func (s *Server) Start() (err error) {
 	if s.wss != nil {
 		s.log.Info("mqtt listening", "addr", s.WSSAddr(), "transport", "websocket+tls")
 	}
+	s.hook.auth.watch()
 	return nil
 }
 
@@ -334,6 +335,7 @@ func (s *Server) Clients() int64 { return atomic.LoadInt64(&s.mochi.Info.Clients
 // state stays in their sessions for the next connection, as MQTT defines)
 // and waits for connection goroutines until ctx ends.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.hook.auth.unwatch()
 	s.opts.Router.Unsubscribe(s.sub)
 	// No new connections from here on, even if ctx ends before mochi's
 	// Close (which disconnects the clients and waits for them) returns.

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/tolsey/tolsey/core"
@@ -40,7 +41,35 @@ func errAt(n *yaml.Node, path string, format string, args ...any) error {
 // Parse reads a users file (docs/security.md, "The users file"). Unknown
 // keys, duplicate users, plain-text passwords and bad topic filters are
 // errors naming their place.
-func Parse(b []byte) (*Store, error) {
+func Parse(b []byte) (*Store, error) { return parse(b, false) }
+
+// ParseACL reads an ACL file (acl.file): the acl and default sections of
+// a users file, and no users. WithACL puts its rules with a users file's
+// users.
+func ParseACL(b []byte) (*Store, error) { return parse(b, true) }
+
+// LoadACL reads and parses the ACL file at path.
+func LoadACL(path string) (*Store, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return ParseACL(b)
+}
+
+// WithACL returns a Store with s's users and rules's ACL rules and default
+// policy. It refuses when s has ACL rules of its own (an acl or default
+// section): two lists whose combined meaning depends on how they are
+// merged are a mistake to point out, not to guess at.
+func (s *Store) WithACL(rules *Store) (*Store, error) {
+	if s.hasRules {
+		return nil, errors.New("the users file has acl rules (an acl or default section) too: keep them in one file")
+	}
+	out := &Store{users: s.users, acl: rules.acl, secret: s.secret, decoyOf: s.decoyOf, hasRules: true}
+	return out, nil
+}
+
+func parse(b []byte, aclOnly bool) (*Store, error) {
 	s := &Store{users: map[string]*user{}}
 	s.acl.defaultAllow = true
 	rand.Read(s.secret[:])
@@ -61,17 +90,25 @@ func Parse(b []byte) (*Store, error) {
 		k, v := root.Content[i], root.Content[i+1]
 		switch k.Value {
 		case "users":
+			if aclOnly {
+				return nil, errAt(k, k.Value, "users belong in the users file (auth.file); this file holds acl and default")
+			}
 			if err := s.parseUsers(v); err != nil {
 				return nil, err
 			}
 		case "acl":
 			hasACL = true
+			s.hasRules = true
 			if err := s.parseACL(v); err != nil {
 				return nil, err
 			}
 		case "default":
 			def = v
+			s.hasRules = true
 		default:
+			if aclOnly {
+				return nil, errAt(k, k.Value, "unknown key (acl, default)")
+			}
 			return nil, errAt(k, k.Value, "unknown key (users, acl, default)")
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseErrorsNameThePlace(t *testing.T) {
@@ -138,4 +139,67 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestACLFile: an ACL file holds acl and default only; WithACL puts its
+// rules with a users file's users, and refuses a users file that has rules
+// of its own.
+func TestACLFile(t *testing.T) {
+	good, _ := HashBcrypt("pw", 4)
+	users, err := Parse([]byte("users:\n  - {name: alice, password: \"" + good + "\", groups: [devices]}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules, err := ParseACL([]byte("acl:\n  - {allow: [publish, subscribe], topic: \"devices/%u/#\", groups: [devices]}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := users.WithACL(rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := st.Authenticate("alice", "pw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Allowed(id, "c", Publish, "devices/alice/x") || st.Allowed(id, "c", Publish, "other") {
+		t.Fatal("the ACL file's rules (default deny once rules exist) do not apply to the users file's users")
+	}
+	for file, want := range map[string]string{
+		"users: []\nacl: []\n":             "users: users belong in the users file",
+		"acl: []\nextra: 1\n":              "extra: unknown key (acl, default)",
+		"acl:\n  - {allow: x, topic: a}\n": `acl[0].allow: "x"`,
+	} {
+		if _, err := ParseACL([]byte(file)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: got %v, want %s", file, err, want)
+		}
+	}
+	for _, file := range []string{"acl: []\n", "default: allow\n"} {
+		both, err := Parse([]byte("users:\n  - {name: alice, password: \"" + good + "\"}\n" + file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := both.WithACL(rules); err == nil || !strings.Contains(err.Error(), "keep them in one file") {
+			t.Errorf("users file with %q and an ACL file: got %v, want a refusal", file, err)
+		}
+	}
+}
+
+// TestThrottle: the delay grows by ThrottleStep per failure from a host
+// within ThrottleWindow, up to ThrottleMax, per host; a host quiet for a
+// window starts again.
+func TestThrottle(t *testing.T) {
+	var th Throttle
+	now := time.Unix(1000, 0)
+	for i := 1; i <= 12; i++ {
+		if d, want := th.Failed("a", now), min(time.Duration(i)*ThrottleStep, ThrottleMax); d != want {
+			t.Fatalf("failure %d: %v, want %v", i, d, want)
+		}
+	}
+	if d := th.Failed("b", now); d != ThrottleStep {
+		t.Fatalf("another host: %v", d)
+	}
+	if d := th.Failed("a", now.Add(ThrottleWindow+time.Second)); d != ThrottleStep {
+		t.Fatalf("after a quiet window: %v", d)
+	}
 }

@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"bytes"
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/base64"
@@ -177,4 +178,13 @@ func (h *hash) phc(password string) string {
 	key := argon2.IDKey([]byte(password), h.salt, h.time, h.memory, h.threads, keyLen)
 	return fmt.Sprintf("$argon2id$v=19$m=%d,t=%d,p=%d$%s$%s", h.memory, h.time, h.threads,
 		base64.RawStdEncoding.EncodeToString(h.salt), base64.RawStdEncoding.EncodeToString(key))
+}
+
+// equal reports whether h and o are the same hash (nil equals nil).
+func (h *hash) equal(o *hash) bool {
+	if h == nil || o == nil {
+		return h == o
+	}
+	return bytes.Equal(h.bcrypt, o.bcrypt) && h.time == o.time && h.memory == o.memory &&
+		h.threads == o.threads && bytes.Equal(h.salt, o.salt) && bytes.Equal(h.key, o.key)
 }

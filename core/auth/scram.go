@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/pbkdf2"
 	"crypto/rand"
@@ -324,4 +325,13 @@ func (s *Store) decoyScram(name string) *ScramCredential {
 	sum := mac.Sum(nil)
 	stored := hmacSHA256(sum, "stored")
 	return &ScramCredential{Iterations: ScramIterations, Salt: sum[:scramSaltLen], StoredKey: stored, ServerKey: stored}
+}
+
+// equal reports whether c and o are the same credential (nil equals nil).
+func (c *ScramCredential) equal(o *ScramCredential) bool {
+	if c == nil || o == nil {
+		return c == o
+	}
+	return c.Iterations == o.Iterations && bytes.Equal(c.Salt, o.Salt) &&
+		bytes.Equal(c.StoredKey, o.StoredKey) && bytes.Equal(c.ServerKey, o.ServerKey)
 }

@@ -3,6 +3,7 @@ package auth
 import (
 	"errors"
 	"os"
+	"slices"
 	"sync"
 )
 
@@ -58,6 +59,9 @@ type user struct {
 type Store struct {
 	users map[string]*user
 	acl   acl
+
+	// hasRules: the file had an acl or a default section (WithACL).
+	hasRules bool
 
 	// secret keys the decoy SCRAM salts of unknown users.
 	secret [32]byte
@@ -125,4 +129,21 @@ func (s *Store) decoyHash() *hash {
 		}
 	})
 	return s.decoy
+}
+
+// SameUser reports whether s names the user called name exactly as o did:
+// present in both, with the same groups, password hash and SCRAM
+// credential. A front-end disconnects a client whose user is no longer
+// the same after a reload (docs/security.md, "Reload and revocation"):
+// the groups it was granted by may be gone, and a changed password means
+// whoever logged in with the old one should log in again.
+func (s *Store) SameUser(o *Store, name string) bool {
+	if s == o {
+		return true
+	}
+	a, b := s.users[name], o.users[name]
+	if a == nil || b == nil {
+		return false
+	}
+	return slices.Equal(a.groups, b.groups) && a.hash.equal(b.hash) && a.scram.equal(b.scram)
 }

@@ -1591,6 +1591,34 @@ func (s *Server) processUnsubscribe(cl *Client, pk packets.Packet) error {
 	return cl.WritePacket(ack)
 }
 
+// RemoveSubscriptions ends the client's subscriptions to filters as an
+// UNSUBSCRIBE of them would, without an UNSUBACK (MQTT has no packet that
+// tells a client its subscription was taken away), and calls
+// OnUnsubscribed with those that existed. Safe on any goroutine: the
+// session lock orders it against the client's own SUBSCRIBE, UNSUBSCRIBE
+// and a takeover, as processUnsubscribe's changes are (gateway patch 17:
+// the gateway removes the subscriptions a reloaded ACL denies).
+func (s *Server) RemoveSubscriptions(cl *Client, filters []string) int {
+	var gone []packets.Subscription
+	s.inSession(cl, func() {
+		for _, f := range filters {
+			sub, ok := cl.State.Subscriptions.Get(f)
+			if !ok {
+				continue
+			}
+			if s.Topics.Unsubscribe(f, cl.ID) {
+				atomic.AddInt64(&s.Info.Subscriptions, -1)
+			}
+			cl.State.Subscriptions.Delete(f)
+			gone = append(gone, sub)
+		}
+	})
+	if len(gone) > 0 {
+		s.hooks.OnUnsubscribed(cl, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Unsubscribe}, Filters: gone})
+	}
+	return len(gone)
+}
+
 // UnsubscribeClient unsubscribes a client from all of their subscriptions.
 func (s *Server) UnsubscribeClient(cl *Client) {
 	i := 0

@@ -103,6 +103,18 @@ func (ca *CA) Client(t testing.TB, cn string) *Cert {
 	})
 }
 
+// ClientSAN issues a client certificate with common name cn and the
+// subject alternative names dns and emails (auth.certIdentity).
+func (ca *CA) ClientSAN(t testing.TB, cn string, dns, emails []string) *Cert {
+	t.Helper()
+	return ca.issue(t, &x509.Certificate{
+		Subject:        pkix.Name{CommonName: cn},
+		DNSNames:       dns,
+		EmailAddresses: emails,
+		ExtKeyUsage:    []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	})
+}
+
 func (ca *CA) issue(t testing.TB, tmpl *x509.Certificate) *Cert {
 	key := newKey(t)
 	tmpl.SerialNumber = serial(t)
