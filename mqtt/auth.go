@@ -111,7 +111,7 @@ func (a *authz) connect(cl *mochi.Client, pk packets.Packet) error {
 		// CONNACK could not be written leaves its entry. Swept when the map
 		// has doubled, so the cost per connect stays constant.
 		for c := range a.clients {
-			if c.Closed() {
+			if c.Closed() && !a.holdsSession(c) {
 				delete(a.clients, c)
 			}
 		}
@@ -217,7 +217,17 @@ func (a *authz) refuseConnect(cl *mochi.Client, pk packets.Packet, reason string
 	return code
 }
 
-// forget drops cl's identity (OnDisconnect).
+// holdsSession reports whether c is the session its client id names: a
+// connection that ended and left a persistent session behind, offline,
+// keeps its identity, which the messages queued for the session are
+// checked against. One taken over, or whose session expired, holds none.
+func (a *authz) holdsSession(c *mochi.Client) bool {
+	cur, ok := a.s.mochi.Clients.Get(c.ID)
+	return ok && cur == c
+}
+
+// forget drops cl's identity (OnDisconnect of a session that ends with its
+// connection, OnClientExpired of one that was left offline).
 func (a *authz) forget(cl *mochi.Client) {
 	if a.live == nil {
 		return

@@ -313,3 +313,30 @@ func TestFailedConnectsThrottledPerHost(t *testing.T) {
 		t.Fatalf("the next failure from 127.0.0.1 waits %v, want %v", d, 3*auth.ThrottleStep)
 	}
 }
+
+// TestAuthOfflineSessionKeepsIdentity: a persistent session left offline
+// is still its user's: the messages queued for it while it is away are
+// checked against that user's rules, and it gets them when it comes back.
+// The identity used to go with the connection, so under default: deny the
+// offline session was anonymous and nothing was queued for it.
+func TestAuthOfflineSessionKeepsIdentity(t *testing.T) {
+	s, _, _ := startAuthServer(t, usersFile(t), false)
+	persistent := func() *paho.Connect {
+		return &paho.Connect{ClientID: "alice-dev", CleanStart: false, KeepAlive: 30,
+			Username: "alice", UsernameFlag: true, Password: []byte("alice-pw"), PasswordFlag: true,
+			Properties: &paho.ConnectProperties{SessionExpiryInterval: paho.Uint32(300)}}
+	}
+	alice := dialConnect(t, s.Addr(), persistent())
+	alice.subscribe(t, "devices/alice/#")
+	if err := alice.Disconnect(&paho.Disconnect{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "alice's connection to end", func() bool {
+		cl, ok := s.mochi.Clients.Get("alice-dev")
+		return ok && cl.Closed()
+	})
+	ops := dialUser(t, s.Addr(), "ops-pub", "ops")
+	ops.publishAll(t, "devices/alice/a", "devices/alice/end")
+	back := dialConnect(t, s.Addr(), persistent())
+	expectTopics(t, "alice back", back.receiveUntil(t, "devices/alice/end"), "devices/alice/a", "devices/alice/end")
+}

@@ -87,6 +87,7 @@ var provided = func() (t [256]bool) {
 		mochi.OnPacketProcessed, mochi.OnPacketEncode, mochi.OnWill, mochi.OnWillSent,
 		mochi.OnPublishDropped, mochi.OnQosDropped, mochi.OnConnect,
 		mochi.OnSessionEstablished, mochi.OnDisconnect, mochi.OnPacketRead, mochi.OnUnsubscribed,
+		mochi.OnClientExpired,
 	} {
 		t[b] = true
 	}
@@ -135,7 +136,7 @@ func (h *hook) OnUnsubscribed(cl *mochi.Client, pk packets.Packet) {
 	}
 }
 
-func (h *hook) OnDisconnect(cl *mochi.Client, err error, _ bool) {
+func (h *hook) OnDisconnect(cl *mochi.Client, err error, expire bool) {
 	h.s.opts.Metrics.Conn("mqtt", -1)
 	// Why the connection ended: a failed write first (the reader then ends
 	// it at its deadline), else the first reason it was stopped, not the
@@ -156,6 +157,16 @@ func (h *hook) OnDisconnect(cl *mochi.Client, err error, _ bool) {
 	h.replay.forget(cl)
 	h.backlog.forget(cl)
 	h.queues.forget(cl)
+	if expire {
+		h.auth.forget(cl)
+	}
+	// else the session lives on offline: the messages queued for it are
+	// checked against the identity it connected with until it expires
+	// (OnClientExpired) or a connection carries it on.
+}
+
+// OnClientExpired: an offline session ended (its expiry passed).
+func (h *hook) OnClientExpired(cl *mochi.Client) {
 	h.auth.forget(cl)
 }
 
