@@ -15,7 +15,7 @@
 # prints one PASS/FAIL line per case; the script exits non-zero on any FAIL.
 #
 # Environment: KEEP=1 keeps the temp dir (certificates, users file, gateway
-# log) for inspection.
+# log) for inspection; PROTON_VENV: see "Qpid Proton with Cyrus SASL" below.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -45,6 +45,36 @@ die() { echo "FAIL security: $*"; exit 1; }
 command -v node >/dev/null || die "node is needed for the rhea checks"
 if [[ ! -d test/e2e/js/node_modules/rhea ]]; then
   (cd test/e2e/js && npm ci --no-audit --no-fund --silent) || die "npm ci in test/e2e/js failed"
+fi
+
+# Qpid Proton with Cyrus SASL, for SCRAM-SHA-256. Debian's
+# python3-qpid-proton is built without Cyrus (proton.SASL.extended() is
+# False) and speaks only PLAIN, EXTERNAL and ANONYMOUS, so the checks run
+# under python-qpid-proton built from PyPI's source against libsasl2-dev
+# (its build links cyrus_sasl.c when pkg-config finds libsasl2; the SCRAM
+# plugin comes from Debian's libsasl2-modules). It is built once into a
+# venv under the user's cache that also sees Debian's packages (paho), and
+# reused. PROTON_VENV=path uses another venv; PROTON_VENV=system runs with
+# Debian's Proton, the SCRAM exchange then reported NOT RUN.
+proton_default=${XDG_CACHE_HOME:-$HOME/.cache}/tolsey-e2e/proton-0.40.0-cyrus
+proton_venv=${PROTON_VENV:-$proton_default}
+has_cyrus() { "$1" -c 'import sys, proton, paho.mqtt.client; sys.exit(0 if proton.SASL.extended() else 1)' 2>/dev/null; }
+if [[ $proton_venv == system ]]; then
+  client_py=$PY
+else
+  client_py=$proton_venv/bin/python
+  if ! has_cyrus "$client_py"; then
+    [[ $proton_venv == "$proton_default" ]] || die "PROTON_VENV=$proton_venv has no Proton with Cyrus SASL"
+    pkg-config --exists libsasl2 ||
+      die "libsasl2-dev and pkg-config are needed to build Proton with Cyrus SASL for SCRAM-SHA-256 (test/run installs them)"
+    echo "building python-qpid-proton 0.40.0 with Cyrus SASL into $proton_venv (once, about a minute and a half)"
+    rm -rf "$proton_venv"
+    mkdir -p "$(dirname "$proton_venv")"
+    "$PY" -m venv --system-site-packages "$proton_venv" || die "python3 -m venv failed (Debian: apt-get install python3-venv)"
+    "$proton_venv/bin/pip" install -q --disable-pip-version-check --no-binary python-qpid-proton \
+      python-qpid-proton==0.40.0 >"$tmp/pip.log" 2>&1 || { cat "$tmp/pip.log"; die "pip could not build python-qpid-proton 0.40.0"; }
+    has_cyrus "$client_py" || die "python-qpid-proton built in $proton_venv without Cyrus SASL (is libsasl2-dev installed?)"
+  fi
 fi
 
 start=$(date +%s)
@@ -122,8 +152,8 @@ echo "gateway up: mqtt tls=$mqtt_tls plain=$mqtt_plain, amqp tls=$amqp_tls plain
 admin=$(addr_of "admin API listening" "")
 
 rc=0
-echo "== Python: paho-mqtt, Qpid Proton, ssl (TLS 1.0/1.1)"
-timeout 180 "$PY" test/e2e/security_clients.py --pki "$pki" --mqtt-tls "$mqtt_tls" --amqp-tls "$amqp_tls" \
+echo "== Python: paho-mqtt, Qpid Proton $("$client_py" -c 'import proton; print(".".join(map(str, proton.VERSION)))'), ssl (TLS 1.0/1.1)"
+timeout 180 "$client_py" test/e2e/security_clients.py --pki "$pki" --mqtt-tls "$mqtt_tls" --amqp-tls "$amqp_tls" \
   --alice-password "$alice_pw" --ops-password "$ops_pw" || rc=1
 echo "== rhea (node $(node --version))"
 timeout 60 node test/e2e/js/rhea_security.js --amqp "$amqp_tls" --ca "$pki/ca.pem" \
