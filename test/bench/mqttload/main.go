@@ -51,18 +51,12 @@ type target struct {
 type result = rig.LoadResult
 
 func main() {
-	var c config
-	var qos, pend string
-	flag.IntVar(&c.load.Pubs, "pubs", 4, "publishers")
-	flag.IntVar(&c.load.Subs, "subs", 4, "subscribers (each on its own topic set)")
-	flag.IntVar(&c.load.N, "n", 50000, "messages per publisher per phase")
-	flag.IntVar(&c.load.Size, "size", 64, "payload bytes (at least 8: the send time)")
+	c := config{load: rig.Load{Pubs: 4, Subs: 4, N: 50000, Size: 64, Idle: 3 * time.Second}}
+	var pend string
+	qos := c.load.Flags("0,1")
 	flag.IntVar(&c.rounds, "rounds", 2, "rounds; the order of targets alternates")
-	flag.IntVar(&c.load.Rate, "rate", 0, "messages/s per publisher; 0 = as fast as possible")
-	flag.StringVar(&qos, "qos", "0,1", "QoS levels, comma-separated")
 	flag.StringVar(&pend, "mochi-pending", "0", "bare mochi targets by MaximumClientWritesPending, comma-separated (0 = mochi default 8192, as the gateway's mqtt.maxPendingWrites)")
 	gwArgs := flag.String("gateway-args", "", "extra gateway flags, space-separated (e.g. --mqtt.maxPendingWrites=128)")
-	flag.DurationVar(&c.load.Idle, "idle", 3*time.Second, "a phase ends when subscribers get nothing for this long (QoS 0 losses)")
 	cpuprofile := flag.String("cpuprofile", "", "write this program's (the clients') CPU profile here")
 	flag.Parse()
 	if *cpuprofile != "" {
@@ -76,13 +70,10 @@ func main() {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	for _, q := range strings.Split(qos, ",") {
-		v, err := strconv.Atoi(strings.TrimSpace(q))
-		if err != nil || v < 0 || v > 2 {
-			fmt.Fprintf(os.Stderr, "bad -qos %q\n", qos)
-			os.Exit(2)
-		}
-		c.qos = append(c.qos, byte(v))
+	var err error
+	if c.qos, err = rig.QoS(*qos); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
 	}
 	for _, p := range strings.Split(pend, ",") {
 		v, err := strconv.Atoi(strings.TrimSpace(p))

@@ -45,7 +45,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -85,28 +84,18 @@ func (t target) dial(ctx context.Context, id string, onMsg func(*paho.Publish)) 
 }
 
 func main() {
-	var c config
-	var qos string
-	flag.IntVar(&c.load.Pubs, "pubs", 2, "publishers")
-	flag.IntVar(&c.load.Subs, "subs", 2, "subscribers (each on its own topic set)")
-	flag.IntVar(&c.load.N, "n", 20000, "messages per publisher per phase")
-	flag.IntVar(&c.load.Size, "size", 64, "payload bytes (at least 8: the send time)")
-	flag.IntVar(&c.load.Rate, "rate", 0, "messages/s per publisher; 0 = as fast as possible")
-	flag.DurationVar(&c.load.Idle, "idle", 3*time.Second, "a phase ends when subscribers get nothing for this long (QoS 0 losses)")
+	c := config{load: rig.Load{Pubs: 2, Subs: 2, N: 20000, Size: 64, Idle: 3 * time.Second}}
+	qos := c.load.Flags("0,1")
 	flag.IntVar(&c.rounds, "rounds", 2, "rounds; the order of targets alternates")
-	flag.StringVar(&qos, "qos", "0,1", "QoS levels, comma-separated")
 	flag.IntVar(&c.rules, "rules", 1000, "ACL rules in the auth+acl and auth+acl+tls users files")
 	flag.BoolVar(&c.partly, "partly", false, "add a deny inside the load's subscriptions, so every delivery is checked")
 	flag.IntVar(&c.conns, "conns", 4, "concurrent workers in the connection phase (0 skips it)")
 	flag.DurationVar(&c.connTime, "conn-time", 3*time.Second, "how long each connection measurement runs")
 	flag.Parse()
-	for _, q := range strings.Split(qos, ",") {
-		v, err := strconv.Atoi(strings.TrimSpace(q))
-		if err != nil || v < 0 || v > 2 {
-			fmt.Fprintf(os.Stderr, "bad -qos %q\n", qos)
-			os.Exit(2)
-		}
-		c.qos = append(c.qos, byte(v))
+	var err error
+	if c.qos, err = rig.QoS(*qos); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
 	}
 	if c.rules < 1 {
 		fmt.Fprintln(os.Stderr, "-rules must be at least 1 (the rule that lets the load through)")

@@ -3,7 +3,10 @@ package rig
 import (
 	"context"
 	"encoding/binary"
+	"flag"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -220,4 +223,30 @@ func SelfCPU() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// Flags registers the load's flags on the default flag set (-pubs, -subs,
+// -n, -size, -rate, -idle) with l's values as defaults, and -qos, whose
+// value QoS parses after flag.Parse.
+func (l *Load) Flags(qosDefault string) *string {
+	flag.IntVar(&l.Pubs, "pubs", l.Pubs, "publishers")
+	flag.IntVar(&l.Subs, "subs", l.Subs, "subscribers (each on its own topic set)")
+	flag.IntVar(&l.N, "n", l.N, "messages per publisher per phase")
+	flag.IntVar(&l.Size, "size", max(l.Size, 8), "payload bytes (at least 8: the send time)")
+	flag.IntVar(&l.Rate, "rate", l.Rate, "messages/s per publisher; 0 = as fast as possible")
+	flag.DurationVar(&l.Idle, "idle", l.Idle, "a phase ends when subscribers get nothing for this long (QoS 0 losses)")
+	return flag.String("qos", qosDefault, "QoS levels, comma-separated")
+}
+
+// QoS parses a comma-separated list of QoS levels ("0,1").
+func QoS(s string) ([]byte, error) {
+	var out []byte
+	for _, q := range strings.Split(s, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(q))
+		if err != nil || v < 0 || v > 2 {
+			return nil, fmt.Errorf("bad QoS list %q", s)
+		}
+		out = append(out, byte(v))
+	}
+	return out, nil
 }
