@@ -63,18 +63,22 @@ if [[ $proton_venv == system ]]; then
   client_py=$PY
 else
   client_py=$proton_venv/bin/python
+  # Two runs at once (two worktrees) build it once: the second waits.
+  mkdir -p "$(dirname "$proton_venv")"
+  exec 9>"$proton_venv.lock"
+  flock 9
   if ! has_cyrus "$client_py"; then
     [[ $proton_venv == "$proton_default" ]] || die "PROTON_VENV=$proton_venv has no Proton with Cyrus SASL"
     pkg-config --exists libsasl2 ||
       die "libsasl2-dev and pkg-config are needed to build Proton with Cyrus SASL for SCRAM-SHA-256 (test/run installs them)"
     echo "building python-qpid-proton 0.40.0 with Cyrus SASL into $proton_venv (once, about a minute and a half)"
     rm -rf "$proton_venv"
-    mkdir -p "$(dirname "$proton_venv")"
     "$PY" -m venv --system-site-packages "$proton_venv" || die "python3 -m venv failed (Debian: apt-get install python3-venv)"
     "$proton_venv/bin/pip" install -q --disable-pip-version-check --no-binary python-qpid-proton \
       python-qpid-proton==0.40.0 >"$tmp/pip.log" 2>&1 || { cat "$tmp/pip.log"; die "pip could not build python-qpid-proton 0.40.0"; }
     has_cyrus "$client_py" || die "python-qpid-proton built in $proton_venv without Cyrus SASL (is libsasl2-dev installed?)"
   fi
+  exec 9>&-
 fi
 
 start=$(date +%s)

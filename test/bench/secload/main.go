@@ -212,24 +212,25 @@ func run(r *rig.Rig, c *config) error {
 	tw.Flush()
 
 	if c.conns > 0 {
-		return connPhase(c, sec, tlsLogin)
+		return connPhase(c, sec, m[1], tlsLogin)
 	}
 	return nil
 }
 
 // connPhase measures new MQTT sessions per second against the auth+acl+tls
-// gateway: plain, TLS, and TLS with a password.
-func connPhase(c *config, sec *rig.Child, tlsLogin rig.Login) error {
+// gateway (sec, its TLS listener at tlsAt): plain, TLS, and TLS with a
+// password. The address comes from the start: sec.Output() keeps only the
+// last lines, and the load has pushed the listening lines out by now.
+func connPhase(c *config, sec *rig.Child, tlsAt string, tlsLogin rig.Login) error {
 	tlsAnon := tlsLogin
 	tlsAnon.User, tlsAnon.Password = "", ""
-	m := tlsAddr.FindStringSubmatch(sec.Output())
 	kinds := []struct {
 		name, addr string
 		login      rig.Login
 	}{
 		{"plain", sec.Addr, rig.Login{}},
-		{"tls", m[1], tlsAnon},
-		{"tls+password", m[1], tlsLogin},
+		{"tls", tlsAt, tlsAnon},
+		{"tls+password", tlsAt, tlsLogin},
 	}
 	fmt.Printf("\nNew connections against auth+acl+tls, %d workers × %s each: connect, CONNACK, DISCONNECT; TLS: full handshakes\n", c.conns, c.connTime)
 	tw := tabwriter.NewWriter(os.Stdout, 2, 8, 2, ' ', tabwriter.AlignRight)
