@@ -49,7 +49,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -368,11 +367,4 @@ func mean(rs []result) result {
 	// Express the mean rate through elapsed so result.rate() returns it.
 	m.elapsed = time.Duration(float64(m.got) / rate * float64(time.Second))
 	return m
-}
-
-// selfCPU is this process's user+system CPU time.
-func selfCPU() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

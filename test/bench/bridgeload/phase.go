@@ -41,7 +41,7 @@ func (p *phaser) run(c *config, mk func(context.Context, env, *closers) (*load, 
 	if err != nil {
 		return result{}, err
 	}
-	cli0 := selfCPU()
+	cli0 := rig.SelfCPU()
 	var profDone <-chan error
 	if profile {
 		profDone = profileGateway(p.gw.Admin, c.profileFor, c.profileOut)
@@ -77,7 +77,7 @@ func (p *phaser) run(c *config, mk func(context.Context, env, *closers) (*load, 
 	if err != nil {
 		return result{}, err
 	}
-	cli1 := selfCPU()
+	cli1 := rig.SelfCPU()
 	drops1, _ := gwMetric(p.gw.Admin, "tolsey_bridge_dropped_total")
 	mdrops1, _ := gwMetric(p.gw.Admin, "tolsey_mqtt_messages_dropped_total")
 	res := result{sent: l.want, got: int(total()), gwCPU: gw1 - gw0, natsCPU: ns1 - ns0, cliCPU: cli1 - cli0,

@@ -3,6 +3,7 @@ package rig
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"sync"
@@ -18,8 +19,27 @@ import (
 // PINGREQ would queue behind that backlog too, and paho closes the
 // connection when its PINGRESP is late.
 func Connect(ctx context.Context, addr, id string, onMsg func(*paho.Publish)) (*paho.Client, error) {
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", addr)
+	return ConnectWith(ctx, addr, id, Login{}, onMsg)
+}
+
+// Login is how ConnectWith connects: over TLS when TLS is set, with a user
+// name and password when User is set.
+type Login struct {
+	TLS            *tls.Config
+	User, Password string
+}
+
+// ConnectWith is Connect over TLS and/or with credentials.
+func ConnectWith(ctx context.Context, addr, id string, login Login, onMsg func(*paho.Publish)) (*paho.Client, error) {
+	var conn net.Conn
+	var err error
+	if login.TLS != nil {
+		d := tls.Dialer{Config: login.TLS}
+		conn, err = d.DialContext(ctx, "tcp", addr)
+	} else {
+		var d net.Dialer
+		conn, err = d.DialContext(ctx, "tcp", addr)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -31,7 +51,12 @@ func Connect(ctx context.Context, addr, id string, onMsg func(*paho.Publish)) (*
 		}}
 	}
 	c := paho.NewClient(cfg)
-	ca, err := c.Connect(ctx, &paho.Connect{ClientID: id, CleanStart: true, KeepAlive: 0})
+	cp := &paho.Connect{ClientID: id, CleanStart: true, KeepAlive: 0}
+	if login.User != "" {
+		cp.Username, cp.UsernameFlag = login.User, true
+		cp.Password, cp.PasswordFlag = []byte(login.Password), true
+	}
+	ca, err := c.Connect(ctx, cp)
 	if err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("connect %s: %w", id, err)
