@@ -13,11 +13,13 @@ import (
 
 // TestSlowSteadyReaderGetsLargeMessage: the write timeout bounds a stall,
 // not a whole packet: a subscriber that reads steadily (64 KiB every
-// 10 ms at most) gets a 4 MiB message with a write timeout of 1 s (the
-// whole write used to have to fit in it, and the client was cut off).
+// 40 ms at most, a 16 KiB socket buffer: about 5 s for the message) gets
+// a 4 MiB message with a write timeout of 3 s (the whole write used to
+// have to fit in it, and the client was cut off). The timeout leaves room
+// for a loaded machine's scheduling stalls; 1 s failed now and then.
 func TestSlowSteadyReaderGetsLargeMessage(t *testing.T) {
 	store := memory.New(retain.Limits{})
-	s := startTestServer(t, store, func(o *Options) { o.WriteTimeout = 1 * time.Second })
+	s := startTestServer(t, store, func(o *Options) { o.WriteTimeout = 3 * time.Second })
 	c := rawConnect(t, s.Addr(), "slow", "")
 	c.(*net.TCPConn).SetReadBuffer(16 << 10)
 	rawSubscribe(t, c, "big", 0)
@@ -36,7 +38,7 @@ func TestSlowSteadyReaderGetsLargeMessage(t *testing.T) {
 		if err != nil {
 			break
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(40 * time.Millisecond)
 	}
 	if err != nil {
 		t.Fatalf("client reading steadily was disconnected after %v, having read %d of 4 MiB: %v", time.Since(start).Round(time.Millisecond), total, err)
