@@ -19,10 +19,10 @@ const (
 
 // Transaction capabilities and error conditions [4.5.8, 4.5.9].
 const (
-	TxnCapLocal          encoding.Symbol = "amqp:local-transactions"
-	ErrCondTxnUnknownID  encoding.Symbol = "amqp:transaction:unknown-id"
-	ErrCondTxnRollback   encoding.Symbol = "amqp:transaction:rollback"
-	ErrCondTxnTimeout    encoding.Symbol = "amqp:transaction:timeout"
+	TxnCapLocal         encoding.Symbol = "amqp:local-transactions"
+	ErrCondTxnUnknownID encoding.Symbol = "amqp:transaction:unknown-id"
+	ErrCondTxnRollback  encoding.Symbol = "amqp:transaction:rollback"
+	ErrCondTxnTimeout   encoding.Symbol = "amqp:transaction:timeout"
 )
 
 /*
