@@ -1,0 +1,324 @@
+package amqp
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/tolsey/tolsey/amqp/internal/encoding"
+	"github.com/tolsey/tolsey/amqp/internal/frames"
+	"github.com/tolsey/tolsey/core/queue"
+)
+
+// Local transactions (txn.go) with raw frames, as Qpid JMS sends them for
+// a transacted session: go-amqp (v1.x) has no transaction support.
+
+// txnClient is a raw connection with one session, a coordinator link on
+// handle 0 and the delivery-ids it has used.
+type txnClient struct {
+	*rawConn
+	t        *testing.T
+	sent     uint32             // transfers sent: next-outgoing-id and the next delivery-id
+	received []*frames.Transfer // transfers the gateway sent, not yet taken
+	payloads map[uint32][]byte  // their payloads by delivery-id
+	outcomes map[uint32]frames.DeliveryState
+}
+
+func txnDial(t *testing.T, e *env) *txnClient {
+	t.Helper()
+	c := &txnClient{rawConn: rawDial(t, e.addr), t: t, payloads: map[uint32][]byte{}, outcomes: map[uint32]frames.DeliveryState{}}
+	c.open(nil)
+	c.begin(0)
+	c.send(0, &frames.Attach{Name: "txn", Handle: 0, Role: frames.RoleSender, Source: &frames.Source{},
+		Target:               &frames.Target{Coordinator: true, Capabilities: []encoding.Symbol{frames.TxnCapLocal}},
+		InitialDeliveryCount: ptr(uint32(0))}, nil)
+	reply := expectFrame[*frames.Attach](c.rawConn)
+	if reply.Target == nil || !reply.Target.Coordinator {
+		t.Fatalf("coordinator attach answered with target %+v, want a coordinator", reply.Target)
+	}
+	expectFrame[*frames.Flow](c.rawConn)
+	return c
+}
+
+// sender attaches a sending link on handle h to target.
+func (c *txnClient) sender(h uint32, target string) {
+	c.t.Helper()
+	c.send(0, attachSender("s"+target, h, target), nil)
+	expectFrame[*frames.Attach](c.rawConn)
+	expectFrame[*frames.Flow](c.rawConn)
+}
+
+// receiver attaches a receiving link on handle h to source with credit.
+func (c *txnClient) receiver(h uint32, source string, credit uint32) {
+	c.t.Helper()
+	c.send(0, &frames.Attach{Name: "r" + source, Handle: h, Role: frames.RoleReceiver,
+		Source: &frames.Source{Address: source}, Target: &frames.Target{}}, nil)
+	expectFrame[*frames.Attach](c.rawConn)
+	c.send(0, &frames.Flow{IncomingWindow: 1000, NextOutgoingID: c.sent, OutgoingWindow: 1000,
+		Handle: ptr(h), DeliveryCount: ptr(uint32(0)), LinkCredit: ptr(credit)}, nil)
+}
+
+// transfer sends one message on handle h, in transaction txn unless nil,
+// and returns the gateway's outcome.
+func (c *txnClient) transfer(h uint32, m *frames.Message, txn []byte) frames.DeliveryState {
+	c.t.Helper()
+	id := c.sent
+	c.sent++
+	tr := &frames.Transfer{Handle: h, DeliveryID: ptr(id), DeliveryTag: []byte{byte(id), byte(id >> 8)}, MessageFormat: ptr(uint32(0))}
+	if txn != nil {
+		tr.State = &frames.TransactionalState{TxnID: txn}
+	}
+	c.send(0, tr, encodeMessage(c.t, m))
+	for {
+		if st, ok := c.outcomes[id]; ok {
+			delete(c.outcomes, id)
+			return st
+		}
+		c.read()
+	}
+}
+
+// read takes the next frame: outcomes and transfers are kept.
+func (c *txnClient) read() {
+	c.t.Helper()
+	_, p, payload := c.next()
+	switch p := p.(type) {
+	case *frames.Disposition:
+		if p.Role != frames.RoleReceiver || !p.Settled {
+			c.t.Fatalf("disposition %+v, want the gateway's settled outcome", p)
+		}
+		last := p.First
+		if p.Last != nil {
+			last = *p.Last
+		}
+		for id := p.First; id <= last; id++ {
+			c.outcomes[id] = p.State
+		}
+	case *frames.Transfer:
+		c.received = append(c.received, p)
+		c.payloads[*p.DeliveryID] = payload
+	case *frames.Flow:
+	default:
+		c.t.Fatalf("unexpected %T %+v", p, p)
+	}
+}
+
+// delivery waits for the next transfer the gateway sends and decodes it.
+func (c *txnClient) delivery() (uint32, *frames.Message) {
+	c.t.Helper()
+	for len(c.received) == 0 {
+		c.read()
+	}
+	tr := c.received[0]
+	c.received = c.received[1:]
+	var m frames.Message
+	if err := m.Decode(c.payloads[*tr.DeliveryID]); err != nil {
+		c.t.Fatal(err)
+	}
+	return *tr.DeliveryID, &m
+}
+
+func (c *txnClient) declare() []byte {
+	c.t.Helper()
+	st := c.transfer(0, &frames.Message{Value: encoding.Described{Descriptor: uint64(frames.CodeDeclare), Value: []any{}}}, nil)
+	d, ok := st.(*frames.Declared)
+	if !ok || len(d.TxnID) == 0 {
+		c.t.Fatalf("declare answered with %#v, want declared with a txn-id", st)
+	}
+	return d.TxnID
+}
+
+func (c *txnClient) discharge(id []byte, fail bool) frames.DeliveryState {
+	c.t.Helper()
+	return c.transfer(0, &frames.Message{Value: encoding.Described{Descriptor: uint64(frames.CodeDischarge), Value: []any{id, fail}}}, nil)
+}
+
+// ack settles deliveries first..last in transaction txn with accepted.
+func (c *txnClient) ack(first, last uint32, txn []byte) {
+	c.send(0, &frames.Disposition{Role: frames.RoleReceiver, First: first, Last: ptr(last), Settled: true,
+		State: &frames.TransactionalState{TxnID: txn, Outcome: &frames.Accepted{}}}, nil)
+}
+
+func text(s string) *frames.Message { return &frames.Message{Data: [][]byte{[]byte(s)}} }
+
+func wantTxnAccepted(t *testing.T, st frames.DeliveryState, txn []byte) {
+	t.Helper()
+	ts, ok := st.(*frames.TransactionalState)
+	if !ok || !bytes.Equal(ts.TxnID, txn) {
+		t.Fatalf("outcome %#v, want transactional-state of txn %x", st, txn)
+	}
+	if _, ok := ts.Outcome.(*frames.Accepted); !ok {
+		t.Fatalf("transactional outcome %#v, want accepted", ts.Outcome)
+	}
+}
+
+func wantAccepted(t *testing.T, st frames.DeliveryState, what string) {
+	t.Helper()
+	if _, ok := st.(*frames.Accepted); !ok {
+		t.Fatalf("%s answered with %#v, want accepted", what, st)
+	}
+}
+
+func wantRejected(t *testing.T, st frames.DeliveryState, cond encoding.Symbol, what string) {
+	t.Helper()
+	if ts, ok := st.(*frames.TransactionalState); ok {
+		st = ts.Outcome
+	}
+	rj, ok := st.(*frames.Rejected)
+	if !ok || rj.Error == nil || rj.Error.Condition != cond {
+		t.Fatalf("%s answered with %#v, want rejected %s", what, st, cond)
+	}
+}
+
+// TestTxnSends: messages sent in a transaction, to a topic and to a
+// queue, are seen by nobody before the commit, are all stored when the
+// commit is answered, and are dropped by a rollback. A plain message sent
+// after the transactional ones overtakes them: the receiver's first
+// message is the marker.
+func TestTxnSends(t *testing.T) {
+	e := startServer(t)
+	q := e.declare(t, queue.Config{Name: "tq"})
+	recv := newReceiver(t, e.session(t), "txn/t", nil)
+
+	c := txnDial(t, e)
+	c.sender(1, "txn/t")
+	c.sender(2, "queue://tq")
+	c.sender(3, "txn/t")
+
+	id := c.declare()
+	wantTxnAccepted(t, c.transfer(1, text("a1"), id), id)
+	wantTxnAccepted(t, c.transfer(2, text("q1"), id), id)
+	wantAccepted(t, c.transfer(3, text("marker1"), nil), "a plain send")
+	if got := body(receive(t, recv)); got != "marker1" {
+		t.Fatalf("first message %q, want marker1: the transaction's message was published before its commit", got)
+	}
+	if n := messages(q); n != 0 {
+		t.Fatalf("queue holds %d before the commit, want 0", n)
+	}
+	wantAccepted(t, c.discharge(id, false), "commit")
+	if n := messages(q); n != 1 { // the commit is answered once the queue holds it
+		t.Fatalf("queue holds %d once the commit is answered, want 1", n)
+	}
+	if got := body(receive(t, recv)); got != "a1" {
+		t.Fatalf("after the commit got %q, want a1", got)
+	}
+	wantRejected(t, c.discharge(id, false), frames.ErrCondTxnUnknownID, "a second discharge")
+	wantRejected(t, c.transfer(1, text("late"), id), frames.ErrCondTxnUnknownID, "a send in a discharged transaction")
+
+	id2 := c.declare()
+	if bytes.Equal(id, id2) {
+		t.Fatal("two transactions with one txn-id")
+	}
+	wantTxnAccepted(t, c.transfer(1, text("a2"), id2), id2)
+	wantTxnAccepted(t, c.transfer(2, text("q2"), id2), id2)
+	wantAccepted(t, c.discharge(id2, true), "rollback")
+	wantAccepted(t, c.transfer(3, text("marker2"), nil), "a plain send")
+	if got := body(receive(t, recv)); got != "marker2" {
+		t.Fatalf("after the rollback got %q, want marker2", got)
+	}
+	if n := messages(q); n != 1 {
+		t.Fatalf("queue holds %d after the rollback, want 1", n)
+	}
+}
+
+// TestTxnAcks: a queue delivery accepted in a transaction stays in flight
+// until the discharge: a rollback gives it back (delivery-count 1), a
+// commit removes it by the time the commit is answered. The discharge
+// right behind the disposition must see it (the writer applies
+// dispositions; the discharge waits behind them).
+func TestTxnAcks(t *testing.T) {
+	e, q, _ := filled(t, queue.Config{Name: "acks"}, 2)
+	c := txnDial(t, e)
+	c.receiver(1, "queue://acks", 10)
+	d0, m0 := c.delivery()
+	d1, _ := c.delivery()
+	if m0.Header == nil || m0.Header.DeliveryCount != 0 {
+		t.Fatalf("first delivery header %+v, want delivery-count 0", m0.Header)
+	}
+
+	id := c.declare()
+	c.ack(d0, d1, id)
+	wantAccepted(t, c.discharge(id, true), "rollback")
+	if n := messages(q); n != 2 {
+		t.Fatalf("queue holds %d after a rolled-back acknowledgement, want 2", n)
+	}
+	// Given back as failed deliveries: sent again on the link, counted.
+	r0, m := c.delivery()
+	r1, _ := c.delivery()
+	if m.Header == nil || m.Header.DeliveryCount != 1 || string(m.Data[0]) != "m0" {
+		t.Fatalf("redelivered %q header %+v, want m0 with delivery-count 1", m.Data, m.Header)
+	}
+
+	id2 := c.declare()
+	c.ack(r0, r1, id2)
+	if n := messages(q); n != 2 {
+		t.Fatalf("queue holds %d before the commit, want 2", n)
+	}
+	wantAccepted(t, c.discharge(id2, false), "commit")
+	if n := messages(q); n != 0 {
+		t.Fatalf("queue holds %d once the commit is answered, want 0", n)
+	}
+	if a := q.Info().Counters.Acked; a != 2 {
+		t.Fatalf("acked %d, want 2", a)
+	}
+}
+
+// TestTxnConnectionEnd: a client that declares a transaction, sends and
+// acknowledges in it and vanishes: the transaction is rolled back, the
+// message it sent never appears and the one it acknowledged is delivered
+// again, counted as a failed delivery.
+func TestTxnConnectionEnd(t *testing.T) {
+	e, q, s := filled(t, queue.Config{Name: "gone"}, 1)
+	c := txnDial(t, e)
+	c.sender(1, "queue://gone")
+	c.receiver(2, "queue://gone", 10)
+	d, _ := c.delivery()
+	id := c.declare()
+	wantTxnAccepted(t, c.transfer(1, text("never"), id), id)
+	c.ack(d, d, id)
+	// A frame after the disposition, answered: the gateway has read it.
+	wantTxnAccepted(t, c.transfer(1, text("never2"), id), id)
+	c.nc.Close()
+
+	eventually(t, "the vanished client's consumer gone", func() bool { return q.Info().Consumers == 0 })
+	r := newReceiver(t, s, "queue://gone", nil)
+	m := next(t, r)
+	if body(m) != "m0" {
+		t.Fatalf("got %q, want m0 again", body(m))
+	}
+	if n, _ := hdr(m); n != 1 {
+		t.Fatalf("delivery-count %d, want 1", n)
+	}
+	if n := messages(q); n != 1 {
+		t.Fatalf("queue holds %d, want 1: a message of the rolled-back transaction was stored", n)
+	}
+}
+
+// TestTxnLimit: a transaction holds at most MaxTransactionMessages sends;
+// one more is rejected, and the commit then rolls back rather than apply
+// part of what the client sent.
+func TestTxnLimit(t *testing.T) {
+	e := startServer(t, func(o *Options) { o.MaxTransactionMessages = 2 })
+	recv := newReceiver(t, e.session(t), "txn/lim", nil)
+	c := txnDial(t, e)
+	c.sender(1, "txn/lim")
+	id := c.declare()
+	wantTxnAccepted(t, c.transfer(1, text("a"), id), id)
+	wantTxnAccepted(t, c.transfer(1, text("b"), id), id)
+	wantRejected(t, c.transfer(1, text("c"), id), frames.ErrCondResourceLimitExceeded, "a third send")
+	wantRejected(t, c.discharge(id, false), frames.ErrCondTxnRollback, "the commit")
+	wantAccepted(t, c.transfer(1, text("marker"), nil), "a plain send")
+	if got := body(receive(t, recv)); got != "marker" {
+		t.Fatalf("got %q, want marker: part of a rolled-back transaction was published", got)
+	}
+}
+
+// TestTxnControlErrors: what a coordinator refuses.
+func TestTxnControlErrors(t *testing.T) {
+	e := startServer(t)
+	c := txnDial(t, e)
+	wantRejected(t, c.discharge([]byte("nope"), false), frames.ErrCondTxnUnknownID, "discharge of an unknown txn-id")
+	wantRejected(t, c.transfer(0, &frames.Message{Value: encoding.Described{Descriptor: uint64(frames.CodeDeclare), Value: []any{[]byte("global")}}}, nil),
+		frames.ErrCondNotImplemented, "a declare with a global-id")
+	wantRejected(t, c.transfer(0, text("hello"), nil), frames.ErrCondDecodeError, "a data message to the coordinator")
+	c.declare() // the link still works
+}
