@@ -95,6 +95,7 @@ var keyDefs = []keyDef{
 	{name: "amqp.maxSessions", def: "256", kind: kindInt, max: 1 << 16, help: "sessions per AMQP connection (announced as channel-max; a begin above it closes the connection with framing-error)"},
 	{name: "amqp.maxLinksPerConnection", def: "1000", kind: kindInt, max: 1 << 20, help: "links (senders and receivers, over all sessions) per AMQP connection; an attach beyond it is refused with amqp:resource-limit-exceeded; bounds what one message costs one connection"},
 	{name: "amqp.maxSelectorLength", def: "4096", kind: kindInt, max: 1 << 20, help: "longest JMS message selector (source filter apache.org:selector-filter:string), bytes; a longer one refuses the link with amqp:invalid-field (docs/jms.md)"},
+	{name: "amqp.maxTransactionMessages", def: "1000", kind: kindInt, max: 1 << 20, help: "messages one AMQP transaction (JMS transacted session) holds until commit; a send beyond it is rejected with amqp:resource-limit-exceeded and the commit then rolls back (docs/jms.md)"},
 	{name: "auth.file", def: "", kind: kindString, optional: true, help: "users file (users, password hashes, groups, ACL rules; docs/security.md) for MQTT and AMQP; re-read on SIGHUP and POST /api/v1/reload; empty = no users"},
 	{name: "auth.allowAnonymous", def: "auto", kind: kindEnum, enum: []string{"auto", "true", "false"}, help: "let clients in without credentials: auto = true only while every MQTT and AMQP listener is on loopback; a listener beyond loopback with no auth.file needs true to start"},
 	{name: "admin.listen", def: "127.0.0.1:8088", kind: kindAddr, optional: true, help: "admin HTTP API listen address (/healthz, /readyz, /metrics, /api/v1/retained); empty disables"},
@@ -175,6 +176,7 @@ type Config struct {
 		MaxSessions    int
 		MaxLinks       int
 		MaxSelector    int // amqp.maxSelectorLength
+		MaxTxnMessages int // amqp.maxTransactionMessages
 		WriteTimeout   time.Duration
 	}
 	Auth              AuthConfig
@@ -440,6 +442,7 @@ func buildConfig(k *koanf.Koanf, byName map[string]*keyDef) (*Config, error) {
 	c.AMQP.MaxSessions = int(num("amqp.maxSessions"))
 	c.AMQP.MaxLinks = int(num("amqp.maxLinksPerConnection"))
 	c.AMQP.MaxSelector = int(num("amqp.maxSelectorLength"))
+	c.AMQP.MaxTxnMessages = int(num("amqp.maxTransactionMessages"))
 	c.AdminListen = get("admin.listen")
 	c.DataDir = get("data.dir")
 	c.RetainBackend = get("retain.backend")
@@ -491,6 +494,9 @@ func buildConfig(k *koanf.Koanf, byName map[string]*keyDef) (*Config, error) {
 	}
 	if c.AMQP.MaxSelector < 1 {
 		return nil, &ConfigError{Key: "amqp.maxSelectorLength", Msg: "must be at least 1"}
+	}
+	if c.AMQP.MaxTxnMessages < 1 {
+		return nil, &ConfigError{Key: "amqp.maxTransactionMessages", Msg: "must be at least 1"}
 	}
 	if c.AMQP.MaxFrameSize != 0 && c.AMQP.MaxFrameSize < 512 {
 		return nil, &ConfigError{Key: "amqp.maxFrameSize", Msg: "must be at least 512 (AMQP 1.0 §2.7.1 MIN-MAX-FRAME-SIZE)"}
