@@ -83,7 +83,10 @@ func (c *txnClient) read() {
 	_, p, payload := c.next()
 	switch p := p.(type) {
 	case *frames.Disposition:
-		if p.Role != frames.RoleReceiver || !p.Settled {
+		if p.Role == frames.RoleSender {
+			return // the gateway settling deliveries it sent
+		}
+		if !p.Settled {
 			c.t.Fatalf("disposition %+v, want the gateway's settled outcome", p)
 		}
 		last := p.First
@@ -132,9 +135,14 @@ func (c *txnClient) discharge(id []byte, fail bool) frames.DeliveryState {
 	return c.transfer(0, &frames.Message{Value: encoding.Described{Descriptor: uint64(frames.CodeDischarge), Value: []any{id, fail}}}, nil)
 }
 
-// ack settles deliveries first..last in transaction txn with accepted.
-func (c *txnClient) ack(first, last uint32, txn []byte) {
-	c.send(0, &frames.Disposition{Role: frames.RoleReceiver, First: first, Last: ptr(last), Settled: true,
+// ack gives deliveries first..last the outcome accepted in transaction
+// txn, settled as Qpid JMS does.
+func (c *txnClient) ack(first, last uint32, txn []byte) { c.ackSettled(first, last, txn, true) }
+
+// ackSettled is ack, unsettled when settled is false (Proton's
+// Transaction.accept: the delivery is settled after the discharge).
+func (c *txnClient) ackSettled(first, last uint32, txn []byte, settled bool) {
+	c.send(0, &frames.Disposition{Role: frames.RoleReceiver, First: first, Last: ptr(last), Settled: settled,
 		State: &frames.TransactionalState{TxnID: txn, Outcome: &frames.Accepted{}}}, nil)
 }
 
@@ -249,7 +257,7 @@ func TestTxnAcks(t *testing.T) {
 	}
 
 	id2 := c.declare()
-	c.ack(r0, r1, id2)
+	c.ackSettled(r0, r1, id2, false)
 	if n := messages(q); n != 2 {
 		t.Fatalf("queue holds %d before the commit, want 2", n)
 	}
@@ -321,4 +329,13 @@ func TestTxnControlErrors(t *testing.T) {
 		frames.ErrCondNotImplemented, "a declare with a global-id")
 	wantRejected(t, c.transfer(0, text("hello"), nil), frames.ErrCondDecodeError, "a data message to the coordinator")
 	c.declare() // the link still works
+
+	// A connection holds at most MaxSessions open transactions.
+	e1 := startServer(t, func(o *Options) { o.MaxSessions = 1 })
+	c1 := txnDial(t, e1)
+	id := c1.declare()
+	wantRejected(t, c1.transfer(0, &frames.Message{Value: encoding.Described{Descriptor: uint64(frames.CodeDeclare), Value: []any{}}}, nil),
+		frames.ErrCondResourceLimitExceeded, "a second open transaction")
+	wantAccepted(t, c1.discharge(id, true), "rollback")
+	c1.declare() // room again
 }
