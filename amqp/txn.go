@@ -10,7 +10,6 @@ import (
 	"github.com/tolsey/tolsey/amqp/internal/encoding"
 	"github.com/tolsey/tolsey/amqp/internal/frames"
 	"github.com/tolsey/tolsey/core"
-	"github.com/tolsey/tolsey/core/queue"
 )
 
 // Local transactions (AMQP 1.0 part 4; docs/jms.md, "Transactions"), as
@@ -33,7 +32,8 @@ import (
 //     records the outcome; commit applies it (Ack for accepted), rollback
 //     gives the message back as a failed delivery (Modify: delivery-count
 //     incremented, redelivered). A topic delivery is settled at once, as
-//     outside a transaction: there is nothing to give back.
+//     outside a transaction; rollback gives the message back to its
+//     subscription (durable or shared) or link.
 //
 // The reader goroutine owns the held sends; the writer goroutine, which
 // applies the client's dispositions, records the outcomes. A discharge
@@ -84,10 +84,9 @@ type txnSend struct {
 	queue string
 }
 
-// txnAck is the outcome of a queue delivery given in a transaction.
+// txnAck is the outcome of a delivery we sent, given in a transaction.
 type txnAck struct {
-	qc      *queue.Consumer
-	id      uint64
+	p       pending // p.qc nil: a topic delivery, settled already
 	outcome frames.DeliveryState
 }
 
@@ -264,7 +263,9 @@ func (c *conn) finishTxn(t *txn, fail bool) frames.DeliveryState {
 			refused, len(t.sends), firstErr))}
 	}
 	for _, a := range t.acks {
-		settleQueued(a.qc, a.id, a.outcome)
+		if a.p.qc != nil {
+			settleQueued(a.p.qc, a.p.qid, a.outcome)
+		}
 	}
 	return stateAccepted
 }
@@ -277,25 +278,33 @@ func (c *conn) rollback(t *txn) {
 
 func (c *conn) rollbackAcks(t *txn) {
 	for _, a := range t.acks {
-		a.qc.Modify(a.id, true, false) // redelivered, delivery-count incremented
+		switch l := a.p.l; {
+		case a.p.qc != nil:
+			a.p.qc.Modify(a.p.qid, true, false) // redelivered, delivery-count incremented
+		case l.group != nil:
+			l.group.requeue([]queued{a.p.q}) // to the subscription: a member, or its backlog
+		default:
+			l.offer(a.p.q) // behind what the link holds; dropped if it is closed or full
+		}
 	}
 	t.acks = nil
 }
 
-// txnAck records the outcome of a queue delivery given in a transaction.
-// Called by the writer. An unknown transaction cannot settle it: the
-// message goes back to the queue, as for any state that is no outcome.
-func (c *conn) txnAck(ts *frames.TransactionalState, qc *queue.Consumer, id uint64) {
+// txnAck records the outcome of delivery p given in a transaction.
+// Called by the writer. An unknown transaction cannot settle it: a queue
+// message goes back to the queue, as for any state that is no outcome (a
+// topic message is settled, as outside a transaction).
+func (c *conn) txnAck(ts *frames.TransactionalState, p pending) {
 	tt := &c.txns
 	tt.mu.Lock()
 	t := tt.open[string(ts.TxnID)]
 	if t != nil {
-		t.acks = append(t.acks, txnAck{qc: qc, id: id, outcome: ts.Outcome})
+		t.acks = append(t.acks, txnAck{p: p, outcome: ts.Outcome})
 	}
 	tt.mu.Unlock()
-	if t == nil {
+	if t == nil && p.qc != nil {
 		c.log.Debug("amqp: disposition in an unknown transaction: the delivery is released")
-		qc.Release(id)
+		p.qc.Release(p.qid)
 	}
 }
 

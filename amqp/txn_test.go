@@ -2,10 +2,13 @@ package amqp
 
 import (
 	"bytes"
+	"context"
 	"testing"
+	"time"
 
 	"github.com/tolsey/tolsey/amqp/internal/encoding"
 	"github.com/tolsey/tolsey/amqp/internal/frames"
+	"github.com/tolsey/tolsey/core"
 	"github.com/tolsey/tolsey/core/queue"
 )
 
@@ -338,4 +341,36 @@ func TestTxnControlErrors(t *testing.T) {
 		frames.ErrCondResourceLimitExceeded, "a second open transaction")
 	wantAccepted(t, c1.discharge(id, true), "rollback")
 	c1.declare() // room again
+}
+
+// TestTxnTopicAcks: a topic message accepted in a transaction is settled;
+// a rollback gives it back to the link (as Artemis, whose subscriptions
+// are queues, would), a commit does not.
+func TestTxnTopicAcks(t *testing.T) {
+	e := startServer(t)
+	c := txnDial(t, e)
+	c.receiver(1, "txn/topic", 10)
+	pub := func(s string) {
+		t.Helper()
+		m := &core.Message{Topic: "txn/topic", Payload: []byte(s), QoS: 1, Created: time.Now()}
+		if res := e.router.Publish(context.Background(), m); res.Matched != 1 {
+			t.Fatalf("publish %q matched %d subscribers, want 1", s, res.Matched)
+		}
+	}
+	pub("m")
+	d, m := c.delivery()
+	id := c.declare()
+	c.ack(d, d, id)
+	wantAccepted(t, c.discharge(id, true), "rollback")
+	d, m2 := c.delivery()
+	if string(m2.Data[0]) != string(m.Data[0]) {
+		t.Fatalf("after the rollback got %q, want %q again", m2.Data[0], m.Data[0])
+	}
+	id = c.declare()
+	c.ack(d, d, id)
+	wantAccepted(t, c.discharge(id, false), "commit")
+	pub("marker")
+	if _, m3 := c.delivery(); string(m3.Data[0]) != "marker" {
+		t.Fatalf("after the commit got %q, want marker: a committed acknowledgement was delivered again", m3.Data[0])
+	}
 }

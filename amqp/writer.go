@@ -400,8 +400,8 @@ func (w *writer) peerDisposition(s *session, d *frames.Disposition) {
 			freed = append(freed, l)
 		}
 		l.unsettled--
-		if p.qc != nil && inTxn {
-			w.c.txnAck(ts, p.qc, p.qid) // txn.go
+		if inTxn {
+			w.c.txnAck(ts, p) // txn.go
 			return
 		}
 		if p.qc != nil {
