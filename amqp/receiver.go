@@ -1,6 +1,7 @@
 package amqp
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -35,7 +36,7 @@ type inLink struct {
 	curID      uint32
 	curSettled bool
 	curTooBig  bool
-	curTxn     []byte // the transaction the delivery is sent in (txn.go), or nil; aliases the read buffer
+	curTxn     []byte // the transaction the delivery is sent in (txn.go), or nil
 	buf        frames.PayloadBuffer
 }
 
@@ -180,7 +181,9 @@ func (l *inLink) transfer(t *frames.Transfer, payload []byte) error {
 		l.cur, l.curID, l.curSettled, l.curTooBig = true, *t.DeliveryID, t.Settled, false
 		l.curTxn = nil
 		if !l.coord {
-			l.curTxn = txnID(t.State)
+			// Copied: the state aliases this frame, and a delivery of
+			// several frames outlives it.
+			l.curTxn = bytes.Clone(txnID(t.State))
 		}
 		if !t.More && !t.Aborted {
 			// A whole message in one frame: decode it where it lies.
@@ -199,7 +202,7 @@ func (l *inLink) transfer(t *frames.Transfer, payload []byte) error {
 		}
 		l.curSettled = l.curSettled || t.Settled
 		if id := txnID(t.State); id != nil && !l.coord {
-			l.curTxn = id
+			l.curTxn = bytes.Clone(id)
 		}
 	}
 	if t.Aborted {

@@ -1,7 +1,6 @@
 package amqp
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -354,7 +353,7 @@ func (c *conn) txnOutcome(id []byte, st frames.DeliveryState) frames.DeliverySta
 			t.failed += ": " + rj.Error.Description
 		}
 	}
-	return &frames.TransactionalState{TxnID: bytes.Clone(id), Outcome: st} // id aliases the read buffer
+	return &frames.TransactionalState{TxnID: id, Outcome: st} // id is the delivery's own copy (inLink.curTxn)
 }
 
 // endTxns rolls back what the connection leaves open: called by the

@@ -3,6 +3,7 @@ package amqp
 import (
 	"bytes"
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -372,5 +373,34 @@ func TestTxnTopicAcks(t *testing.T) {
 	pub("marker")
 	if _, m3 := c.delivery(); string(m3.Data[0]) != "marker" {
 		t.Fatalf("after the commit got %q, want marker: a committed acknowledgement was delivered again", m3.Data[0])
+	}
+}
+
+// TestTxnMultiFrame: a message sent in a transaction over two transfer
+// frames, the transactional-state on the first only, is held in that
+// transaction (the txn-id outlives the frame it came in).
+func TestTxnMultiFrame(t *testing.T) {
+	e := startServer(t)
+	recv := newReceiver(t, e.session(t), "txn/multi", nil)
+	c := txnDial(t, e)
+	c.sender(1, "txn/multi")
+	id := c.declare()
+	big := strings.Repeat("x", 2000)
+	payload := encodeMessage(t, text(big))
+	did := c.sent
+	c.sent++
+	c.send(0, &frames.Transfer{Handle: 1, DeliveryID: ptr(did), DeliveryTag: []byte("multi"), MessageFormat: ptr(uint32(0)), More: true,
+		State: &frames.TransactionalState{TxnID: id}}, payload[:4])
+	// Empty frames (heartbeats) in between: the reader moves unread bytes
+	// to the front of its buffer, over the first frame, many times.
+	c.writeRaw(bytes.Repeat([]byte{0, 0, 0, 8, 2, 0, 0, 0}, 20000))
+	c.send(0, &frames.Transfer{Handle: 1, More: false}, payload[4:])
+	for c.outcomes[did] == nil {
+		c.read()
+	}
+	wantTxnAccepted(t, c.outcomes[did], id)
+	wantAccepted(t, c.discharge(id, false), "commit")
+	if got := body(receive(t, recv)); got != big {
+		t.Fatalf("got %d bytes, want the %d sent", len(got), len(big))
 	}
 }
