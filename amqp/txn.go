@@ -72,8 +72,9 @@ type txn struct {
 	h          *heldPublish // the discharge's delivery, answered once it is done
 	dlink      *inLink      // the coordinator link the discharge came on
 
-	// Appended by the writer under txnTable.mu.
-	acks []txnAck
+	// Written by the writer under txnTable.mu.
+	acks        []txnAck
+	tooManyAcks bool // an acknowledgement beyond MaxTransactionMessages was refused: commit rolls back
 }
 
 // txnSend is a message sent in a transaction: to a topic, or straight to
@@ -223,6 +224,11 @@ func (c *conn) finishTxn(t *txn, fail bool) frames.DeliveryState {
 		c.rollback(t)
 		return &frames.Rejected{Error: wireError(frames.ErrCondTxnRollback, "rolled back: "+t.failed)}
 	}
+	if t.tooManyAcks {
+		c.rollback(t)
+		return &frames.Rejected{Error: wireError(frames.ErrCondTxnRollback, fmt.Sprintf(
+			"rolled back: more than %d acknowledgements in the transaction (amqp.maxTransactionMessages)", c.s.opts.MaxTransactionMessages))}
+	}
 	// Publish in order; commit is answered once every message is stored
 	// (a queue's Put, a holder's acknowledgement).
 	var (
@@ -297,12 +303,17 @@ func (c *conn) txnAck(ts *frames.TransactionalState, p pending) {
 	tt := &c.txns
 	tt.mu.Lock()
 	t := tt.open[string(ts.TxnID)]
-	if t != nil {
+	kept := t != nil && len(t.acks) < c.s.opts.MaxTransactionMessages
+	if kept {
 		t.acks = append(t.acks, txnAck{p: p, outcome: ts.Outcome})
+	} else if t != nil {
+		// Bounded as its sends are: the transaction cannot commit any
+		// more, and holds nothing more.
+		t.tooManyAcks = true
 	}
 	tt.mu.Unlock()
-	if t == nil && p.qc != nil {
-		c.log.Debug("amqp: disposition in an unknown transaction: the delivery is released")
+	if !kept && p.qc != nil {
+		c.log.Debug("amqp: disposition in an unknown or overfull transaction: the delivery is released")
 		p.qc.Release(p.qid)
 	}
 }

@@ -404,3 +404,32 @@ func TestTxnMultiFrame(t *testing.T) {
 		t.Fatalf("got %d bytes, want the %d sent", len(got), len(big))
 	}
 }
+
+// TestTxnAckLimit: acknowledgements count against MaxTransactionMessages
+// too; one beyond it makes the commit roll back, and every message the
+// transaction acknowledged is delivered again.
+func TestTxnAckLimit(t *testing.T) {
+	e := startServer(t, func(o *Options) { o.MaxTransactionMessages = 1 })
+	q := e.declare(t, queue.Config{Name: "acklim"})
+	sendN(t, newSender(t, e.session(t), "queue://acklim", nil), "m", 2)
+	c := txnDial(t, e)
+	c.receiver(1, "queue://acklim", 10)
+	d0, _ := c.delivery()
+	d1, _ := c.delivery()
+	id := c.declare()
+	c.ack(d0, d1, id)
+	wantRejected(t, c.discharge(id, false), frames.ErrCondTxnRollback, "a commit over the limit")
+	if n := messages(q); n != 2 {
+		t.Fatalf("queue holds %d after the rolled-back commit, want 2", n)
+	}
+	// Both come back: m1 released when its acknowledgement was refused, m0
+	// when the commit rolled back.
+	got := map[string]bool{}
+	for range 2 {
+		_, m := c.delivery()
+		got[string(m.Data[0])] = true
+	}
+	if !got["m0"] || !got["m1"] {
+		t.Fatalf("delivered again: %v, want m0 and m1", got)
+	}
+}
