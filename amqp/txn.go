@@ -69,7 +69,7 @@ type txn struct {
 	sends      []txnSend
 	failed     string       // why a send of the transaction was refused: commit rolls back
 	discharged bool         // a discharge was received: the txn-id is no longer usable
-	h          *heldPublish // the discharge's delivery, answered once it is done
+	answer     func(frames.DeliveryState) // answers the discharge, once, on any goroutine; nil until it is sent to the writer
 	dlink      *inLink      // the coordinator link the discharge came on
 
 	// Written by the writer under txnTable.mu.
@@ -185,11 +185,25 @@ func (l *inLink) discharge(id []byte, fail bool) {
 	t.discharged = true
 	t.dlink = l
 	c.txns.declared--
+	// If the writer is gone, the connection's end rolls t back and
+	// answers (endTxns).
+	start := func() { _ = c.send(outItem{sess: l.sess, do: func(w *writer) { w.c.startDischarge(t, fail) }}) }
+	if l.second {
+		// Our outcome goes in s.second, the reader's: wait for it, as
+		// putQueue does, or for the writer's end.
+		ch := make(chan frames.DeliveryState, 1)
+		t.answer = func(st frames.DeliveryState) { ch <- st }
+		start()
+		select {
+		case st := <-ch:
+			l.outcome(st)
+		case <-c.wdone:
+		}
+		return
+	}
 	l.hold(func(h *heldPublish) {
-		t.h = h
-		// If the writer is gone, the connection's end rolls t back and
-		// answers h (endTxns).
-		_ = c.send(outItem{sess: l.sess, do: func(w *writer) { w.c.startDischarge(t, fail) }})
+		t.answer = h.answer
+		start()
 	})
 }
 
@@ -204,12 +218,12 @@ func (c *conn) startDischarge(t *txn, fail bool) {
 	tt.discharges.Add(1)
 	ok := c.s.spawn(func() {
 		defer tt.discharges.Done()
-		t.h.answer(c.finishTxn(t, fail))
+		t.answer(c.finishTxn(t, fail))
 	})
 	if !ok {
 		tt.discharges.Done()
 		c.rollback(t)
-		t.h.answer(&frames.Rejected{Error: wireError(frames.ErrCondTxnRollback, "rolled back: the gateway is shutting down")})
+		t.answer(&frames.Rejected{Error: wireError(frames.ErrCondTxnRollback, "rolled back: the gateway is shutting down")})
 	}
 }
 
@@ -380,8 +394,8 @@ func (c *conn) endTxns() {
 	for _, t := range open {
 		c.log.Info("amqp transaction rolled back: the connection ended before it was discharged", "messages", len(t.sends), "acknowledgements", len(t.acks))
 		c.rollback(t)
-		if t.h != nil {
-			t.h.answer(&frames.Rejected{Error: wireError(frames.ErrCondTxnRollback, "rolled back: the connection ended")})
+		if t.answer != nil {
+			t.answer(&frames.Rejected{Error: wireError(frames.ErrCondTxnRollback, "rolled back: the connection ended")})
 		}
 	}
 }

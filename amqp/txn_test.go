@@ -433,3 +433,34 @@ func TestTxnAckLimit(t *testing.T) {
 		t.Fatalf("delivered again: %v, want m0 and m1", got)
 	}
 }
+
+// TestTxnSecondMode: a coordinator link in rcv-settle-mode second gets
+// its outcomes unsettled, declare and discharge alike, and settles them.
+func TestTxnSecondMode(t *testing.T) {
+	e := startServer(t)
+	c := rawDial(t, e.addr)
+	c.open(nil)
+	c.begin(0)
+	c.send(0, &frames.Attach{Name: "txn", Handle: 0, Role: frames.RoleSender, Source: &frames.Source{},
+		Target:        &frames.Target{Coordinator: true, Capabilities: []encoding.Symbol{frames.TxnCapLocal}},
+		RcvSettleMode: ptr(frames.ReceiverSettleModeSecond), InitialDeliveryCount: ptr(uint32(0))}, nil)
+	expectFrame[*frames.Attach](c)
+	expectFrame[*frames.Flow](c)
+	ctl := func(id uint32, v encoding.Described) frames.DeliveryState {
+		t.Helper()
+		c.send(0, &frames.Transfer{Handle: 0, DeliveryID: ptr(id), DeliveryTag: []byte{byte(id)}, MessageFormat: ptr(uint32(0))},
+			encodeMessage(t, &frames.Message{Value: v}))
+		d := expectFrame[*frames.Disposition](c)
+		if d.First != id || d.Settled {
+			t.Fatalf("disposition %+v, want delivery %d unsettled (rcv-settle-mode second)", d, id)
+		}
+		c.send(0, &frames.Disposition{Role: frames.RoleSender, First: id, Settled: true}, nil)
+		return d.State
+	}
+	st := ctl(0, encoding.Described{Descriptor: uint64(frames.CodeDeclare), Value: []any{}})
+	d, ok := st.(*frames.Declared)
+	if !ok {
+		t.Fatalf("declare answered with %#v", st)
+	}
+	wantAccepted(t, ctl(1, encoding.Described{Descriptor: uint64(frames.CodeDischarge), Value: []any{d.TxnID, false}}), "commit")
+}
