@@ -67,10 +67,10 @@ type txn struct {
 	// Owned by the reader goroutine until the discharge is queued for
 	// the writer, then by whoever discharges it.
 	sends      []txnSend
-	failed     string       // why a send of the transaction was refused: commit rolls back
-	discharged bool         // a discharge was received: the txn-id is no longer usable
+	failed     string                     // why a send of the transaction was refused: commit rolls back
+	discharged bool                       // a discharge was received: the txn-id is no longer usable
 	answer     func(frames.DeliveryState) // answers the discharge, once, on any goroutine; nil until it is sent to the writer
-	dlink      *inLink      // the coordinator link the discharge came on
+	dlink      *inLink                    // the coordinator link the discharge came on
 
 	// Written by the writer under txnTable.mu.
 	acks        []txnAck
