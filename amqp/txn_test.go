@@ -27,14 +27,18 @@ type txnClient struct {
 	outcomes map[uint32]frames.DeliveryState
 }
 
-func txnDial(t testing.TB, e *env) *txnClient {
+func txnDial(t testing.TB, e *env, mods ...func(*frames.Attach)) *txnClient {
 	t.Helper()
 	c := &txnClient{rawConn: rawDial(t, e.addr), t: t, payloads: map[uint32][]byte{}, outcomes: map[uint32]frames.DeliveryState{}}
 	c.open(nil)
 	c.begin(0)
-	c.send(0, &frames.Attach{Name: "txn", Handle: 0, Role: frames.RoleSender, Source: &frames.Source{},
+	a := &frames.Attach{Name: "txn", Handle: 0, Role: frames.RoleSender, Source: &frames.Source{},
 		Target:               &frames.Target{Coordinator: true, Capabilities: []encoding.Symbol{frames.TxnCapLocal}},
-		InitialDeliveryCount: ptr(uint32(0))}, nil)
+		InitialDeliveryCount: ptr(uint32(0))}
+	for _, m := range mods {
+		m(a)
+	}
+	c.send(0, a, nil)
 	reply := expectFrame[*frames.Attach](c.rawConn)
 	if reply.Target == nil || !reply.Target.Coordinator {
 		t.Fatalf("coordinator attach answered with target %+v, want a coordinator", reply.Target)
@@ -438,19 +442,12 @@ func TestTxnAckLimit(t *testing.T) {
 // its outcomes unsettled, declare and discharge alike, and settles them.
 func TestTxnSecondMode(t *testing.T) {
 	e := startServer(t)
-	c := rawDial(t, e.addr)
-	c.open(nil)
-	c.begin(0)
-	c.send(0, &frames.Attach{Name: "txn", Handle: 0, Role: frames.RoleSender, Source: &frames.Source{},
-		Target:        &frames.Target{Coordinator: true, Capabilities: []encoding.Symbol{frames.TxnCapLocal}},
-		RcvSettleMode: ptr(frames.ReceiverSettleModeSecond), InitialDeliveryCount: ptr(uint32(0))}, nil)
-	expectFrame[*frames.Attach](c)
-	expectFrame[*frames.Flow](c)
+	c := txnDial(t, e, func(a *frames.Attach) { a.RcvSettleMode = ptr(frames.ReceiverSettleModeSecond) })
 	ctl := func(id uint32, v encoding.Described) frames.DeliveryState {
 		t.Helper()
 		c.send(0, &frames.Transfer{Handle: 0, DeliveryID: ptr(id), DeliveryTag: []byte{byte(id)}, MessageFormat: ptr(uint32(0))},
 			encodeMessage(t, &frames.Message{Value: v}))
-		d := expectFrame[*frames.Disposition](c)
+		d := expectFrame[*frames.Disposition](c.rawConn)
 		if d.First != id || d.Settled {
 			t.Fatalf("disposition %+v, want delivery %d unsettled (rcv-settle-mode second)", d, id)
 		}
