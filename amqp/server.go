@@ -81,11 +81,12 @@ type Options struct {
 	// 4096; selectors.go): a longer one refuses the link with
 	// amqp:invalid-field.
 	MaxSelectorLength int
-	// MaxTransactionMessages bounds the messages one transaction holds
-	// until it is discharged (default 1000; txn.go): a send beyond it is
-	// rejected with amqp:resource-limit-exceeded and the transaction rolls
-	// back at discharge.
-	MaxTransactionMessages int
+	// MaxTxnMessages (amqp.maxTransactionMessages) bounds the messages,
+	// and the acknowledgements, one transaction holds until it is
+	// discharged (default 1000; txn.go): a send beyond it is rejected with
+	// amqp:resource-limit-exceeded, and the transaction rolls back at
+	// discharge.
+	MaxTxnMessages int
 	// WriteTimeout bounds each write to a client's socket: a client that
 	// stops reading for that long (while the gateway has frames for it,
 	// heartbeats included) is disconnected. 0 disables it.
@@ -178,8 +179,8 @@ func New(opts Options) (*Server, error) {
 	if uint64(opts.MaxLinksPerConnection) > 1<<32 {
 		return nil, fmt.Errorf("amqp: MaxLinksPerConnection %d is above 2^32 (handle-max is a uint, AMQP 1.0 §2.7.2)", opts.MaxLinksPerConnection)
 	}
-	if opts.MaxTransactionMessages <= 0 {
-		opts.MaxTransactionMessages = defaultMaxTxnMsgs
+	if opts.MaxTxnMessages <= 0 {
+		opts.MaxTxnMessages = defaultMaxTxnMsgs
 	}
 	if opts.WriteTimeout < 0 {
 		opts.WriteTimeout = 0

@@ -74,7 +74,7 @@ type txn struct {
 
 	// Written by the writer under txnTable.mu.
 	acks        []txnAck
-	tooManyAcks bool // an acknowledgement beyond MaxTransactionMessages was refused: commit rolls back
+	tooManyAcks bool // an acknowledgement beyond MaxTxnMessages was refused: commit rolls back
 }
 
 // txnSend is a message sent in a transaction: to a topic, or straight to
@@ -241,7 +241,7 @@ func (c *conn) finishTxn(t *txn, fail bool) frames.DeliveryState {
 	if t.tooManyAcks {
 		c.rollback(t)
 		return &frames.Rejected{Error: wireError(frames.ErrCondTxnRollback, fmt.Sprintf(
-			"rolled back: more than %d acknowledgements in the transaction (amqp.maxTransactionMessages)", c.s.opts.MaxTransactionMessages))}
+			"rolled back: more than %d acknowledgements in the transaction (amqp.maxTransactionMessages)", c.s.opts.MaxTxnMessages))}
 	}
 	// Publish in order; commit is answered once every message is stored
 	// (a queue's Put, a holder's acknowledgement).
@@ -317,7 +317,7 @@ func (c *conn) txnAck(ts *frames.TransactionalState, p pending) {
 	tt := &c.txns
 	tt.mu.Lock()
 	t := tt.open[string(ts.TxnID)]
-	kept := t != nil && len(t.acks) < c.s.opts.MaxTransactionMessages
+	kept := t != nil && len(t.acks) < c.s.opts.MaxTxnMessages
 	if kept {
 		t.acks = append(t.acks, txnAck{p: p, outcome: ts.Outcome})
 	} else if t != nil {
@@ -343,7 +343,7 @@ func (l *inLink) enlist(m *core.Message, qname string) {
 	case t == nil || t.discharged:
 		l.outcome(&frames.Rejected{Error: wireError(frames.ErrCondTxnUnknownID, "no open transaction with this txn-id")})
 		return
-	case len(t.sends) >= opts.MaxTransactionMessages:
+	case len(t.sends) >= opts.MaxTxnMessages:
 		l.outcome(&frames.Rejected{Error: wireError(frames.ErrCondResourceLimitExceeded,
 			fmt.Sprintf("the transaction holds %d messages, the most amqp.maxTransactionMessages allows", len(t.sends)))})
 		return

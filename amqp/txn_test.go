@@ -309,11 +309,11 @@ func TestTxnConnectionEnd(t *testing.T) {
 	}
 }
 
-// TestTxnLimit: a transaction holds at most MaxTransactionMessages sends;
+// TestTxnLimit: a transaction holds at most MaxTxnMessages sends;
 // one more is rejected, and the commit then rolls back rather than apply
 // part of what the client sent.
 func TestTxnLimit(t *testing.T) {
-	e := startServer(t, func(o *Options) { o.MaxTransactionMessages = 2 })
+	e := startServer(t, func(o *Options) { o.MaxTxnMessages = 2 })
 	recv := newReceiver(t, e.session(t), "txn/lim", nil)
 	c := txnDial(t, e)
 	c.sender(1, "txn/lim")
@@ -409,11 +409,11 @@ func TestTxnMultiFrame(t *testing.T) {
 	}
 }
 
-// TestTxnAckLimit: acknowledgements count against MaxTransactionMessages
+// TestTxnAckLimit: acknowledgements count against MaxTxnMessages
 // too; one beyond it makes the commit roll back, and every message the
 // transaction acknowledged is delivered again.
 func TestTxnAckLimit(t *testing.T) {
-	e := startServer(t, func(o *Options) { o.MaxTransactionMessages = 1 })
+	e := startServer(t, func(o *Options) { o.MaxTxnMessages = 1 })
 	q := e.declare(t, queue.Config{Name: "acklim"})
 	sendN(t, newSender(t, e.session(t), "queue://acklim", nil), "m", 2)
 	c := txnDial(t, e)
