@@ -15,6 +15,10 @@ to declare (and delete) the check's queue. One scripted run, in steps:
      back with delivery-count 1; accepted again and committed, the queue is
      empty once the commit is answered.
 
+With --max-txn N (the gateway's amqp.maxTransactionMessages), also:
+
+  4. N+1 sends in one transaction: the commit fails.
+
 Prints PASS or FAIL and exits 1 on failure.
 
     /usr/bin/python3 proton_txn.py --amqp 127.0.0.1:5672 --admin 127.0.0.1:8088
@@ -193,10 +197,54 @@ class Txn(MessagingHandler, TransactionHandler):
         self.txn.commit()
 
 
+class Limit(MessagingHandler, TransactionHandler):
+    """--max-txn N: N+1 sends in one transaction; the last is refused
+    (amqp.maxTransactionMessages reached the gateway), and the commit fails."""
+
+    def __init__(self, args):
+        super().__init__()
+        self.args = args
+        self.result = None
+
+    def on_start(self, event):
+        self.container = event.container
+        self.conn = event.container.connect(self.args.amqp)
+        self.snd = event.container.create_sender(self.conn, "e2e/py/txnlimit/" + RUN)
+        self.timer = event.container.schedule(T, self)
+
+    def on_timer_task(self, event):
+        self.finish("timed out")
+
+    def finish(self, result):
+        if self.result is None:
+            self.result = result
+        self.timer.cancel()
+        self.conn.close()
+
+    def on_link_opened(self, event):
+        if event.link == self.snd:
+            self.container.declare_transaction(self.conn, handler=self)
+
+    def on_transaction_declared(self, event):
+        for i in range(self.args.max_txn + 1):
+            event.transaction.send(self.snd, Message(body="m%d" % i))
+        event.transaction.commit()
+
+    def on_transaction_committed(self, event):
+        self.finish("committed %d messages in one transaction, over --max-txn %d" % (self.args.max_txn + 1, self.args.max_txn))
+
+    def on_transaction_commit_failed(self, event):
+        self.finish("ok")
+
+    def on_transaction_declare_failed(self, event):
+        self.finish("declare failed")
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--amqp", required=True)
     p.add_argument("--admin", required=True)
+    p.add_argument("--max-txn", type=int, default=0, help="the gateway's amqp.maxTransactionMessages: check it")
     args = p.parse_args()
     queue = "py-%s-txn" % RUN
     admin(args, "PUT", queue, {})
@@ -212,6 +260,14 @@ def main():
         print("FAIL proton_txn: %s" % (h.error or "ended in step " + h.step), flush=True)
         sys.exit(1)
     print("PASS proton_txn: transactional sends (topic, queue), commit, rollback, transactional acknowledgement", flush=True)
+    if args.max_txn > 0:
+        lim = Limit(args)
+        Container(lim).run()
+        if lim.result != "ok":
+            print("FAIL proton_txn: amqp.maxTransactionMessages: %s" % lim.result, flush=True)
+            sys.exit(1)
+        print("PASS proton_txn: %d sends in one transaction: the commit fails (amqp.maxTransactionMessages=%d)" % (
+            args.max_txn + 1, args.max_txn), flush=True)
 
 
 if __name__ == "__main__":
