@@ -90,6 +90,8 @@ type conn struct {
 	consumersMu sync.Mutex
 	consumers   map[*queue.Consumer]struct{}
 
+	txns txnTable // local transactions (txn.go); its fields say who owns them
+
 	// The socket's write deadline, set by the writer before each write
 	// (Options.WriteTimeout) and by whoever closes the connection, which
 	// bounds the writes that remain: wdMu orders the two so that a write
@@ -462,6 +464,7 @@ func (c *conn) finish(err error) {
 	for _, s := range c.sessions {
 		s.requeueAll()
 	}
+	c.endTxns() // before the consumers close: their acknowledged messages go back as failed deliveries
 	c.closeQueues()
 	c.linger()
 }

@@ -1,6 +1,7 @@
 package amqp
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -24,6 +25,7 @@ type inLink struct {
 	queue     string // or the target queue: messages are put straight into it
 	second    bool   // rcv-settle-mode second: the peer settles after our outcome
 	maxSize   uint64 // max-message-size we announced; 0 = none
+	coord     bool   // the target is a transaction coordinator: control messages (txn.go)
 
 	deliveryCount uint32 // the sender's delivery-count as we know it
 	creditEnd     uint32 // the delivery-count at which our credit runs out
@@ -35,6 +37,7 @@ type inLink struct {
 	curID      uint32
 	curSettled bool
 	curTooBig  bool
+	curTxn     []byte // the transaction the delivery is sent in (txn.go), or nil
 	buf        frames.PayloadBuffer
 }
 
@@ -65,6 +68,9 @@ func (s *session) attachIn(a *frames.Attach) error {
 	}
 	t := a.Target
 	switch {
+	case t != nil && t.Coordinator:
+		l.coord = true // txn.go
+		reply.Target = coordinatorTarget
 	case t != nil && t.Dynamic && s.c.s.wantsTempQueue(t.Capabilities):
 		name, le := s.c.newTempQueue()
 		if le != nil {
@@ -174,6 +180,12 @@ func (l *inLink) transfer(t *frames.Transfer, payload []byte) error {
 		}
 		l.deliveryCount++
 		l.cur, l.curID, l.curSettled, l.curTooBig = true, *t.DeliveryID, t.Settled, false
+		l.curTxn = nil
+		if !l.coord {
+			// Copied: the state aliases this frame, and a delivery of
+			// several frames outlives it.
+			l.curTxn = bytes.Clone(txnID(t.State))
+		}
 		if !t.More && !t.Aborted {
 			// A whole message in one frame: decode it where it lies.
 			l.cur = false
@@ -190,6 +202,9 @@ func (l *inLink) transfer(t *frames.Transfer, payload []byte) error {
 			return linkErr(frames.ErrCondNotAllowed, "transfer for delivery %d while delivery %d is incomplete", *t.DeliveryID, l.curID)
 		}
 		l.curSettled = l.curSettled || t.Settled
+		if id := txnID(t.State); id != nil && !l.coord {
+			l.curTxn = bytes.Clone(id)
+		}
 	}
 	if t.Aborted {
 		// Discarded, and implicitly settled [2.6.14]: no outcome.
@@ -239,6 +254,10 @@ func (l *inLink) tooBig(n int) {
 // deliver decodes, maps and publishes one whole message, then settles it
 // with the outcome (docs/architecture.md, decision 4).
 func (l *inLink) deliver(payload []byte) {
+	if l.coord {
+		l.control(payload)
+		return
+	}
 	c := l.sess.c
 	opts := &c.s.opts
 	now := time.Now()
@@ -283,6 +302,10 @@ func (l *inLink) deliver(payload []byte) {
 		return
 	}
 	m.Origin = core.Origin{Protocol: core.ProtocolAMQP, Node: opts.Node, Client: c.containerID}
+	if l.curTxn != nil {
+		l.enlist(m, qname) // published at commit (txn.go)
+		return
+	}
 	opts.Metrics.In("amqp")
 	if qname != "" {
 		l.putQueue(qname, m)
@@ -397,6 +420,9 @@ func (l *inLink) outcome(state frames.DeliveryState) {
 		return
 	}
 	s := l.sess
+	if l.curTxn != nil {
+		state = s.c.txnOutcome(l.curTxn, state)
+	}
 	if l.second {
 		// Our outcome now, our settlement after the peer's [2.6.12].
 		s.second[l.curID] = l

@@ -84,6 +84,12 @@ type Options struct {
 	// 4096; selectors.go): a longer one refuses the link with
 	// amqp:invalid-field.
 	MaxSelectorLength int
+	// MaxTxnMessages (amqp.maxTransactionMessages) bounds the messages,
+	// and the acknowledgements, one transaction holds until it is
+	// discharged (default 1000; txn.go): a send beyond it is rejected with
+	// amqp:resource-limit-exceeded, and the transaction rolls back at
+	// discharge.
+	MaxTxnMessages int
 	// WriteTimeout bounds each write to a client's socket: a client that
 	// stops reading for that long (while the gateway has frames for it,
 	// heartbeats included) is disconnected. 0 disables it.
@@ -109,6 +115,7 @@ const (
 	defaultLinkBuffer   = 1000
 	defaultMaxSessions  = 256  // channel-max 255
 	defaultMaxLinks     = 1000 // per connection; handle-max 1999
+	defaultMaxTxnMsgs   = 1000
 	maxMaxSessions      = 1 << 16
 
 	// sessionWindow is the incoming-window announced in begin, in
@@ -184,6 +191,9 @@ func New(opts Options) (*Server, error) {
 	}
 	if uint64(opts.MaxLinksPerConnection) > 1<<32 {
 		return nil, fmt.Errorf("amqp: MaxLinksPerConnection %d is above 2^32 (handle-max is a uint, AMQP 1.0 §2.7.2)", opts.MaxLinksPerConnection)
+	}
+	if opts.MaxTxnMessages <= 0 {
+		opts.MaxTxnMessages = defaultMaxTxnMsgs
 	}
 	if opts.WriteTimeout < 0 {
 		opts.WriteTimeout = 0

@@ -385,10 +385,14 @@ func (w *writer) peerDisposition(s *session, d *frames.Disposition) {
 	}
 	var settleBack bool
 	var freed []*outLink
+	ts, inTxn := d.State.(*frames.TransactionalState)
 	eachID(d.First, last, s.w.unsettled, func(id uint32, p pending) {
 		l := p.l
-		if !d.Settled && !l.second {
-			return // a state without settlement (received): the peer settles later
+		if !d.Settled && !l.second && (!inTxn || ts.Outcome == nil) {
+			// A state without settlement (received): the peer settles
+			// later. An outcome in a transaction is final [4.4.3]: the
+			// discharge applies it.
+			return
 		}
 		settleBack = settleBack || !d.Settled
 		delete(s.w.unsettled, id)
@@ -396,6 +400,10 @@ func (w *writer) peerDisposition(s *session, d *frames.Disposition) {
 			freed = append(freed, l)
 		}
 		l.unsettled--
+		if inTxn {
+			w.c.txnAck(ts, p) // txn.go
+			return
+		}
 		if p.qc != nil {
 			settleQueued(p.qc, p.qid, d.State)
 			return

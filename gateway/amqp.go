@@ -43,6 +43,7 @@ func (g *Gateway) startAMQP(context.Context) error {
 		MaxSessions:           g.cfg.AMQP.MaxSessions,
 		MaxLinksPerConnection: g.cfg.AMQP.MaxLinks,
 		MaxSelectorLength:     g.cfg.AMQP.MaxSelector,
+		MaxTxnMessages:        g.cfg.AMQP.MaxTxnMessages,
 	})
 	if err != nil {
 		return err

@@ -103,6 +103,7 @@ var keyDefs = []keyDef{
 	{name: "limits.maxConnectionsPerAddress", def: "0", kind: kindInt, max: 1 << 30, help: "open client connections from one source address (IPv4 address, IPv6 /64), every listener together; refused as for limits.maxConnections; 0 = no limit"},
 	{name: "limits.connectRate", def: "0", kind: kindFloat, help: "new connections per second one source address may open (a token bucket of limits.connectBurst; fractions allowed, 0.1 = one per 10 s); beyond it: MQTT 5 CONNACK 0x9F, 3.1.1 code 3, AMQP amqp:resource-limit-exceeded; 0 = no limit"},
 	{name: "limits.connectBurst", def: "0", kind: kindInt, max: 1 << 30, help: "connections one source address may open at once before limits.connectRate applies; 0 = max(1, connectRate rounded up)"},
+	{name: "amqp.maxTransactionMessages", def: "1000", kind: kindInt, max: 1 << 20, help: "messages one AMQP transaction (JMS transacted session) holds until commit; a send beyond it is rejected with amqp:resource-limit-exceeded and the commit then rolls back (docs/jms.md)"},
 	{name: "auth.file", def: "", kind: kindString, optional: true, help: "users file (users, password hashes, groups, ACL rules; docs/security.md) for MQTT and AMQP; re-read on SIGHUP and POST /api/v1/reload; empty = no users"},
 	{name: "auth.certIdentity", def: "cn", kind: kindEnum, enum: []string{"cn", "san-dns", "san-email"}, help: "which field of a verified client certificate names the user (MQTT without a user name, AMQP SASL EXTERNAL): cn (subject common name), san-dns or san-email (the first such subject alternative name)"},
 	{name: "acl.file", def: "", kind: kindString, optional: true, help: "ACL rules in a file of their own (the acl and default sections of a users file), applied to auth.file's users; re-read on SIGHUP and POST /api/v1/reload; auth.file must then hold no acl or default section"},
@@ -190,6 +191,7 @@ type Config struct {
 		MaxSessions    int
 		MaxLinks       int
 		MaxSelector    int // amqp.maxSelectorLength
+		MaxTxnMessages int // amqp.maxTransactionMessages
 		WriteTimeout   time.Duration
 	}
 	Limits            LimitsConfig
@@ -470,6 +472,7 @@ func buildConfig(k *koanf.Koanf, byName map[string]*keyDef) (*Config, error) {
 	c.AMQP.MaxSessions = int(num("amqp.maxSessions"))
 	c.AMQP.MaxLinks = int(num("amqp.maxLinksPerConnection"))
 	c.AMQP.MaxSelector = int(num("amqp.maxSelectorLength"))
+	c.AMQP.MaxTxnMessages = int(num("amqp.maxTransactionMessages"))
 	c.AdminListen = get("admin.listen")
 	c.DataDir = get("data.dir")
 	c.RetainBackend = get("retain.backend")
@@ -524,6 +527,9 @@ func buildConfig(k *koanf.Koanf, byName map[string]*keyDef) (*Config, error) {
 	}
 	if c.Limits.ConnectBurst > 0 && c.Limits.ConnectRate == 0 {
 		return nil, &ConfigError{Key: "limits.connectBurst", Msg: "is set but limits.connectRate is 0 (no rate limit): set both"}
+	}
+	if c.AMQP.MaxTxnMessages < 1 {
+		return nil, &ConfigError{Key: "amqp.maxTransactionMessages", Msg: "must be at least 1"}
 	}
 	if c.AMQP.MaxFrameSize != 0 && c.AMQP.MaxFrameSize < 512 {
 		return nil, &ConfigError{Key: "amqp.maxFrameSize", Msg: "must be at least 512 (AMQP 1.0 §2.7.1 MIN-MAX-FRAME-SIZE)"}

@@ -7,7 +7,8 @@
 # user alice:secret, embedded store in a temp dir), waits for /readyz, runs
 # test/e2e/amqp/proton_checks.py and test/e2e/js/rhea_checks.js, then the
 # queue checks test/e2e/amqp/proton_queues.py and test/e2e/js/rhea_queues.js
-# (docs/queues.md, "AMQP"; they declare their queues through the admin API),
+# (docs/queues.md, "AMQP"; they declare their queues through the admin API)
+# and the transaction checks test/e2e/amqp/proton_txn.py (docs/jms.md),
 # stops the gateway on exit. Exits non-zero if any check failed or the
 # gateway died.
 #
@@ -58,6 +59,7 @@ CGO_ENABLED=0 go build -o "$tmp/gateway" ./cmd/gateway || die "go build ./cmd/ga
   --admin.listen=127.0.0.1:0 \
   --amqp.allowAnonymous=true \
   --amqp.users=alice:secret \
+  --amqp.maxTransactionMessages=50 \
   --retain.backend=embedded \
   --data.dir="$tmp/data" \
   --log.format=text \
@@ -109,6 +111,7 @@ rc=0
 echo "== Qpid Proton (python3-qpid-proton)"
 timeout 45 "$PY" test/e2e/amqp/proton_checks.py --amqp "$amqp" --mqtt "$mqtt" --user alice --password secret || rc=1
 timeout 45 "$PY" test/e2e/amqp/proton_queues.py --amqp "$amqp" --admin "$admin" || rc=1
+timeout 45 "$PY" test/e2e/amqp/proton_txn.py --amqp "$amqp" --admin "$admin" --max-txn 50 || rc=1
 echo "== rhea (node $(node --version))"
 timeout 45 node test/e2e/js/rhea_checks.js --amqp "$amqp" --mqtt "$mqtt" --mqtt-ws "$mqttws" --user alice --password secret || rc=1
 timeout 45 node test/e2e/js/rhea_queues.js --amqp "$amqp" --admin "$admin" || rc=1

@@ -89,7 +89,12 @@ var performatives = []struct {
 	{"disposition modified", &Disposition{Role: RoleReceiver, First: 3, State: &Modified{
 		DeliveryFailed: true, UndeliverableHere: true, MessageAnnotations: encoding.Fields{{Key: "x-opt-reason", Value: "full"}}}}},
 	{"disposition other state", &Disposition{Role: RoleReceiver, First: 3, State: &OtherState{encoding.Described{
-		Descriptor: uint64(0x34), Value: []any{[]byte("txn"), encoding.Described{Descriptor: uint64(0x24), Value: []any{}}}}}}},
+		Descriptor: uint64(0x1234), Value: []any{[]byte("txn"), encoding.Described{Descriptor: uint64(0x24), Value: []any{}}}}}}},
+	{"disposition declared", &Disposition{Role: RoleReceiver, First: 4, Settled: true, State: &Declared{TxnID: []byte{0, 1}}}},
+	{"disposition transactional", &Disposition{Role: RoleReceiver, First: 5, Settled: true, State: &TransactionalState{TxnID: []byte("t"), Outcome: &Accepted{}}}},
+	{"disposition transactional no outcome", &Disposition{Role: RoleSender, First: 5, State: &TransactionalState{TxnID: []byte("t")}}},
+	{"attach coordinator", &Attach{Name: "txn", Handle: 1, Role: RoleSender, Source: &Source{},
+		Target: &Target{Coordinator: true, Capabilities: []encoding.Symbol{TxnCapLocal}}, InitialDeliveryCount: u32(0)}},
 	{"detach", &Detach{Handle: 3}},
 	{"detach closed error", &Detach{Handle: 3, Closed: true, Error: testError}},
 	{"end", &End{}},

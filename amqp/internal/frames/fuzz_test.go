@@ -34,6 +34,28 @@ func FuzzDecodeBody(f *testing.F) {
 	for _, b := range bodies {
 		f.Add(b)
 	}
+	// Transactions (txn.go): no capture has them.
+	for _, tc := range performatives {
+		switch p := tc.p.(type) {
+		case *Disposition:
+			if _, ok := p.State.(*TransactionalState); !ok {
+				if _, ok := p.State.(*Declared); !ok {
+					continue
+				}
+			}
+		case *Attach:
+			if p.Target == nil || !p.Target.Coordinator {
+				continue
+			}
+		default:
+			continue
+		}
+		var w buffer.Buffer
+		if err := AppendFrame(&w, tc.p.FrameType(), 0, tc.p, nil); err != nil {
+			f.Fatal(err)
+		}
+		f.Add(w.Written()[HeaderSize:])
+	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		p, payload, err := DecodeBody(body)
 		if err != nil || p == nil {

@@ -6,8 +6,9 @@ import (
 )
 
 // DeliveryState is the state of a delivery (part 3 section 3.4): Received,
-// or one of the outcomes Accepted, Rejected, Released, Modified. States
-// this package does not model (transactional-state, ...) decode as
+// or one of the outcomes Accepted, Rejected, Released, Modified, or a
+// transaction's Declared and TransactionalState (txn.go). States this
+// package does not model decode as
 // *OtherState so that they pass through intact.
 type DeliveryState interface {
 	encoding.Marshaler
@@ -170,6 +171,10 @@ func readDeliveryState(r *buffer.Buffer) (DeliveryState, error) {
 		s = new(Released)
 	case codeModified:
 		s = new(Modified)
+	case codeDeclared:
+		s = new(Declared)
+	case codeTransactionalState:
+		s = new(TransactionalState)
 	default:
 		v, err := encoding.ReadAny(r)
 		if err != nil {

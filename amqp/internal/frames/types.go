@@ -325,9 +325,15 @@ type Target struct {
 	Dynamic               bool
 	DynamicNodeProperties encoding.Fields
 	Capabilities          []encoding.Symbol
+	// Coordinator: the terminus is a transaction coordinator (txn.go),
+	// not a target; only Capabilities go with it.
+	Coordinator bool
 }
 
 func (t *Target) MarshalAMQP(w *buffer.Buffer) error {
+	if t.Coordinator {
+		return t.marshalCoordinator(w)
+	}
 	return encoding.WriteComposite(w, codeTarget, []encoding.EncField{
 		{Value: &t.Address, Omit: t.Address == ""},
 		{Value: &t.Durable, Default: t.Durable == DurabilityNone},
@@ -340,6 +346,9 @@ func (t *Target) MarshalAMQP(w *buffer.Buffer) error {
 }
 
 func (t *Target) UnmarshalAMQP(r *buffer.Buffer) error {
+	if code, err := encoding.PeekDescriptor(r); err == nil && code == codeCoordinator {
+		return t.unmarshalCoordinator(r)
+	}
 	return encoding.ReadComposite(r, codeTarget, []encoding.DecField{
 		{Value: &t.Address, Name: "address"},
 		{Value: &t.Durable, Name: "durable"},
