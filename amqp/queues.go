@@ -178,8 +178,11 @@ func (s *session) attachQueueOut(l *outLink, reply *frames.Attach, sc *frames.So
 	l.qc = qc
 	c.addConsumer(qc)
 	// Of the filters, the selector applies; no-local and except filters
-	// are about topics: left out of the answer, so the client knows.
-	sc.Filter = f.queueKept()
+	// are about topics: left out of the answer, so the client knows. A
+	// durable subscription's queue applies them all (attachDurable).
+	if l.subQueue == "" {
+		sc.Filter = f.queueKept()
+	}
 	reply.Source = sc
 	s.keep(l)
 	return c.send(outItem{sess: s, body: reply, do: func(w *writer) { w.attachOut(l) }})
