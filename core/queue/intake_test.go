@@ -71,3 +71,24 @@ func TestOverflowDropDoesNotRefusePublisher(t *testing.T) {
 		t.Fatalf("a bad selector: %v", err)
 	}
 }
+
+// TestAlternateWhenTheSelectorLeavesItOut: a message a queue's selector or
+// noLocal keeps out reaches no consumer through it: it is parked in an
+// alternate, not lost between the two.
+func TestAlternateWhenTheSelectorLeavesItOut(t *testing.T) {
+	e, r := newEngine(t, Options{})
+	parked := declare(t, e, Config{Name: "parked"})
+	declare(t, e, Config{Name: "sub", Subscriptions: []string{"orders/#"}, Selector: "vip = TRUE", NoLocal: "me"})
+	setAlternates(t, e, Alternate{Prefix: "orders/", Queue: "parked"})
+	pub := func(topic, vip, client string) {
+		m := &core.Message{Topic: topic, QoS: 1, UserProperties: []core.UserProperty{{Key: "vip", Value: vip}}}
+		m.Origin.Client = client
+		r.Publish(ctx, m)
+	}
+	pub("orders/1", "true", "")   // the subscription takes it
+	pub("orders/2", "false", "")  // not selected: parked
+	pub("orders/3", "true", "me") // its own: parked
+	if got := fmt.Sprint(topics(t, parked)); got != "[orders/2 orders/3]" {
+		t.Fatalf("the alternate holds %s", got)
+	}
+}
