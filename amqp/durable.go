@@ -93,8 +93,15 @@ func (s *Server) durableInQueue(filter string) bool {
 }
 
 // subQueueConfig is the queue configuration of a durable subscription.
-func subQueueConfig(name string, l *outLink, noLocal bool, container string) queue.Config {
-	cfg := queue.Config{Name: name, Subscriptions: []string{l.filter}, Selector: l.sel.String(), Overflow: queue.OverflowDrop}
+// A non-shared one is exclusive: the front-end lets one link consume it
+// at a time (the engine's standby order never comes into play), and the
+// access records which kind it is across a restart.
+func subQueueConfig(name string, l *outLink, noLocal, shared bool, container string) queue.Config {
+	cfg := queue.Config{Name: name, Subscriptions: []string{l.filter}, Selector: l.sel.String(), Overflow: queue.OverflowDrop,
+		Access: queue.Exclusive}
+	if shared {
+		cfg.Access = queue.NonExclusive
+	}
 	for _, x := range l.except {
 		cfg.Subscriptions = append(cfg.Subscriptions, "!"+x.String())
 	}
@@ -107,27 +114,43 @@ func subQueueConfig(name string, l *outLink, noLocal bool, container string) que
 // sameSubscription reports whether a stored subscription is the one an
 // attach asks for.
 func sameSubscription(a, b queue.Config) bool {
-	return slices.Equal(a.Subscriptions, b.Subscriptions) && a.Selector == b.Selector && a.NoLocal == b.NoLocal
+	return slices.Equal(a.Subscriptions, b.Subscriptions) && a.Selector == b.Selector && a.NoLocal == b.NoLocal &&
+		a.Access == b.Access
 }
 
 // attachDurable makes l a consumer of the durable subscription key's
-// queue, declaring it or replacing a changed one. f's filters are all
-// applied (by the queue): echoed in the answer.
+// queue, declaring it or replacing a changed one. The queue applies every
+// filter of f at intake: all echoed in the answer, none left to the
+// consumer (whose selector would only test again).
 func (s *session) attachDurable(l *outLink, reply *frames.Attach, sc *frames.Source, f *sourceFilters, key string, shared bool) error {
 	c := s.c
 	srv := c.s
-	cfg := subQueueConfig(subQueueName(key), l, f.noLocal, c.containerID)
-	srv.subsMu.Lock() // one attach at a time decides on a subscription
-	defer srv.subsMu.Unlock()
-	q, le := srv.durableQueue(cfg, shared)
+	cfg := subQueueConfig(subQueueName(key), l, f.noLocal, shared, c.containerID)
+	// One attach at a time decides on a subscription and consumes it; the
+	// answer goes out after, not under the lock.
+	srv.subsMu.Lock()
+	qc, le := srv.consumeDurable(l, cfg, shared)
+	srv.subsMu.Unlock()
 	if le != nil {
 		return s.refuse(l, reply, le)
 	}
 	l.subQueue = cfg.Name
-	// The queue applies every filter at intake: all echoed, none left to
-	// the consumer (whose selector would only test again).
 	sc.Filter = f.kept
-	return s.attachQueueOut(l, reply, sc, &sourceFilters{}, q, queue.ConsumerOptions{})
+	return s.consumeQueue(l, reply, sc, qc)
+}
+
+// consumeDurable makes l a consumer of the queue for cfg (durableQueue).
+// srv.subsMu is held.
+func (srv *Server) consumeDurable(l *outLink, cfg queue.Config, shared bool) (*queue.Consumer, *LinkError) {
+	q, le := srv.durableQueue(cfg, shared)
+	if le != nil {
+		return nil, le
+	}
+	qc, err := q.Consume(queue.ConsumerOptions{Notify: l.wake, Deleted: l.queueDeleted})
+	if err != nil {
+		return nil, linkErr(queueCond(err), "%v", err)
+	}
+	return qc, nil
 }
 
 // durableQueue returns the queue for cfg: the stored one when it is the
@@ -167,24 +190,33 @@ func (s *session) lookupDurable(l *outLink, reply *frames.Attach) (found bool, e
 		return false, nil
 	}
 	name, _, _ := strings.Cut(l.name, "|")
-	srv.subsMu.Lock()
-	defer srv.subsMu.Unlock()
 	for _, key := range []string{c.containerID + "\x00" + l.name, c.containerID + "\x00" + name, "\x00" + name} {
 		q, ok := srv.opts.Queues.Queue(subQueueName(key))
 		if !ok {
 			continue
 		}
-		cfg := q.Info().Config
+		info := q.Info()
+		cfg := info.Config
 		if len(cfg.Subscriptions) == 0 {
 			continue // not one of ours
+		}
+		if cfg.Access == queue.Exclusive && info.Consumers > 0 {
+			return true, s.refuse(l, reply, linkErr(frames.ErrCondResourceLocked, "subscription %q is in use", cfg.Name))
+		}
+		qc, err := q.Consume(queue.ConsumerOptions{Notify: l.wake, Deleted: l.queueDeleted})
+		if err != nil {
+			continue // deleted meanwhile
 		}
 		l.filter, l.subQueue = cfg.Subscriptions[0], cfg.Name
 		sc := &frames.Source{Address: l.filter, Durable: frames.DurabilityUnsettledState, ExpiryPolicy: frames.ExpiryNever,
 			Capabilities: []encoding.Symbol{capTopic}}
-		if key[0] == 0 {
-			sc.Capabilities = append(sc.Capabilities, capShared, capGlobal)
+		if cfg.Access == queue.NonExclusive {
+			sc.Capabilities = append(sc.Capabilities, capShared)
 		}
-		return true, s.attachQueueOut(l, reply, sc, &sourceFilters{}, q, queue.ConsumerOptions{})
+		if key[0] == 0 {
+			sc.Capabilities = append(sc.Capabilities, capGlobal)
+		}
+		return true, s.consumeQueue(l, reply, sc, qc)
 	}
 	return false, nil
 }

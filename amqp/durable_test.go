@@ -43,7 +43,8 @@ func TestDurableSubscriptionIsAQueue(t *testing.T) {
 	}
 	q := e.subQueue(t, "jms-q", "sub")
 	cfg := q.Info().Config
-	if strings.Join(cfg.Subscriptions, " ") != "shop/# !shop/hidden" || cfg.Selector != "price > 10" || cfg.NoLocal != "jms-q" || cfg.Overflow != queue.OverflowDrop {
+	if strings.Join(cfg.Subscriptions, " ") != "shop/# !shop/hidden" || cfg.Selector != "price > 10" || cfg.NoLocal != "jms-q" ||
+		cfg.Overflow != queue.OverflowDrop || cfg.Access != queue.Exclusive {
 		t.Fatalf("queue configuration %+v", cfg)
 	}
 	sendProps(t, newSender(t, s, "shop/items", nil), shop, "a", "b", "c", "d") // its own: no-local
