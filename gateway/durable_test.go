@@ -11,9 +11,9 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 )
 
-// durableReceiver attaches a JMS-style durable subscriber (Qpid JMS:
-// container-id + link name, expiry-policy never) on filter.
-func durableReceiver(t *testing.T, g *Gateway, container, name, filter string) (*goamqp.Conn, *goamqp.Receiver) {
+// amqpSession connects to g's AMQP listener as container (go-amqp's own
+// id when ""), closed when the test ends, and opens a session.
+func amqpSession(t *testing.T, g *Gateway, container string) (*goamqp.Conn, *goamqp.Session) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -26,6 +26,16 @@ func durableReceiver(t *testing.T, g *Gateway, container, name, filter string) (
 	if err != nil {
 		t.Fatal(err)
 	}
+	return c, s
+}
+
+// durableReceiver attaches a JMS-style durable subscriber (Qpid JMS:
+// container-id + link name, expiry-policy never) on filter.
+func durableReceiver(t *testing.T, g *Gateway, container, name, filter string) (*goamqp.Conn, *goamqp.Receiver) {
+	t.Helper()
+	c, s := amqpSession(t, g, container)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
 	r, err := s.NewReceiver(ctx, filter, &goamqp.ReceiverOptions{Name: name, Credit: 10,
 		SourceDurability: goamqp.DurabilityUnsettledState, SourceExpiryPolicy: goamqp.ExpiryPolicyNever})
 	if err != nil {
@@ -39,15 +49,8 @@ func amqpPublish(t *testing.T, g *Gateway, topic, body string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err := goamqp.Dial(ctx, "amqp://"+g.AMQPAddr(), &goamqp.ConnOptions{SASLType: goamqp.SASLTypeAnonymous()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, s := amqpSession(t, g, "")
 	defer c.Close()
-	s, err := c.NewSession(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	snd, err := s.NewSender(ctx, topic, nil)
 	if err != nil {
 		t.Fatal(err)
