@@ -92,3 +92,37 @@ func TestAlternateWhenTheSelectorLeavesItOut(t *testing.T) {
 		t.Fatalf("the alternate holds %s", got)
 	}
 }
+
+// BenchmarkIntake is what a queue's intake adds to a publish that
+// matches its subscription but that it leaves out: "selector", a JMS
+// selector that does not select it; "noLocal", the subscriber's own
+// publish (a string compare, for the cost of the match alone). The cost a
+// JMS durable subscription puts on every publish to its topic that it does
+// not store.
+//
+//	go test -run '^$' -bench Intake -benchtime 2s ./core/queue/
+func BenchmarkIntake(b *testing.B) {
+	for _, c := range []struct{ name, client string }{{"selector", "other"}, {"noLocal", "me"}} {
+		b.Run(c.name, func(b *testing.B) {
+			r := core.NewRouter(core.RouterOptions{Node: "n1"})
+			e, err := New(ctx, Options{Router: r})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer e.Close()
+			if _, err := e.Declare(ctx, Config{Name: "sub", Subscriptions: []string{"s/#"}, NoLocal: "me",
+				Selector: "region IN ('eu', 'us') AND price > 100"}); err != nil {
+				b.Fatal(err)
+			}
+			m := &core.Message{Topic: "s/x", UserProperties: []core.UserProperty{{Key: "region", Value: "eu"}, {Key: "price", Value: "12"}}}
+			m.Origin.Client = c.client
+			b.ReportAllocs()
+			for b.Loop() {
+				_ = e.Deliver(m, core.Delivery{})
+			}
+			if q, _ := e.Queue("sub"); q.Info().Messages != 0 {
+				b.Fatal("the queue took it")
+			}
+		})
+	}
+}
