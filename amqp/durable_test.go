@@ -156,3 +156,31 @@ func TestSubQueueName(t *testing.T) {
 		t.Errorf("readable name %q", got)
 	}
 }
+
+// TestDurableSubscriptionPartialACL: a durable subscription on a filter the
+// ACL allows only partly stores what its topic brings, and its link is
+// sent only what its identity may read, live or stored while it was away;
+// it needs no right on its queue's $queue/ name.
+func TestDurableSubscriptionPartialACL(t *testing.T) {
+	e := authEnv(t, false, aclRules)
+	alice := func() *goamqp.Session {
+		c := e.dial(t, &goamqp.ConnOptions{ContainerID: "alice-app", SASLType: goamqp.SASLTypePlain("alice", "secret")})
+		s, err := c.NewSession(ctx5(t), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	s := alice()
+	r := newReceiver(t, s, "public/#", durableOpts("dur"))
+	e.subQueue(t, "alice-app", "dur")
+	pub := newSender(t, alice(), "", nil)
+	sendTopics(t, pub, "public/secret", "public/a")
+	expectBodies(t, "live", receiveUntil(t, r, "public/a"), "public/a")
+	if err := s.Close(ctx5(t)); err != nil { // the link ends with it, not closed: the subscription stays
+		t.Fatal(err)
+	}
+	sendTopics(t, pub, "public/secret", "public/b")
+	r = newReceiver(t, alice(), "public/#", durableOpts("dur"))
+	expectBodies(t, "stored", receiveUntil(t, r, "public/b"), "public/b")
+}
