@@ -166,20 +166,26 @@ func jmsQueueKind(name string) int8 {
 // link's Filter and Fallback; f the source's filters, of which the JMS
 // selector applies (queue.ConsumerOptions.Select).
 func (s *session) attachQueueOut(l *outLink, reply *frames.Attach, sc *frames.Source, f *sourceFilters, q *queue.Queue, opts queue.ConsumerOptions) error {
-	c := s.c
 	l.browse = sc.DistributionMode == distCopy && !opts.Fallback
-	l.retainedDone = true // a queue has no retained copies
 	opts.Browse, opts.Notify, opts.Deleted = l.browse, l.wake, l.queueDeleted
 	opts.Select = selectFunc(f.sel)
 	qc, err := q.Consume(opts)
 	if err != nil {
 		return s.refuse(l, reply, linkErr(queueCond(err), "%v", err))
 	}
-	l.qc = qc
-	c.addConsumer(qc)
 	// Of the filters, the selector applies; no-local and except filters
 	// are about topics: left out of the answer, so the client knows.
 	sc.Filter = f.queueKept()
+	return s.consumeQueue(l, reply, sc, qc)
+}
+
+// consumeQueue hands l, the consumer qc of a queue, to the writer and
+// answers its attach with sc.
+func (s *session) consumeQueue(l *outLink, reply *frames.Attach, sc *frames.Source, qc *queue.Consumer) error {
+	c := s.c
+	l.retainedDone = true // a queue has no retained copies
+	l.qc = qc
+	c.addConsumer(qc)
 	reply.Source = sc
 	s.keep(l)
 	return c.send(outItem{sess: s, body: reply, do: func(w *writer) { w.attachOut(l) }})

@@ -15,9 +15,9 @@ import (
 // "jms-selector"), a string in the SQL-92 subset of Jakarta Messaging 3.1
 // §3.8.1.1 (core/selector). It is parsed once at attach and applied to
 // every message the link would deliver: on a topic (plain, durable or
-// shared subscription; live messages, a durable backlog, retained copies,
-// parked alternates) and on a queue, where a message the selector does
-// not select stays for the queue's other consumers
+// shared subscription; live messages, what a durable subscription stores,
+// retained copies, parked alternates) and on a queue, where a message the
+// selector does not select stays for the queue's other consumers
 // (queue.ConsumerOptions.Select). An applied selector is echoed in the
 // attach answer's source; one that does not parse, or is longer than
 // Options.MaxSelectorLength, refuses the link with amqp:invalid-field,

@@ -52,6 +52,9 @@ type outLink struct {
 	qc     *queue.Consumer
 	browse bool        // distribution-mode copy: deliveries settled, nothing taken
 	qgone  atomic.Bool // the queue was deleted: the writer detaches the link
+	// subQueue names the queue of the durable subscription qc consumes
+	// (durable.go), or is "". Set at attach, cleared by the reader.
+	subQueue string
 
 	// alts are a plain topic link's consumers of the alternate queues its
 	// filter overlaps (queues.go): the writer sends what they hold
@@ -185,6 +188,9 @@ func (s *session) attachOut(a *frames.Attach) error {
 		l.retainedDone = true
 		sub, err := c.s.lookupSubscription(c.containerID, l)
 		if err != nil {
+			if found, err := s.lookupDurable(l, reply); found || err != nil {
+				return err
+			}
 			return s.refuse(l, reply, asLinkError(err))
 		}
 		sc := sub.source
@@ -261,7 +267,11 @@ func (s *session) attachOut(a *frames.Attach) error {
 	// dynamic node (nothing is retained there) nor a shared subscription
 	// (docs/architecture.md, decision 1).
 	l.retainedDone = src.Dynamic || !retain.Replayable(l.filter)
-	if key, durable, shared, ok := subscriptionKey(c.containerID, a.Name, src); ok && !src.Dynamic {
+	key, durable, shared, ok := subscriptionKey(c.containerID, a.Name, src)
+	if ok && durable && !src.Dynamic && c.s.durableInQueue(l.filter) {
+		return s.attachDurable(l, reply, &sc, &filters, key, shared)
+	}
+	if ok && !src.Dynamic {
 		_, created, err := c.s.openSubscription(l, key, noLocal, durable, shared, c.containerID, sc)
 		if err != nil {
 			return s.refuse(l, reply, asLinkError(err))

@@ -287,6 +287,9 @@ func (s *session) detach(d *frames.Detach) error {
 	ep.teardown(d.Closed)
 	if d.Closed {
 		s.c.dropTempQueue(ep.base())
+		if l, ok := ep.(*outLink); ok {
+			s.c.unsubscribe(l) // JMS unsubscribe: a durable subscription ends
+		}
 	}
 	return s.c.send(detachItem(s, ep, &frames.Detach{Handle: d.Handle, Closed: d.Closed}))
 }

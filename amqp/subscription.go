@@ -30,7 +30,10 @@ import (
 //     with its last link; shared subscriptions get no retained messages
 //     (docs/architecture.md, decision 1).
 //
-// Subscriptions live in memory: a gateway restart forgets them.
+// The subscriptions here live in memory, and a gateway restart forgets
+// them: non-durable shared ones, and durable ones only without a queue
+// engine or on a filter the queue grammar reads otherwise. A durable
+// subscription is otherwise a queue of the engine (durable.go).
 
 const (
 	capShared encoding.Symbol = "shared"

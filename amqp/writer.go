@@ -465,6 +465,9 @@ func (w *writer) pump(l *outLink) {
 				empty = true
 				break
 			}
+			if l.skipUnreadable(l.qc, d) {
+				continue
+			}
 			w.sendDelivery(l, queued{m: d.Msg}, &d, l.qc)
 			continue
 		}

@@ -13,6 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/tolsey/tolsey/amqp"
 	"github.com/tolsey/tolsey/core/queue"
 )
 
@@ -38,6 +39,10 @@ type queueJSON struct {
 	Consumers int          `json:"consumers"`
 	Counters  countersJSON `json:"counters"`
 	Rates     ratesJSON    `json:"rates"`
+	// Subscription marks the queue of a JMS durable subscription, which
+	// the AMQP front-end declares and deletes (docs/jms.md, "Durable
+	// subscriptions").
+	Subscription bool `json:"subscription,omitempty"`
 }
 
 // countersJSON is queue.Counters with the API's field names.
@@ -123,7 +128,8 @@ func (a *adminServer) queueView(q *queue.Queue, now time.Time) queueJSON {
 		Name: q.Name(), Config: i.Config, Messages: i.Messages, Bytes: i.Bytes, InFlight: i.InFlight, Consumers: i.Consumers,
 		Counters: countersJSON{In: k.In, Out: k.Out, Acked: k.Acked, Redelivered: k.Redelivered, Expired: k.Expired,
 			DeadLettered: k.DeadLettered, Dropped: k.Dropped, Refused: k.Refused},
-		Rates: a.rates.rate(q, k, now),
+		Rates:        a.rates.rate(q, k, now),
+		Subscription: amqp.IsSubscriptionQueue(q.Name()),
 	}
 }
 

@@ -189,7 +189,12 @@ func cut(s string) (level, rest string, more bool) {
 func (e *Engine) Reaches(m *core.Message) bool {
 	mp := matchPool.Get().(*[]*Queue)
 	qs := e.idx.AppendMatches((*mp)[:0], m.Topic)
-	n := len(qs)
+	n := 0
+	for _, q := range qs {
+		if q.intake.Load().wants(m) { // a selector or noLocal that leaves m out does not take it
+			n++
+		}
+	}
 	clear(qs)
 	*mp = qs[:0]
 	matchPool.Put(mp)

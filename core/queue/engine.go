@@ -239,7 +239,8 @@ func (e *Engine) check(cfg *Config) error {
 			return fmt.Errorf("%w: subscription %q: %w", ErrInvalid, f, err)
 		}
 	}
-	return nil
+	_, err := compileIntake(cfg)
+	return err
 }
 
 // Declare creates a queue, or changes an existing one's configuration
@@ -272,6 +273,7 @@ func (e *Engine) Declare(ctx context.Context, cfg Config) (*Queue, error) {
 	if err != nil {
 		return nil, fmt.Errorf("queue %q: %w", cfg.Name, err)
 	}
+	in, _ := compileIntake(&cfg) // checked above
 	if q == nil {
 		q = newQueue(e, cfg, log)
 		n, bytes, err := log.Stats(ctx)
@@ -287,6 +289,7 @@ func (e *Engine) Declare(ctx context.Context, cfg Config) (*Queue, error) {
 		q.mu.Unlock()
 		notify(wake)
 	}
+	q.intake.Store(in)
 	e.idx.RemoveKey(q)
 	for _, f := range cfg.Subscriptions {
 		if err := e.idx.Add(q, f); err != nil { // checked above
@@ -409,12 +412,11 @@ func (e *Engine) Deliver(m *core.Message, d core.Delivery) error {
 	mp := matchPool.Get().(*[]*Queue)
 	qs := e.idx.AppendMatches((*mp)[:0], m.Topic)
 	for _, q := range qs {
-		if d.Acks != nil {
-			d.Acks.Hold()
-			q.Put(m, d.Acks.Done)
+		in := q.intake.Load()
+		if !in.wants(m) {
 			continue
 		}
-		q.Put(m, func(err error) {
+		in.put(q, m, d.Acks, func(err error) {
 			if err != nil {
 				e.opts.Logger.Debug("queued message refused", "queue", q.name, "topic", m.Topic, "error", err)
 			}

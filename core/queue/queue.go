@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tolsey/tolsey/core"
@@ -20,6 +21,9 @@ type Queue struct {
 	// direct: the Log is an OrderedLog, so an appended message may go
 	// straight into the window (Put).
 	direct bool
+	// intake: what Deliver asks of a message beyond the subscriptions
+	// (intake.go); nil for most queues. Set by Declare.
+	intake atomic.Pointer[intake]
 
 	mu       sync.Mutex
 	config   Config

@@ -115,7 +115,34 @@ type Config struct {
 	// (AMQP dynamic nodes, JMS temporary queues); never stored.
 	Temporary bool   `json:"temporary,omitempty"`
 	Owner     string `json:"owner,omitempty"` // the connection that owns a temporary queue
+	// Selector is a JMS message selector (core/selector): a message the
+	// subscriptions bring is stored only when it selects it, so that what
+	// no consumer will ever take does not fill the queue (a JMS durable
+	// subscription's selector). "": every message.
+	Selector string `json:"selector,omitempty"`
+	// NoLocal names a publisher (core.Message.Origin.Client) whose
+	// messages the subscriptions do not bring (a JMS noLocal durable
+	// subscription: its container id). "": none left out.
+	NoLocal string `json:"noLocal,omitempty"`
+	// Overflow is what a full queue does with a message its subscriptions
+	// bring: OverflowRefuse refuses the publish, OverflowDrop drops the
+	// message for this queue alone (counted in Counters.Refused).
+	Overflow Overflow `json:"overflow,omitempty"`
 }
+
+// Overflow is a queue's answer to a message its subscriptions bring when
+// it is full (Config.Overflow).
+type Overflow string
+
+const (
+	// OverflowRefuse (the default): the publisher is told (MQTT 5 0x97,
+	// AMQP rejected amqp:resource-limit-exceeded).
+	OverflowRefuse Overflow = "refuse"
+	// OverflowDrop: the message is not stored in this queue, and the
+	// publisher is not held back by it (a JMS durable subscription whose
+	// subscriber is away: docs/jms.md, "Durable subscriptions").
+	OverflowDrop Overflow = "drop"
+)
 
 // Access says which consumers of a queue receive.
 type Access string
