@@ -5,6 +5,7 @@ import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 
 import dev.tolsey.jms.Gateway;
 import javax.jms.Connection;
+import javax.jms.MapMessage;
 import javax.jms.MessageConsumer;
 import javax.jms.Queue;
 import javax.jms.Session;
@@ -39,6 +40,11 @@ class Jms1SmokeTest {
             assertEquals("in a queue", got.getText());
             s.createProducer(got.getJMSReplyTo()).send(s.createTextMessage("reply"));
             assertEquals("reply", assertInstanceOf(TextMessage.class, s.createConsumer(replyTo).receive(5000)).getText());
+
+            MapMessage m = s.createMapMessage();
+            m.setInt("n", 1);
+            s.createProducer(t).send(m);
+            assertEquals(1, assertInstanceOf(MapMessage.class, sub.receive(5000)).getObject("n"));
 
         }
     }
