@@ -46,3 +46,30 @@ func TestAMQPLimitsWired(t *testing.T) {
 		t.Error("third session opened with amqp.maxSessions=2")
 	}
 }
+
+// amqp.bareAddress: queue reaches the AMQP front-end: a send to a bare
+// address creates the queue (with queues.autoCreate).
+func TestAMQPBareAddressWired(t *testing.T) {
+	g := startGateway(t, "--amqp.listen=127.0.0.1:0", "--queues.autoCreate=true", "--amqp.bareAddress=queue")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := goamqp.Dial(ctx, "amqp://"+g.AMQPAddr(), &goamqp.ConnOptions{SASLType: goamqp.SASLTypeAnonymous()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := c.NewSession(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snd, err := s.NewSender(ctx, "bare", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := snd.Send(ctx, goamqp.NewMessage([]byte("x")), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := g.queues.Load().Queue("bare"); !ok {
+		t.Fatal("amqp.bareAddress=queue: no queue bare after a send")
+	}
+}

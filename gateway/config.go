@@ -93,6 +93,7 @@ var keyDefs = []keyDef{
 	{name: "amqp.linkBuffer", def: "1000", kind: kindInt, max: 1 << 20, help: "messages queued per AMQP receiving link before new ones are dropped and counted (slow consumer)"},
 	{name: "amqp.writeTimeout", def: "30s", kind: kindDuration, help: "a client that does not take what the gateway writes to it for this long (a stuck socket, heartbeats included) is disconnected and counted; 0 disables"},
 	{name: "amqp.maxSessions", def: "256", kind: kindInt, max: 1 << 16, help: "sessions per AMQP connection (announced as channel-max; a begin above it closes the connection with framing-error)"},
+	{name: "amqp.bareAddress", def: "topic", kind: kindEnum, enum: []string{"topic", "queue"}, help: "what an AMQP address with neither prefix (topic://, queue://) nor capability names when no queue of that name exists: topic, or queue (created on first use with queues.autoCreate, as ActiveMQ Artemis, RabbitMQ and Qpid Broker-J do); addresses with MQTT wildcards stay topic filters"},
 	{name: "amqp.maxLinksPerConnection", def: "1000", kind: kindInt, max: 1 << 20, help: "links (senders and receivers, over all sessions) per AMQP connection; an attach beyond it is refused with amqp:resource-limit-exceeded; bounds what one message costs one connection"},
 	{name: "auth.file", def: "", kind: kindString, optional: true, help: "users file (users, password hashes, groups, ACL rules; docs/security.md) for MQTT and AMQP; re-read on SIGHUP and POST /api/v1/reload; empty = no users"},
 	{name: "auth.allowAnonymous", def: "auto", kind: kindEnum, enum: []string{"auto", "true", "false"}, help: "let clients in without credentials: auto = true only while every MQTT and AMQP listener is on loopback; a listener beyond loopback with no auth.file needs true to start"},
@@ -174,6 +175,7 @@ type Config struct {
 		MaxSessions    int
 		MaxLinks       int
 		WriteTimeout   time.Duration
+		BareQueue      bool // amqp.bareAddress = queue
 	}
 	Auth              AuthConfig
 	AdminListen       string
@@ -437,6 +439,7 @@ func buildConfig(k *koanf.Koanf, byName map[string]*keyDef) (*Config, error) {
 	c.AMQP.WriteTimeout = dur("amqp.writeTimeout")
 	c.AMQP.MaxSessions = int(num("amqp.maxSessions"))
 	c.AMQP.MaxLinks = int(num("amqp.maxLinksPerConnection"))
+	c.AMQP.BareQueue = get("amqp.bareAddress") == "queue"
 	c.AdminListen = get("admin.listen")
 	c.DataDir = get("data.dir")
 	c.RetainBackend = get("retain.backend")
