@@ -124,6 +124,9 @@ func toCore(am *frames.Message, payload []byte, now time.Time) (inbound, error) 
 	if typed {
 		renderTyped(m, am) // after the properties: its content type wins
 	}
+	if native || m.CorrelationKind != core.IDBinary {
+		renderPropTypes(m, am)
+	}
 	if v, ok := am.MessageAnnotations.Get(annRetain); ok {
 		if b, ok := v.(bool); ok && b {
 			m.Retain = true
@@ -139,9 +142,8 @@ func toCore(am *frames.Message, payload []byte, now time.Time) (inbound, error) 
 
 // correlationID is m's correlation data as the AMQP type it was sent with.
 // Bytes that do not parse as their kind go out as they are.
-func correlationID(m *core.Message) any {
-	d := m.CorrelationData
-	switch m.CorrelationKind {
+func correlationID(d []byte, kind core.IDKind) any {
+	switch kind {
 	case core.IDString:
 		if utf8.Valid(d) {
 			return textBody(d)
@@ -362,11 +364,14 @@ func (e *encoder) encode(w *buffer.Buffer, m *core.Message, retained bool, dest,
 	// A JSON rendering of a typed AMQP body (an MQTT reply echoing it)
 	// goes back as that type (docs/mapping.md, "Typed bodies").
 	var typed typedBody
+	var propTypes map[string]string // typed application properties: nil for most messages
 	restored := false
 	for _, u := range m.UserProperties {
-		if u.Key == propAMQPType {
+		switch u.Key {
+		case propAMQPType:
 			typed, restored = restoreTyped(m, u.Value)
-			break
+		case propTypesKey:
+			propTypes = propTypesOf(u.Value)
 		}
 	}
 	text := !restored && (m.PayloadFormat == 1 || isTextual(m.ContentType)) && utf8.Valid(m.Payload)
@@ -402,7 +407,11 @@ func (e *encoder) encode(w *buffer.Buffer, m *core.Message, retained bool, dest,
 		ContentType: encoding.Symbol(m.ContentType),
 	}
 	if m.CorrelationData != nil {
-		e.props.CorrelationID = correlationID(m)
+		kind := m.CorrelationKind
+		if k, ok := correlationKindOf(propTypes); ok && kind == core.IDBinary {
+			kind = k // an MQTT responder echoed an AMQP id: its type again
+		}
+		e.props.CorrelationID = correlationID(m.CorrelationData, kind)
 	}
 	if !m.Created.IsZero() {
 		e.props.CreationTime = encoding.TimestampOf(m.Created)
@@ -416,8 +425,8 @@ func (e *encoder) encode(w *buffer.Buffer, m *core.Message, retained bool, dest,
 		e.app = e.app[:0]
 	next:
 		for _, u := range m.UserProperties {
-			if restored && u.Key == propAMQPType {
-				continue // said by the body's type now
+			if restored && u.Key == propAMQPType || propTypes != nil && u.Key == propTypesKey {
+				continue // said by the body's and the properties' types now
 			}
 			// AMQP map keys are unique; MQTT allows repeats: keep the first.
 			for _, have := range e.app {
@@ -425,7 +434,13 @@ func (e *encoder) encode(w *buffer.Buffer, m *core.Message, retained bool, dest,
 					continue next
 				}
 			}
-			e.app = append(e.app, encoding.Property{Key: u.Key, Value: u.Value})
+			var v any = u.Value
+			if t, ok := propTypes[u.Key]; ok {
+				if tv, ok := parseScalar(t, u.Value); ok {
+					v = tv
+				}
+			}
+			e.app = append(e.app, encoding.Property{Key: u.Key, Value: v})
 		}
 		e.msg.ApplicationProperties = e.app
 	}

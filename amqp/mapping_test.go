@@ -107,7 +107,8 @@ func TestToCore(t *testing.T) {
 			for _, p := range in.msg.UserProperties {
 				got = append(got, p.Key+"="+p.Value)
 			}
-			want := "s=v i=-3 u=7 b=true f=1.5 bin=/w== n= ts=1970-01-01T00:00:01.5Z sym=q c=é"
+			want := "s=v i=-3 u=7 b=true f=1.5 bin=/w== n= ts=1970-01-01T00:00:01.5Z sym=q c=é " +
+				`tolsey_amqp_types={"i":"int","u":"ulong","b":"boolean","f":"double","bin":"binary","n":"null","ts":"timestamp","sym":"symbol","c":"char"}`
 			if strings.Join(got, " ") != want {
 				t.Fatalf("got  %s\nwant %s", strings.Join(got, " "), want)
 			}

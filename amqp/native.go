@@ -2,6 +2,7 @@ package amqp
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -190,16 +191,10 @@ type typedBody struct {
 func restoreTyped(m *core.Message, tag string) (b typedBody, ok bool) {
 	b.msgType = -1
 	p := m.Payload
-	str := func() (string, bool) {
-		var s string
-		return s, json.Unmarshal(p, &s) == nil
-	}
-	num := func() string { return strings.Trim(string(bytes.TrimSpace(p)), `"`) }
-	var err error
 	switch tag {
 	case "map", "list", "array", "sequence":
-		var v any
-		if v, err = parseJSON(p); err != nil {
+		v, err := parseJSON(p)
+		if err != nil {
 			return b, false
 		}
 		switch vv := v.(type) {
@@ -217,74 +212,144 @@ func restoreTyped(m *core.Message, tag string) (b typedBody, ok bool) {
 			return b, false
 		}
 		return b, true
-	case "boolean":
-		b.value, err = strconv.ParseBool(num())
-	case "byte":
-		var n int64
-		n, err = strconv.ParseInt(num(), 10, 8)
-		b.value = int8(n)
-	case "short":
-		var n int64
-		n, err = strconv.ParseInt(num(), 10, 16)
-		b.value = int16(n)
-	case "int":
-		var n int64
-		n, err = strconv.ParseInt(num(), 10, 32)
-		b.value = int32(n)
-	case "long":
-		b.value, err = strconv.ParseInt(num(), 10, 64)
-	case "ubyte":
-		var n uint64
-		n, err = strconv.ParseUint(num(), 10, 8)
-		b.value = uint8(n)
-	case "ushort":
-		var n uint64
-		n, err = strconv.ParseUint(num(), 10, 16)
-		b.value = uint16(n)
-	case "uint":
-		var n uint64
-		n, err = strconv.ParseUint(num(), 10, 32)
-		b.value = uint32(n)
-	case "ulong":
-		b.value, err = strconv.ParseUint(num(), 10, 64)
-	case "float":
-		var f float64
-		if f, err = strconv.ParseFloat(num(), 32); err == nil {
-			b.value = float32(f)
-		}
-	case "double":
-		b.value, err = strconv.ParseFloat(num(), 64)
-	case "symbol", "char", "uuid", "timestamp":
-		s, sok := str()
-		if !sok {
+	}
+	text := string(bytes.TrimSpace(p))
+	if strings.HasPrefix(text, `"`) { // a JSON string: symbol, uuid, timestamp, NaN, …
+		if json.Unmarshal(p, &text) != nil {
 			return b, false
 		}
-		switch tag {
-		case "symbol":
-			b.value = encoding.Symbol(s)
-		case "char":
-			r, n := utf8.DecodeRuneInString(s)
-			if n == 0 || n != len(s) {
-				return b, false
-			}
-			b.value = encoding.Char(r)
-		case "uuid":
-			u, uok := parseUUID(s)
-			if !uok {
-				return b, false
-			}
-			b.value = u
-		case "timestamp":
-			t, terr := time.Parse(time.RFC3339Nano, s)
-			if terr != nil {
-				return b, false
-			}
-			b.value = encoding.TimestampOf(t)
-		}
-	default: // null, described, decimals: not restored
-		return b, false
 	}
-	return b, err == nil
+	b.value, ok = parseScalar(tag, text)
+	return b, ok
+}
+
+// parseScalar reads text (formatValue's rendering) as the AMQP scalar type
+// that tag names. null, described and the decimals are not restored.
+func parseScalar(tag, text string) (any, bool) {
+	var v any
+	var err error
+	switch tag {
+	case "string":
+		return text, true
+	case "boolean":
+		v, err = strconv.ParseBool(text)
+	case "byte":
+		var n int64
+		n, err = strconv.ParseInt(text, 10, 8)
+		v = int8(n)
+	case "short":
+		var n int64
+		n, err = strconv.ParseInt(text, 10, 16)
+		v = int16(n)
+	case "int":
+		var n int64
+		n, err = strconv.ParseInt(text, 10, 32)
+		v = int32(n)
+	case "long":
+		v, err = strconv.ParseInt(text, 10, 64)
+	case "ubyte":
+		var n uint64
+		n, err = strconv.ParseUint(text, 10, 8)
+		v = uint8(n)
+	case "ushort":
+		var n uint64
+		n, err = strconv.ParseUint(text, 10, 16)
+		v = uint16(n)
+	case "uint":
+		var n uint64
+		n, err = strconv.ParseUint(text, 10, 32)
+		v = uint32(n)
+	case "ulong":
+		v, err = strconv.ParseUint(text, 10, 64)
+	case "float":
+		var f float64
+		f, err = strconv.ParseFloat(text, 32)
+		v = float32(f)
+	case "double":
+		v, err = strconv.ParseFloat(text, 64)
+	case "symbol":
+		v = encoding.Symbol(text)
+	case "char":
+		r, n := utf8.DecodeRuneInString(text)
+		if n == 0 || n != len(text) {
+			return nil, false
+		}
+		v = encoding.Char(r)
+	case "uuid":
+		u, ok := parseUUID(text)
+		return u, ok
+	case "timestamp":
+		var t time.Time
+		t, err = time.Parse(time.RFC3339Nano, text)
+		v = encoding.TimestampOf(t)
+	case "binary":
+		v, err = base64.StdEncoding.DecodeString(text)
+	default:
+		return nil, false
+	}
+	return v, err == nil
+}
+
+// propTypesKey is the user property that names the AMQP types of an AMQP
+// message's non-string application properties, a JSON object of key →
+// type name: MQTT user properties are strings, so this is how an MQTT
+// responder that echoes them gives a JMS requester its int, long, boolean
+// properties back (docs/mapping.md, "Typed application properties").
+const propTypesKey = "tolsey_amqp_types"
+
+// typesCorrelation is the propTypesKey entry that names the type of a
+// correlation-id that is not binary (MQTT 5 correlation data is bytes): not
+// a JMS identifier, so no application property can have it as its key.
+const typesCorrelation = "$correlation-id"
+
+var correlationKindNames = [...]string{core.IDBinary: "binary", core.IDString: "string", core.IDULong: "ulong", core.IDUUID: "uuid"}
+
+// renderPropTypes adds propTypesKey for the typed application properties of
+// am and a correlation-id that is not binary, if there are any.
+func renderPropTypes(m *core.Message, am *frames.Message) {
+	var dst []byte
+	add := func(key, typ string) {
+		if dst == nil {
+			dst = append(dst, '{')
+		} else {
+			dst = append(dst, ',')
+		}
+		dst = appendJSONString(dst, key)
+		dst = append(dst, ':')
+		dst = appendJSONString(dst, typ)
+	}
+	for _, p := range am.ApplicationProperties {
+		if _, ok := p.Value.(string); !ok {
+			add(p.Key, amqpTypeName(p.Value))
+		}
+	}
+	if k := m.CorrelationKind; k != core.IDBinary && int(k) < len(correlationKindNames) {
+		add(typesCorrelation, correlationKindNames[k])
+	}
+	if dst != nil {
+		m.UserProperties = append(m.UserProperties, core.UserProperty{Key: propTypesKey, Value: string(append(dst, '}'))})
+	}
+}
+
+// correlationKindOf is the kind a propTypesKey object gives the
+// correlation data, and whether it gives one.
+func correlationKindOf(types map[string]string) (core.IDKind, bool) {
+	for k, name := range correlationKindNames {
+		if name == types[typesCorrelation] {
+			return core.IDKind(k), true
+		}
+	}
+	return core.IDBinary, false
+}
+
+// propTypesOf reads a propTypesKey value; nil when it is not a JSON object of
+// strings.
+func propTypesOf(v string) map[string]string {
+	var types map[string]string
+	if json.Unmarshal([]byte(v), &types) != nil {
+		return nil
+	}
+	return types
 }
 
 var errJSONDepth = errors.New("JSON nested too deep")

@@ -343,3 +343,43 @@ func TestNativeBytesUnchanged(t *testing.T) {
 		t.Errorf("delivery annotations passed on: %v", dec.DeliveryAnnotations)
 	}
 }
+
+// TestTypedPropertiesRoundTrip: typed application properties become MQTT
+// user properties as text plus tolsey_amqp_types (which also names a
+// string correlation-id's type); an MQTT publish that echoes those user
+// properties (a responder) reaches AMQP receivers with the types back.
+// Properties the types object does not name stay strings.
+func TestTypedPropertiesRoundTrip(t *testing.T) {
+	props := encoding.ApplicationProperties{
+		{Key: "s", Value: "v"}, {Key: "i", Value: int32(-3)}, {Key: "l", Value: int64(1 << 40)}, {Key: "y", Value: int8(-1)},
+		{Key: "h", Value: int16(3)}, {Key: "u", Value: uint64(7)}, {Key: "b", Value: true}, {Key: "f", Value: float32(0.5)},
+		{Key: "d", Value: 1.5}, {Key: "bin", Value: []byte{0xff}}, {Key: "ts", Value: encoding.Timestamp(1500)},
+		{Key: "sym", Value: encoding.Symbol("q")}, {Key: "c", Value: encoding.Char('é')},
+		{Key: "uuid", Value: encoding.UUID{1, 2}},
+	}
+	in, err := roundTrip(t, &frames.Message{ApplicationProperties: props, Value: "x",
+		Properties: &frames.MessageProperties{CorrelationID: "c-1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What an MQTT responder publishes: the same user properties, plus one
+	// of its own, and the correlation data (bytes); no native encoding.
+	echo := &core.Message{Topic: "reply", Payload: []byte("ok"), CorrelationData: []byte("c-1"),
+		UserProperties: append(append([]core.UserProperty(nil), in.msg.UserProperties...), core.UserProperty{Key: "mine", Value: "7"})}
+	var enc encoder
+	var b buffer.Buffer
+	if err := enc.encode(&b, echo, false, -1, -1, deliveryHeader{}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	var got frames.Message
+	if err := got.Decode(b.Written()); err != nil {
+		t.Fatal(err)
+	}
+	want := append(append(encoding.ApplicationProperties(nil), props...), encoding.Property{Key: "mine", Value: "7"})
+	if !reflect.DeepEqual(got.ApplicationProperties, want) {
+		t.Fatalf("application properties:\n got %#v\nwant %#v", got.ApplicationProperties, want)
+	}
+	if got.Properties.CorrelationID != "c-1" {
+		t.Fatalf("correlation-id %#v, want the string back", got.Properties.CorrelationID)
+	}
+}

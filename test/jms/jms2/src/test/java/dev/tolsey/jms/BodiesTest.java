@@ -201,6 +201,49 @@ class BodiesTest extends GatewayTest {
     }
 
     @Test
+    void mqttResponderKeepsTypedProperties(TestInfo info) throws Exception {
+        // JMS request with typed properties → MQTT 5 responder that echoes
+        // the user properties (and answers on the Response Topic with the
+        // Correlation Data) → the JMS requester gets the types back.
+        BlockingQueue<MqttMessage> got = new ArrayBlockingQueue<>(10);
+        MqttClient mc = mqttSubscriber(name(info) + "/req", got);
+        try (Connection c = connect()) {
+            Session s = c.createSession(false, Session.AUTO_ACKNOWLEDGE);
+            Topic replies = s.createTemporaryTopic();
+            MessageConsumer sub = s.createConsumer(replies);
+            TextMessage m = s.createTextMessage("req");
+            m.setIntProperty("i", 7);
+            m.setLongProperty("l", 1L << 40);
+            m.setBooleanProperty("b", true);
+            m.setDoubleProperty("d", 2.5);
+            m.setStringProperty("s", "str");
+            m.setJMSReplyTo(replies);
+            m.setJMSCorrelationID("c-1");
+            s.createProducer(s.createTopic(name(info) + "/req")).send(m);
+            MqttMessage req = got.poll(WAIT, TimeUnit.MILLISECONDS);
+            assertNotNull(req);
+            assertEquals("7", userProperty(req, "i"));
+            MqttMessage reply = new MqttMessage("resp".getBytes(StandardCharsets.UTF_8), 1, false, null);
+            MqttProperties props = new MqttProperties();
+            props.setUserProperties(req.getProperties().getUserProperties());
+            props.setCorrelationData(req.getProperties().getCorrelationData());
+            props.setPayloadFormat(true);
+            reply.setProperties(props);
+            mc.publish(req.getProperties().getResponseTopic(), reply);
+            TextMessage back = assertInstanceOf(TextMessage.class, sub.receive(WAIT));
+            assertEquals("resp", back.getText());
+            assertEquals(7, back.getObjectProperty("i"));
+            assertEquals(1L << 40, back.getObjectProperty("l"));
+            assertEquals(true, back.getObjectProperty("b"));
+            assertEquals(2.5, back.getObjectProperty("d"));
+            assertEquals("str", back.getObjectProperty("s"));
+            assertEquals("c-1", back.getJMSCorrelationID());
+        } finally {
+            close(mc);
+        }
+    }
+
+    @Test
     void largeMapMessageOverSmallFrames(TestInfo info) throws Exception {
         try (Connection c = connect("amqp.maxFrameSize=4096")) {
             Session s = c.createSession(false, Session.AUTO_ACKNOWLEDGE);
