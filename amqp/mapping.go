@@ -332,6 +332,7 @@ type encoder struct {
 	msg   frames.Message
 	data  [1][]byte
 	seq   [1][]any
+	mid   messageID
 }
 
 // deliveryHeader is what the header says about one delivery of a queued
@@ -401,7 +402,9 @@ func (e *encoder) encode(w *buffer.Buffer, m *core.Message, retained bool, dest,
 	if q, ok := strings.CutPrefix(to, queueTopic); ok {
 		to = prefixQueue + q // put straight into a queue: its address
 	}
+	e.mid.set(m)
 	e.props = frames.MessageProperties{
+		MessageID:   &e.mid, // every AMQP message has one (JMSMessageID)
 		To:          to,
 		ReplyTo:     m.ResponseTopic,
 		ContentType: encoding.Symbol(m.ContentType),

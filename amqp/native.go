@@ -490,3 +490,65 @@ func nativeOf(m *core.Message, am *frames.Message, payload []byte) {
 		}
 	}
 }
+
+// messageID is the message-id the gateway gives a message that comes
+// without one (published over MQTT or the bridge), so that every AMQP
+// message has one (a JMS JMSMessageID). It is derived from the message, not
+// drawn from a counter, so every delivery of the message (to each
+// receiver, from a queue, again after a restart: Created and the origin
+// are stored with it) carries the same id:
+//
+//	ID:tolsey:<receiving node>:<receive time, unix ns, 16 hex>:<FNV-1a of topic and payload length, 8 hex>
+//
+// Two messages get the same id only when one node receives them on the
+// same topic with the same payload length in the same nanosecond.
+// MarshalAMQP writes the string without building it (the encoder reuses
+// one messageID, so encoding a delivery allocates nothing more).
+type messageID struct {
+	node  string
+	nanos int64
+	sum   uint32
+}
+
+const messageIDPrefix = "ID:tolsey:"
+
+func (id *messageID) set(m *core.Message) {
+	id.node, id.nanos = m.Origin.Node, 0
+	if !m.Created.IsZero() {
+		id.nanos = m.Created.UnixNano()
+	}
+	h := uint32(2166136261) // FNV-1a offset basis
+	for i := 0; i < len(m.Topic); i++ {
+		h = (h ^ uint32(m.Topic[i])) * 16777619
+	}
+	for n := len(m.Payload); n > 0; n >>= 8 {
+		h = (h ^ uint32(n&0xff)) * 16777619
+	}
+	id.sum = h
+}
+
+func (id *messageID) MarshalAMQP(w *buffer.Buffer) error {
+	n := len(messageIDPrefix) + len(id.node) + 1 + 16 + 1 + 8
+	if n <= 255 {
+		w.AppendByte(0xa1) // str8-utf8
+		w.AppendByte(byte(n))
+	} else {
+		w.AppendByte(0xb1) // str32-utf8
+		w.AppendUint32(uint32(n))
+	}
+	w.AppendString(messageIDPrefix)
+	w.AppendString(id.node)
+	w.AppendByte(':')
+	appendHex(w, uint64(id.nanos), 16)
+	w.AppendByte(':')
+	appendHex(w, uint64(id.sum), 8)
+	return nil
+}
+
+// appendHex writes the low digits*4 bits of v as fixed-width lower-case hex.
+func appendHex(w *buffer.Buffer, v uint64, digits int) {
+	const hexDigits = "0123456789abcdef"
+	for i := digits - 1; i >= 0; i-- {
+		w.AppendByte(hexDigits[(v>>(4*uint(i)))&0xf])
+	}
+}

@@ -2,6 +2,7 @@ package amqp
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"reflect"
 	"strings"
@@ -381,5 +382,31 @@ func TestTypedPropertiesRoundTrip(t *testing.T) {
 	}
 	if got.Properties.CorrelationID != "c-1" {
 		t.Fatalf("correlation-id %#v, want the string back", got.Properties.CorrelationID)
+	}
+}
+
+// TestMessageIDAlwaysPresent: a message published over MQTT reaches AMQP
+// receivers with a message-id (Qpid JMS JMSMessageID), the same on every
+// delivery of that message, different for another message.
+func TestMessageIDAlwaysPresent(t *testing.T) {
+	e := startServer(t)
+	s := e.session(t)
+	r1 := newReceiver(t, s, "ids/#", nil)
+	r2 := newReceiver(t, s, "ids/+", nil)
+	for _, topic := range []string{"ids/a", "ids/b"} {
+		e.router.Publish(context.Background(), &core.Message{Topic: topic, Payload: []byte("x"), Created: time.Now(),
+			Origin: core.Origin{Protocol: core.ProtocolMQTT, Node: "test-node"}})
+	}
+	var ids []any
+	for _, r := range []*goamqp.Receiver{r1, r1, r2, r2} {
+		m := receive(t, r)
+		if m.Properties == nil || m.Properties.MessageID == nil {
+			t.Fatalf("no message-id: %+v", m.Properties)
+		}
+		ids = append(ids, m.Properties.MessageID)
+	}
+	id, _ := ids[0].(string)
+	if !strings.HasPrefix(id, "ID:tolsey:test-node:") || ids[0] != ids[2] || ids[1] != ids[3] || ids[0] == ids[1] {
+		t.Fatalf("message-ids %q: want ID:tolsey:test-node:…, one per message, the same on each delivery", ids)
 	}
 }

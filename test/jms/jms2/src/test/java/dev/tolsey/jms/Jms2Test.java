@@ -6,6 +6,7 @@ import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import jakarta.jms.BytesMessage;
 import jakarta.jms.Connection;
@@ -215,6 +216,8 @@ class Jms2Test extends GatewayTest {
             TextMessage got = assertInstanceOf(TextMessage.class, sub.receive(WAIT));
             assertEquals("from mqtt", got.getText());
             assertEquals("v", got.getStringProperty("k"));
+            assertTrue(got.getJMSMessageID() != null && got.getJMSMessageID().startsWith("ID:tolsey:"),
+                    "every AMQP message has a message-id: " + got.getJMSMessageID());
         }
     }
 }
