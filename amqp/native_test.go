@@ -3,6 +3,7 @@ package amqp
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"reflect"
 	"strings"
@@ -408,5 +409,85 @@ func TestMessageIDAlwaysPresent(t *testing.T) {
 	id, _ := ids[0].(string)
 	if !strings.HasPrefix(id, "ID:tolsey:test-node:") || ids[0] != ids[2] || ids[1] != ids[3] || ids[0] == ids[1] {
 		t.Fatalf("message-ids %q: want ID:tolsey:test-node:…, one per message, the same on each delivery", ids)
+	}
+}
+
+// FuzzTypedBodies: MQTT publishers choose the payload and the
+// tolsey_amqp_type / tolsey_amqp_types properties; restoring them must
+// never panic, and what it restores must encode and decode as AMQP. A
+// rendering (toCore of any decodable message) must be valid JSON.
+func FuzzTypedBodies(f *testing.F) {
+	for _, seed := range []struct{ payload, kind, types string }{
+		{`{"a":1,"b":[true,null,{"c":"d"}]}`, "map", `{"i":"int"}`},
+		{`[1,2.5,"x"]`, "sequence", `{"$correlation-id":"uuid"}`},
+		{`"0f8fad5b-d9cb-469f-a165-70867728950e"`, "uuid", ``},
+		{`[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]`, "list", `[]`},
+		{`1e400`, "double", `{"i":"timestamp"}`},
+	} {
+		f.Add([]byte(seed.payload), seed.kind, seed.types)
+	}
+	f.Fuzz(func(t *testing.T, payload []byte, kind, types string) {
+		m := &core.Message{Topic: "t", Payload: payload, CorrelationData: []byte("c"),
+			UserProperties: []core.UserProperty{{Key: "i", Value: string(payload)}, {Key: propAMQPType, Value: kind}, {Key: propTypesKey, Value: types}}}
+		var enc encoder
+		var b buffer.Buffer
+		if err := enc.encode(&b, m, false, -1, -1, deliveryHeader{}, time.Now()); err != nil {
+			t.Fatalf("encode: %v", err)
+		}
+		var got frames.Message
+		if err := got.Decode(b.Written()); err != nil {
+			t.Fatalf("the restored message does not decode: %v", err)
+		}
+		if in, err := toCore(&got, b.Written(), time.Now()); err == nil && len(in.msg.UserProperties) > 0 &&
+			in.msg.ContentType == contentTypeJSON && !json.Valid(in.msg.Payload) {
+			t.Fatalf("rendering is not JSON: %s", in.msg.Payload)
+		}
+	})
+}
+
+// BenchmarkNativePath: map one AMQP message in (toCore) and encode it for
+// one AMQP receiver: a plain data message (the neutral path), a Qpid JMS
+// style TextMessage (message-id, creation-time, JMS annotations: native),
+// and a MapMessage of 10 entries (native, rendered as JSON).
+func BenchmarkNativePath(b *testing.B) {
+	jmsProps := &frames.MessageProperties{MessageID: "ID:abc:1:1:1-1", To: "t", CreationTime: encoding.TimestampOf(time.Now())}
+	jmsAnn := encoding.Annotations{{Key: annJMSDest, Value: int8(1)}, {Key: annJMSMsgType, Value: int8(2)}}
+	mapBody := encoding.Map{}
+	for i := range 10 {
+		mapBody = append(mapBody, encoding.MapEntry{Key: fmt.Sprint("k", i), Value: int32(i)})
+	}
+	for _, bc := range []struct {
+		name string
+		m    frames.Message
+	}{
+		{"data", frames.Message{Data: [][]byte{bytes.Repeat([]byte("x"), 256)}}},
+		{"jms-text", frames.Message{MessageAnnotations: jmsAnn[:1], Properties: jmsProps, Value: string(bytes.Repeat([]byte("x"), 256))}},
+		{"jms-map", frames.Message{MessageAnnotations: jmsAnn, Properties: jmsProps, Value: mapBody}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			var src buffer.Buffer
+			if err := bc.m.MarshalAMQP(&src); err != nil {
+				b.Fatal(err)
+			}
+			payload := src.Written()
+			var enc encoder
+			var out buffer.Buffer
+			now := time.Now()
+			b.ReportAllocs()
+			for b.Loop() {
+				var am frames.Message
+				if err := am.Decode(payload); err != nil {
+					b.Fatal(err)
+				}
+				in, err := toCore(&am, payload, now)
+				if err != nil {
+					b.Fatal(err)
+				}
+				out.Reset()
+				if err := enc.encode(&out, in.msg, false, jmsTopic, -1, deliveryHeader{}, now); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
