@@ -575,3 +575,31 @@ func TestRemoteWindow(t *testing.T) {
 		}
 	}
 }
+
+// TestCoordinatorRefused: a sender attaching to a transaction coordinator
+// (Qpid JMS creating a transacted session) is refused alone, with
+// amqp:not-implemented: the attach answer has no target, then a detach;
+// the connection goes on and a plain sender on it works. (Before, the
+// coordinator target failed to decode and the whole connection was
+// closed with amqp:decode-error.)
+func TestCoordinatorRefused(t *testing.T) {
+	e := startServer(t)
+	c := rawDial(t, e.addr)
+	c.open(nil)
+	c.begin(0)
+	a := attachSender("txn", 0, "")
+	a.Target = &frames.Target{Coordinator: true, Capabilities: []encoding.Symbol{"amqp:local-transactions"}}
+	c.send(0, a, nil)
+	if reply := expectFrame[*frames.Attach](c); reply.Target != nil {
+		t.Fatalf("refusing attach carries a target: %+v", reply.Target)
+	}
+	d := expectFrame[*frames.Detach](c)
+	if !d.Closed || d.Error == nil || d.Error.Condition != frames.ErrCondNotImplemented {
+		t.Fatalf("detach %+v, want closed with amqp:not-implemented", d)
+	}
+	c.send(0, &frames.Detach{Handle: 0, Closed: true}, nil)
+	c.send(0, attachSender("plain", 1, "after/txn"), nil)
+	if reply := expectFrame[*frames.Attach](c); reply.Target == nil || reply.Target.Address != "after/txn" {
+		t.Fatalf("plain sender after the refusal: %+v", reply)
+	}
+}

@@ -64,6 +64,11 @@ func (s *session) attachIn(a *frames.Attach) error {
 	}
 	t := a.Target
 	switch {
+	case t != nil && t.Coordinator:
+		// The link alone is refused; the connection and the client's other
+		// sessions go on (Qpid JMS reports the transacted session failed).
+		return s.refuse(l, reply, linkErr(frames.ErrCondNotImplemented,
+			"local transactions (a coordinator target) are not supported: use a session that is not transacted"))
 	case t != nil && t.Dynamic && s.c.s.wantsTempQueue(t.Capabilities):
 		name, le := s.c.newTempQueue()
 		if le != nil {

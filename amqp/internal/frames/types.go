@@ -26,6 +26,7 @@ const (
 	codeModified    = 0x27
 	codeSource      = 0x28
 	codeTarget      = 0x29
+	codeCoordinator = 0x30 // amqp:coordinator:list (part 4 section 4.5.1)
 
 	codeSASLMechanisms = 0x40
 	codeSASLInit       = 0x41
@@ -318,6 +319,13 @@ func (s *Source) UnmarshalAMQP(r *buffer.Buffer) error {
 </type>
 */
 type Target struct {
+	// Coordinator marks a transaction coordinator (part 4 section 4.5.1:
+	// <type name="coordinator" class="composite" source="list"
+	// provides="target"> with the one field capabilities), which a sender
+	// attaches to for local transactions (Qpid JMS transacted sessions).
+	// Only Capabilities is meaningful then. Decoding it, rather than
+	// failing the whole attach, lets the link be refused alone.
+	Coordinator           bool
 	Address               string
 	Durable               uint32
 	ExpiryPolicy          encoding.Symbol
@@ -328,6 +336,11 @@ type Target struct {
 }
 
 func (t *Target) MarshalAMQP(w *buffer.Buffer) error {
+	if t.Coordinator {
+		return encoding.WriteComposite(w, codeCoordinator, []encoding.EncField{
+			{Value: &t.Capabilities, Omit: t.Capabilities == nil},
+		})
+	}
 	return encoding.WriteComposite(w, codeTarget, []encoding.EncField{
 		{Value: &t.Address, Omit: t.Address == ""},
 		{Value: &t.Durable, Default: t.Durable == DurabilityNone},
@@ -340,6 +353,12 @@ func (t *Target) MarshalAMQP(w *buffer.Buffer) error {
 }
 
 func (t *Target) UnmarshalAMQP(r *buffer.Buffer) error {
+	if code, err := encoding.PeekDescriptor(r); err == nil && code == codeCoordinator {
+		t.Coordinator = true
+		return encoding.ReadComposite(r, codeCoordinator, []encoding.DecField{
+			{Value: &t.Capabilities, Name: "capabilities"},
+		})
+	}
 	return encoding.ReadComposite(r, codeTarget, []encoding.DecField{
 		{Value: &t.Address, Name: "address"},
 		{Value: &t.Durable, Name: "durable"},

@@ -220,4 +220,19 @@ class Jms2Test extends GatewayTest {
                     "every AMQP message has a message-id: " + got.getJMSMessageID());
         }
     }
+
+    @Test
+    void transactedSessionRefusedAloneConnectionGoesOn(TestInfo info) throws Exception {
+        // Local transactions are not supported yet (issue 12): creating a
+        // transacted session fails, and only that; the connection and its
+        // other sessions keep working.
+        try (Connection c = connect()) {
+            assertThrows(JMSException.class, () -> c.createSession(true, Session.SESSION_TRANSACTED));
+            Session s = c.createSession(false, Session.AUTO_ACKNOWLEDGE);
+            Topic t = s.createTopic(name(info));
+            MessageConsumer sub = s.createConsumer(t);
+            s.createProducer(t).send(s.createTextMessage("still here"));
+            assertEquals("still here", assertInstanceOf(TextMessage.class, sub.receive(WAIT)).getText());
+        }
+    }
 }
