@@ -43,6 +43,19 @@ public final class Gateway implements AutoCloseable {
 
     /** Starts a gateway with the suite's flags plus extra ones ("--key=value"). */
     public static Gateway start(String... extra) throws Exception {
+        return startOn(0, extra);
+    }
+
+    /** The AMQP port a started gateway bound. */
+    public int amqpPort() {
+        return Integer.parseInt(amqp.substring(amqp.lastIndexOf(':') + 1));
+    }
+
+    /**
+     * Starts a gateway whose AMQP listener binds amqpPort (0: a free one), e.g.
+     * the port of a gateway stopped before, for clients that reconnect.
+     */
+    public static Gateway startOn(int amqpPort, String... extra) throws Exception {
         String bin = System.getProperty("gateway.bin", "");
         if (bin.isEmpty()) {
             throw new IllegalStateException("-Dgateway.bin=PATH is needed: the gateway binary (test/e2e/jms.sh builds it)");
@@ -51,7 +64,7 @@ public final class Gateway implements AutoCloseable {
         Path log = dir.resolve("gateway.log");
         List<String> cmd = new ArrayList<>(List.of(bin,
                 "--mqtt.listen=127.0.0.1:0",
-                "--amqp.listen=127.0.0.1:0",
+                "--amqp.listen=127.0.0.1:" + amqpPort,
                 "--admin.listen=127.0.0.1:0",
                 "--amqp.allowAnonymous=true",
                 "--amqp.users=" + USER + ":" + PASSWORD,
