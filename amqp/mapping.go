@@ -96,6 +96,11 @@ func toCore(am *frames.Message, payload []byte, now time.Time) (inbound, error) 
 	if p := am.Properties; p != nil {
 		m.ContentType = string(p.ContentType)
 		m.ResponseTopic = strings.TrimPrefix(p.ReplyTo, prefixTopic)
+		if q, ok := strings.CutPrefix(p.ReplyTo, prefixQueue); ok {
+			// A queue's MQTT address, so that an MQTT responder's publish
+			// to the Response Topic lands in it (a JMS temporary queue).
+			m.ResponseTopic = queueTopic + q
+		}
 		in.to = p.To
 		// core keeps the id as bytes and its AMQP type beside them, so an
 		// AMQP receiver gets it back as sent (MQTT gets the bytes).
@@ -403,10 +408,14 @@ func (e *encoder) encode(w *buffer.Buffer, m *core.Message, retained bool, dest,
 		to = prefixQueue + q // put straight into a queue: its address
 	}
 	e.mid.set(m)
+	replyAddr := m.ResponseTopic
+	if q, ok := strings.CutPrefix(replyAddr, queueTopic); ok {
+		replyAddr = prefixQueue + q // a queue's AMQP address
+	}
 	e.props = frames.MessageProperties{
 		MessageID:   &e.mid, // every AMQP message has one (JMSMessageID)
 		To:          to,
-		ReplyTo:     m.ResponseTopic,
+		ReplyTo:     replyAddr,
 		ContentType: encoding.Symbol(m.ContentType),
 	}
 	if m.CorrelationData != nil {

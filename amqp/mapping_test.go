@@ -306,3 +306,21 @@ func TestEncodeAllocs(t *testing.T) {
 		t.Fatalf("%v allocations per encode", allocs)
 	}
 }
+
+// TestQueueReplyTo: a reply-to that names a queue (a JMS temporary queue)
+// is the queue's MQTT address as the Response Topic, so that an MQTT
+// responder's publish lands in the queue, and its AMQP address again for
+// an AMQP receiver.
+func TestQueueReplyTo(t *testing.T) {
+	in, err := roundTrip(t, &frames.Message{Properties: &frames.MessageProperties{ReplyTo: "queue://$tmpq/n/1/1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.msg.ResponseTopic != "$queue/$tmpq/n/1/1" {
+		t.Fatalf("response topic %q, want the queue's MQTT address", in.msg.ResponseTopic)
+	}
+	out := decodeOut(t, &core.Message{Topic: "a", Payload: []byte("x"), ResponseTopic: in.msg.ResponseTopic}, false, time.Now())
+	if out.Properties.ReplyTo != "queue://$tmpq/n/1/1" {
+		t.Fatalf("reply-to %q, want the queue's AMQP address", out.Properties.ReplyTo)
+	}
+}

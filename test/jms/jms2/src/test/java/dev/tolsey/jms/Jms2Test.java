@@ -235,4 +235,36 @@ class Jms2Test extends GatewayTest {
             assertEquals("still here", assertInstanceOf(TextMessage.class, sub.receive(WAIT)).getText());
         }
     }
+
+    @Test
+    void temporaryQueueReplyFromAnMqttResponder(TestInfo info) throws Exception {
+        // An MQTT 5 responder answers on the Response Topic with the
+        // Correlation Data it got; the JMS requester's temporary queue gets it.
+        BlockingQueue<MqttMessage> got = new ArrayBlockingQueue<>(10);
+        MqttClient mc = mqttSubscriber(name(info), got);
+        try (Connection c = connect()) {
+            Session s = c.createSession(false, Session.AUTO_ACKNOWLEDGE);
+            TemporaryQueue replyTo = s.createTemporaryQueue();
+            MessageConsumer answers = s.createConsumer(replyTo);
+            TextMessage req = s.createTextMessage("ping");
+            req.setJMSReplyTo(replyTo);
+            req.setJMSCorrelationID("tq-1");
+            s.createProducer(s.createTopic(name(info))).send(req);
+            MqttMessage r = got.poll(WAIT, TimeUnit.MILLISECONDS);
+            assertNotNull(r);
+            MqttMessage reply = new MqttMessage("pong".getBytes(StandardCharsets.UTF_8), 1, false, null);
+            MqttProperties props = new MqttProperties();
+            props.setCorrelationData(r.getProperties().getCorrelationData());
+            props.setUserProperties(r.getProperties().getUserProperties());
+            props.setPayloadFormat(true);
+            reply.setProperties(props);
+            mc.publish(r.getProperties().getResponseTopic(), reply);
+            TextMessage back = assertInstanceOf(TextMessage.class, answers.receive(WAIT),
+                    "no reply on the temporary queue; the MQTT responder published to " + r.getProperties().getResponseTopic());
+            assertEquals("pong", back.getText());
+            assertEquals("tq-1", back.getJMSCorrelationID());
+        } finally {
+            close(mc);
+        }
+    }
 }
