@@ -2,6 +2,7 @@ package dev.tolsey.jms;
 
 import jakarta.jms.Connection;
 import jakarta.jms.JMSException;
+import java.nio.charset.StandardCharsets;
 import java.util.concurrent.BlockingQueue;
 import org.apache.qpid.jms.JmsConnectionFactory;
 import org.eclipse.paho.mqttv5.client.IMqttMessageListener;
@@ -10,6 +11,7 @@ import org.eclipse.paho.mqttv5.client.MqttConnectionOptions;
 import org.eclipse.paho.mqttv5.client.persist.MemoryPersistence;
 import org.eclipse.paho.mqttv5.common.MqttMessage;
 import org.eclipse.paho.mqttv5.common.MqttSubscription;
+import org.eclipse.paho.mqttv5.common.packet.MqttProperties;
 import org.eclipse.paho.mqttv5.common.packet.UserProperty;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
@@ -66,6 +68,27 @@ abstract class GatewayTest {
         mc.subscribe(new MqttSubscription[] {new MqttSubscription(topic, 1)},
                 new IMqttMessageListener[] {(t, m) -> got.add(m)}).waitForCompletion(WAIT);
         return mc;
+    }
+
+    /**
+     * Answers an MQTT 5 request the usual way: on its Response Topic, with its
+     * Correlation Data and user properties echoed; a text payload says so
+     * (payload format indicator 1), a null one echoes the request's payload
+     * and content type.
+     */
+    static void mqttRespond(MqttClient mc, MqttMessage req, String text) throws Exception {
+        MqttProperties in = req.getProperties();
+        MqttMessage reply = new MqttMessage(text == null ? req.getPayload() : text.getBytes(StandardCharsets.UTF_8), 1, false, null);
+        MqttProperties props = new MqttProperties();
+        props.setCorrelationData(in.getCorrelationData());
+        props.setUserProperties(in.getUserProperties());
+        if (text == null) {
+            props.setContentType(in.getContentType());
+        } else {
+            props.setPayloadFormat(true);
+        }
+        reply.setProperties(props);
+        mc.publish(in.getResponseTopic(), reply);
     }
 
     static void close(MqttClient mc) throws Exception {

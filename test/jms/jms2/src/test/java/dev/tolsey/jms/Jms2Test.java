@@ -252,13 +252,7 @@ class Jms2Test extends GatewayTest {
             s.createProducer(s.createTopic(name(info))).send(req);
             MqttMessage r = got.poll(WAIT, TimeUnit.MILLISECONDS);
             assertNotNull(r);
-            MqttMessage reply = new MqttMessage("pong".getBytes(StandardCharsets.UTF_8), 1, false, null);
-            MqttProperties props = new MqttProperties();
-            props.setCorrelationData(r.getProperties().getCorrelationData());
-            props.setUserProperties(r.getProperties().getUserProperties());
-            props.setPayloadFormat(true);
-            reply.setProperties(props);
-            mc.publish(r.getProperties().getResponseTopic(), reply);
+            mqttRespond(mc, r, "pong");
             TextMessage back = assertInstanceOf(TextMessage.class, answers.receive(WAIT),
                     "no reply on the temporary queue; the MQTT responder published to " + r.getProperties().getResponseTopic());
             assertEquals("pong", back.getText());
