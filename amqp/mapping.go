@@ -39,17 +39,27 @@ type inbound struct {
 	jmsDest int8   // x-opt-jms-dest, or -1 when absent
 }
 
-// toCore maps a decoded AMQP message. Bytes kept by the result are copied
-// (am aliases the frame or reassembly buffer). A message whose body has no
-// mapping is refused with a description for the rejected outcome.
-func toCore(am *frames.Message, now time.Time) (inbound, error) {
+// toCore maps a decoded AMQP message, decoded from payload. Bytes kept by
+// the result are copied (am and payload alias the frame or reassembly
+// buffer). A message the neutral fields cannot hold whole also keeps
+// payload as its native encoding (native.go). The error result is kept for
+// bodies a later version may refuse; none is refused today.
+func toCore(am *frames.Message, payload []byte, now time.Time) (inbound, error) {
 	in := inbound{jmsDest: -1}
 	m := &core.Message{Created: now}
 	in.msg = m
+	native := needsNative(am)
+	typed := false
 	switch {
 	case am.Sequence != nil:
-		return in, fmt.Errorf("amqp-sequence bodies are not supported: send the payload as one data section (bytes) or an amqp-value string or binary")
+		typed = true
 	case am.Data != nil:
+		if native {
+			nativeOf(m, am, payload) // a single data section's payload points into it
+			if m.Payload != nil {
+				break
+			}
+		}
 		n := 0
 		for _, d := range am.Data {
 			n += len(d)
@@ -67,10 +77,13 @@ func toCore(am *frames.Message, now time.Time) (inbound, error) {
 		case []byte:
 			m.Payload = append([]byte(nil), v...)
 		default:
-			return in, fmt.Errorf("amqp-value of type %s is not supported: send the payload as one data section (bytes) or an amqp-value string or binary", amqpTypeName(v))
+			typed = true
 		}
 	default:
 		m.Payload = []byte{}
+	}
+	if native && m.Native.Protocol == "" {
+		nativeOf(m, am, payload)
 	}
 	if h := am.Header; h != nil {
 		if h.Durable {
@@ -83,6 +96,11 @@ func toCore(am *frames.Message, now time.Time) (inbound, error) {
 	if p := am.Properties; p != nil {
 		m.ContentType = string(p.ContentType)
 		m.ResponseTopic = strings.TrimPrefix(p.ReplyTo, prefixTopic)
+		if q, ok := strings.CutPrefix(p.ReplyTo, prefixQueue); ok {
+			// A queue's MQTT address, so that an MQTT responder's publish
+			// to the Response Topic lands in it (a JMS temporary queue).
+			m.ResponseTopic = queueTopic + q
+		}
 		in.to = p.To
 		// core keeps the id as bytes and its AMQP type beside them, so an
 		// AMQP receiver gets it back as sent (MQTT gets the bytes).
@@ -108,6 +126,12 @@ func toCore(am *frames.Message, now time.Time) (inbound, error) {
 			m.UserProperties[i] = core.UserProperty{Key: p.Key, Value: formatValue(p.Value)}
 		}
 	}
+	if typed {
+		renderTyped(m, am) // after the properties: its content type wins
+	}
+	if native || m.CorrelationKind != core.IDBinary {
+		renderPropTypes(m, am)
+	}
 	if v, ok := am.MessageAnnotations.Get(annRetain); ok {
 		if b, ok := v.(bool); ok && b {
 			m.Retain = true
@@ -123,9 +147,8 @@ func toCore(am *frames.Message, now time.Time) (inbound, error) {
 
 // correlationID is m's correlation data as the AMQP type it was sent with.
 // Bytes that do not parse as their kind go out as they are.
-func correlationID(m *core.Message) any {
-	d := m.CorrelationData
-	switch m.CorrelationKind {
+func correlationID(d []byte, kind core.IDKind) any {
+	switch kind {
 	case core.IDString:
 		if utf8.Valid(d) {
 			return textBody(d)
@@ -206,8 +229,52 @@ func toInt8(v any) (int8, bool) {
 	return 0, false
 }
 
+// amqpTypeName is the AMQP 1.0 type name of a decoded value (part 1
+// section 1.6), the value of propAMQPType.
 func amqpTypeName(v any) string {
 	switch v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "boolean"
+	case uint8:
+		return "ubyte"
+	case uint16:
+		return "ushort"
+	case uint32:
+		return "uint"
+	case uint64:
+		return "ulong"
+	case int8:
+		return "byte"
+	case int16:
+		return "short"
+	case int32:
+		return "int"
+	case int64:
+		return "long"
+	case float32:
+		return "float"
+	case float64:
+		return "double"
+	case encoding.Decimal32:
+		return "decimal32"
+	case encoding.Decimal64:
+		return "decimal64"
+	case encoding.Decimal128:
+		return "decimal128"
+	case encoding.Char:
+		return "char"
+	case encoding.Timestamp:
+		return "timestamp"
+	case encoding.UUID:
+		return "uuid"
+	case []byte:
+		return "binary"
+	case string:
+		return "string"
+	case encoding.Symbol:
+		return "symbol"
 	case encoding.Map:
 		return "map"
 	case []any:
@@ -216,10 +283,6 @@ func amqpTypeName(v any) string {
 		return "array"
 	case encoding.Described:
 		return "described"
-	case encoding.Symbol:
-		return "symbol"
-	case bool:
-		return "boolean"
 	}
 	return fmt.Sprintf("%T", v)
 }
@@ -273,6 +336,8 @@ type encoder struct {
 	app   encoding.ApplicationProperties
 	msg   frames.Message
 	data  [1][]byte
+	seq   [1][]any
+	mid   messageID
 }
 
 // deliveryHeader is what the header says about one delivery of a queued
@@ -288,6 +353,9 @@ type deliveryHeader struct {
 // it: docs/architecture.md, decision 1). dest and replyTo are
 // x-opt-jms-dest and x-opt-jms-reply-to (-1: omit).
 func (e *encoder) encode(w *buffer.Buffer, m *core.Message, retained bool, dest, replyTo int8, dh deliveryHeader, now time.Time) error {
+	if m.Native.Protocol == core.ProtocolAMQP {
+		return e.encodeNative(w, m, retained, dest, dh, now)
+	}
 	e.msg = frames.Message{}
 	if m.QoS > 0 || !m.Expiry.IsZero() || dh != (deliveryHeader{}) {
 		e.hdr = frames.MessageHeader{Durable: m.QoS > 0, DeliveryCount: dh.count, FirstAcquirer: dh.firstAcquirer}
@@ -299,14 +367,32 @@ func (e *encoder) encode(w *buffer.Buffer, m *core.Message, retained bool, dest,
 		e.msg.Header = &e.hdr
 	}
 
-	text := (m.PayloadFormat == 1 || isTextual(m.ContentType)) && utf8.Valid(m.Payload)
+	// A JSON rendering of a typed AMQP body (an MQTT reply echoing it)
+	// goes back as that type (docs/mapping.md, "Typed bodies").
+	var typed typedBody
+	var propTypes map[string]string // typed application properties: nil for most messages
+	restored := false
+	for _, u := range m.UserProperties {
+		switch u.Key {
+		case propAMQPType:
+			typed, restored = restoreTyped(m, u.Value)
+		case propTypesKey:
+			propTypes = propTypesOf(u.Value)
+		}
+	}
+	text := !restored && (m.PayloadFormat == 1 || isTextual(m.ContentType)) && utf8.Valid(m.Payload)
 	e.ann = e.ann[:0]
 	if dest >= 0 {
 		e.ann = append(e.ann, encoding.Annotation{Key: annJMSDest, Value: dest})
 	}
-	if text {
+	switch {
+	case restored:
+		if typed.msgType >= 0 {
+			e.ann = append(e.ann, encoding.Annotation{Key: annJMSMsgType, Value: typed.msgType})
+		}
+	case text:
 		e.ann = append(e.ann, encoding.Annotation{Key: annJMSMsgType, Value: jmsTextMessage})
-	} else {
+	default:
 		e.ann = append(e.ann, encoding.Annotation{Key: annJMSMsgType, Value: jmsBytesMessage})
 	}
 	if replyTo >= 0 && m.ResponseTopic != "" {
@@ -321,13 +407,23 @@ func (e *encoder) encode(w *buffer.Buffer, m *core.Message, retained bool, dest,
 	if q, ok := strings.CutPrefix(to, queueTopic); ok {
 		to = prefixQueue + q // put straight into a queue: its address
 	}
+	e.mid.set(m)
+	replyAddr := m.ResponseTopic
+	if q, ok := strings.CutPrefix(replyAddr, queueTopic); ok {
+		replyAddr = prefixQueue + q // a queue's AMQP address
+	}
 	e.props = frames.MessageProperties{
+		MessageID:   &e.mid, // every AMQP message has one (JMSMessageID)
 		To:          to,
-		ReplyTo:     m.ResponseTopic,
+		ReplyTo:     replyAddr,
 		ContentType: encoding.Symbol(m.ContentType),
 	}
 	if m.CorrelationData != nil {
-		e.props.CorrelationID = correlationID(m)
+		kind := m.CorrelationKind
+		if k, ok := correlationKindOf(propTypes); ok && kind == core.IDBinary {
+			kind = k // an MQTT responder echoed an AMQP id: its type again
+		}
+		e.props.CorrelationID = correlationID(m.CorrelationData, kind)
 	}
 	if !m.Created.IsZero() {
 		e.props.CreationTime = encoding.TimestampOf(m.Created)
@@ -341,25 +437,40 @@ func (e *encoder) encode(w *buffer.Buffer, m *core.Message, retained bool, dest,
 		e.app = e.app[:0]
 	next:
 		for _, u := range m.UserProperties {
+			if restored && u.Key == propAMQPType || propTypes != nil && u.Key == propTypesKey {
+				continue // said by the body's and the properties' types now
+			}
 			// AMQP map keys are unique; MQTT allows repeats: keep the first.
 			for _, have := range e.app {
 				if have.Key == u.Key {
 					continue next
 				}
 			}
-			e.app = append(e.app, encoding.Property{Key: u.Key, Value: u.Value})
+			var v any = u.Value
+			if t, ok := propTypes[u.Key]; ok {
+				if tv, ok := parseScalar(t, u.Value); ok {
+					v = tv
+				}
+			}
+			e.app = append(e.app, encoding.Property{Key: u.Key, Value: v})
 		}
 		e.msg.ApplicationProperties = e.app
 	}
 
-	if text {
+	switch {
+	case restored && typed.seq:
+		e.seq[0] = typed.value.([]any)
+		e.msg.Sequence = e.seq[:]
+	case restored:
+		e.msg.Value = typed.value
+	case text:
 		e.msg.Value = textBody(m.Payload)
-	} else {
+	default:
 		e.data[0] = m.Payload
 		e.msg.Data = e.data[:]
 	}
 	err := e.msg.MarshalAMQP(w)
-	e.data[0] = nil
+	e.data[0], e.seq[0] = nil, nil
 	e.msg = frames.Message{}
 	return err
 }

@@ -53,6 +53,9 @@ func (s *Server) resolve(addr string, caps []encoding.Symbol) (string, nodeKind)
 		if _, ok := s.opts.Queues.Queue(addr); ok {
 			return addr, nodeQueue
 		}
+		if s.opts.BareAddressQueue && !strings.ContainsAny(addr, "+#") {
+			return addr, nodeQueue
+		}
 	}
 	return name, kind
 }

@@ -562,3 +562,35 @@ func TestTemporaryQueueLinkClose(t *testing.T) {
 		t.Fatalf("receiver on the deleted temporary queue: %v, want amqp:resource-deleted", err)
 	}
 }
+
+// TestBareAddressQueue: with BareAddressQueue (amqp.bareAddress: queue) an
+// address with neither prefix nor capability names a queue, created on the
+// first send, so a message sent before any receiver waits for it (Artemis,
+// RabbitMQ 4, Qpid Broker-J); a wildcard address stays a topic filter, and
+// "topic://" or capability topic still say topic. Without it the same send
+// goes to a topic and no queue appears.
+func TestBareAddressQueue(t *testing.T) {
+	e := startServer(t, func(o *Options) { o.AutoCreateQueues, o.BareAddressQueue = true, true })
+	s := e.session(t)
+	send(t, newSender(t, s, "orders", nil), goamqp.NewMessage([]byte("early")))
+	if _, ok := e.queues.Queue("orders"); !ok {
+		t.Fatal("queue orders not created by the send")
+	}
+	if got := body(receive(t, newReceiver(t, s, "orders", nil))); got != "early" {
+		t.Fatalf("got %q, want the message sent before the receiver", got)
+	}
+	w := newReceiver(t, s, "orders/#", nil) // a topic filter
+	send(t, newSender(t, s, "topic://orders/x", nil), goamqp.NewMessage([]byte("t")))
+	if got := body(receive(t, w)); got != "t" {
+		t.Fatalf("wildcard receiver got %q", got)
+	}
+	if _, ok := e.queues.Queue("orders/#"); ok {
+		t.Fatal("a wildcard address made a queue")
+	}
+
+	plain := startServer(t, func(o *Options) { o.AutoCreateQueues = true })
+	send(t, newSender(t, plain.session(t), "orders", nil), goamqp.NewMessage([]byte("x")))
+	if _, ok := plain.queues.Queue("orders"); ok {
+		t.Fatal("amqp.bareAddress topic (the default) created a queue")
+	}
+}

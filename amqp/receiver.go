@@ -266,7 +266,7 @@ func (l *inLink) deliver(payload []byte) {
 		l.outcome(&frames.Rejected{Error: wireError(frames.ErrCondDecodeError, "malformed message: "+err.Error())})
 		return
 	}
-	in, err := toCore(&am, now)
+	in, err := toCore(&am, payload, now)
 	if err != nil {
 		l.outcome(&frames.Rejected{Error: wireError(frames.ErrCondDecodeError, err.Error())})
 		return

@@ -107,6 +107,12 @@ type Options struct {
 	// not exist creates a durable one with the defaults, instead of being
 	// refused with amqp:not-found.
 	AutoCreateQueues bool
+	// BareAddressQueue (amqp.bareAddress = queue): an address with neither
+	// prefix nor capability names a queue even when none of that name
+	// exists yet (created with AutoCreateQueues, else amqp:not-found), as
+	// Artemis, RabbitMQ 4 and Qpid Broker-J read it. An address with MQTT
+	// wildcards stays a topic filter: no queue can have that name.
+	BareAddressQueue bool
 }
 
 // Defaults and fixed limits.

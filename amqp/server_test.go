@@ -386,19 +386,6 @@ func TestOutcomes(t *testing.T) {
 			t.Fatalf("got %v, want rejected amqp:invalid-field", err)
 		}
 	})
-	snd := newSender(t, s, "outcomes", nil)
-	t.Run("unsupported body is rejected", func(t *testing.T) {
-		for _, m := range []*goamqp.Message{
-			{Sequence: [][]any{{"a", int64(1)}}},
-			{Value: map[string]any{"k": "v"}},
-			{Value: int64(7)},
-		} {
-			err := snd.Send(ctx5(t), m, nil)
-			if amqpCond(err) != "amqp:decode-error" || !strings.Contains(err.Error(), "not supported") {
-				t.Errorf("%+v: got %v, want rejected amqp:decode-error", m, err)
-			}
-		}
-	})
 	t.Run("amqp-value string and binary are accepted", func(t *testing.T) {
 		r := newReceiver(t, s, "values", nil)
 		vs := newSender(t, s, "values", nil)

@@ -37,6 +37,18 @@ type UserProperty struct {
 	Key, Value string
 }
 
+// Native is a message as its source protocol encoded it, carried beside the
+// protocol-neutral fields so that a front-end of the same protocol can send
+// it on unchanged (an AMQP message's typed body, header, annotations, typed
+// application properties and footer: docs/architecture.md, decision
+// "Native messages"). The core never reads Bytes; the neutral fields hold the
+// rendering every other protocol gets. A zero Native means there is none: the
+// neutral fields say everything.
+type Native struct {
+	Protocol Protocol // the front-end that encoded Bytes
+	Bytes    []byte   // opaque to the core; immutable once published
+}
+
 // Message is what every front-end publishes into and receives from the core.
 // A Message handed to Router.Publish must not be modified afterwards: the
 // router and subscribers may keep it (queues, retained store) and share it.
@@ -62,6 +74,9 @@ type Message struct {
 	// Expiry is when the message stops being deliverable; zero means never.
 	Expiry time.Time
 	Origin Origin
+	// Native is the source protocol's own encoding, when the neutral fields
+	// above lose something of it.
+	Native Native
 }
 
 // Expired reports whether the message must no longer be delivered at now.
@@ -90,7 +105,7 @@ func (m *Message) RemainingExpiry(now time.Time) (uint32, bool) {
 // Size is the approximate number of bytes the message occupies, for limits
 // and metrics.
 func (m *Message) Size() int {
-	n := len(m.Topic) + len(m.Payload) + len(m.ContentType) + len(m.CorrelationData) + len(m.ResponseTopic)
+	n := len(m.Topic) + len(m.Payload) + len(m.ContentType) + len(m.CorrelationData) + len(m.ResponseTopic) + len(m.Native.Bytes)
 	for _, p := range m.UserProperties {
 		n += len(p.Key) + len(p.Value)
 	}
@@ -106,6 +121,9 @@ func (m *Message) Clone() *Message {
 	}
 	if m.UserProperties != nil {
 		c.UserProperties = append([]UserProperty(nil), m.UserProperties...)
+	}
+	if m.Native.Bytes != nil {
+		c.Native.Bytes = append([]byte(nil), m.Native.Bytes...)
 	}
 	return &c
 }

@@ -29,6 +29,7 @@ func (g *Gateway) startAMQP(context.Context) error {
 		Router:                g.router,
 		Queues:                g.queues.Load(),
 		AutoCreateQueues:      g.cfg.Queues.AutoCreate,
+		BareAddressQueue:      g.cfg.AMQP.BareQueue,
 		Store:                 g.store,
 		Metrics:               g.metrics,
 		Logger:                g.log,

@@ -97,6 +97,7 @@ var keyDefs = []keyDef{
 	{name: "amqp.linkBuffer", def: "1000", kind: kindInt, max: 1 << 20, help: "messages queued per AMQP receiving link before new ones are dropped and counted (slow consumer)"},
 	{name: "amqp.writeTimeout", def: "30s", kind: kindDuration, help: "a client that does not take what the gateway writes to it for this long (a stuck socket, heartbeats included) is disconnected and counted; 0 disables"},
 	{name: "amqp.maxSessions", def: "256", kind: kindInt, max: 1 << 16, help: "sessions per AMQP connection (announced as channel-max; a begin above it closes the connection with framing-error)"},
+	{name: "amqp.bareAddress", def: "topic", kind: kindEnum, enum: []string{"topic", "queue"}, help: "what an AMQP address with neither prefix (topic://, queue://) nor capability names when no queue of that name exists: topic, or queue (created on first use with queues.autoCreate, as ActiveMQ Artemis, RabbitMQ and Qpid Broker-J do); addresses with MQTT wildcards stay topic filters"},
 	{name: "amqp.maxLinksPerConnection", def: "1000", kind: kindInt, max: 1 << 20, help: "links (senders and receivers, over all sessions) per AMQP connection; an attach beyond it is refused with amqp:resource-limit-exceeded; bounds what one message costs one connection"},
 	{name: "amqp.maxSelectorLength", def: "4096", kind: kindInt, max: 1 << 20, help: "longest JMS message selector (source filter apache.org:selector-filter:string), bytes; a longer one refuses the link with amqp:invalid-field (docs/jms.md)"},
 	{name: "limits.maxConnections", def: "0", kind: kindInt, max: 1 << 30, help: "open client connections in all, over every MQTT (TCP, WebSocket, TLS, WSS) and AMQP listener; beyond it: MQTT 5 CONNACK 0x97, 3.1.1 code 3, AMQP close amqp:resource-limit-exceeded (docs/security.md, \"Limits\"); 0 = no limit"},
@@ -193,6 +194,7 @@ type Config struct {
 		MaxSelector    int // amqp.maxSelectorLength
 		MaxTxnMessages int // amqp.maxTransactionMessages
 		WriteTimeout   time.Duration
+		BareQueue      bool // amqp.bareAddress = queue
 	}
 	Limits            LimitsConfig
 	Auth              AuthConfig
@@ -473,6 +475,7 @@ func buildConfig(k *koanf.Koanf, byName map[string]*keyDef) (*Config, error) {
 	c.AMQP.MaxLinks = int(num("amqp.maxLinksPerConnection"))
 	c.AMQP.MaxSelector = int(num("amqp.maxSelectorLength"))
 	c.AMQP.MaxTxnMessages = int(num("amqp.maxTransactionMessages"))
+	c.AMQP.BareQueue = get("amqp.bareAddress") == "queue"
 	c.AdminListen = get("admin.listen")
 	c.DataDir = get("data.dir")
 	c.RetainBackend = get("retain.backend")

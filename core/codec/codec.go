@@ -14,7 +14,8 @@
 //	          8 correlation data present (nil and empty differ),
 //	          16 user properties present (nil and empty differ),
 //	          32|64 correlation kind (core.IDKind, 2 bits; 0 = binary, so
-//	          data written before the kind existed reads unchanged)
+//	          data written before the kind existed reads unchanged),
+//	          128 native encoding present (core.Native)
 //	qos       byte
 //	format    byte (MQTT 5 payload format indicator)
 //	expiry    varint unix seconds, uvarint nanoseconds   (if flag 4)
@@ -23,6 +24,8 @@
 //	          each uvarint length + bytes
 //	user properties: uvarint count, then key and value as above
 //	origin protocol, node, client: each uvarint length + bytes
+//	native protocol, native bytes: each uvarint length + bytes (if flag 128;
+//	          last, so that data written before it existed reads unchanged)
 //
 // Expiry comes first so that Meta can answer "when does it expire and how big
 // is it" without allocating, which is all the in-memory indexes keep.
@@ -49,7 +52,8 @@ const (
 	flagProps       = 1 << 4
 	kindShift       = 5
 	flagKind        = 3 << kindShift
-	flagsKnown      = flagRetain | flagCreated | flagExpiry | flagCorrelation | flagProps | flagKind
+	flagNative      = 1 << 7
+	flagsKnown      = flagRetain | flagCreated | flagExpiry | flagCorrelation | flagProps | flagKind | flagNative
 )
 
 // Decoding errors.
@@ -78,6 +82,9 @@ func Append(dst []byte, m *core.Message) []byte {
 		flags |= flagProps
 	}
 	flags |= byte(m.CorrelationKind&3) << kindShift
+	if m.Native.Protocol != "" {
+		flags |= flagNative
+	}
 	dst = append(dst, Version, flags, m.QoS, m.PayloadFormat)
 	if !m.Expiry.IsZero() {
 		dst = appendTime(dst, m.Expiry)
@@ -97,7 +104,12 @@ func Append(dst []byte, m *core.Message) []byte {
 	}
 	dst = appendString(dst, string(m.Origin.Protocol))
 	dst = appendString(dst, m.Origin.Node)
-	return appendString(dst, m.Origin.Client)
+	dst = appendString(dst, m.Origin.Client)
+	if m.Native.Protocol != "" {
+		dst = appendString(dst, string(m.Native.Protocol))
+		dst = appendBytes(dst, m.Native.Bytes)
+	}
+	return dst
 }
 
 // Encode returns the encoding of m in a new slice.
@@ -107,7 +119,7 @@ func Encode(m *core.Message) []byte {
 
 // EncodedSizeHint is an upper bound of the encoded size of m.
 func EncodedSizeHint(m *core.Message) int {
-	return 4 + 2*(binary.MaxVarintLen64+5) + m.Size() + (9+2*len(m.UserProperties))*binary.MaxVarintLen32
+	return 4 + 2*(binary.MaxVarintLen64+5) + m.Size() + len(m.Native.Protocol) + (11+2*len(m.UserProperties))*binary.MaxVarintLen32
 }
 
 func appendTime(dst []byte, t time.Time) []byte {
@@ -323,6 +335,10 @@ func decode[T bytesLike](b T) (*core.Message, error) {
 	m.Origin.Protocol = core.Protocol(r.string(math.MaxInt))
 	m.Origin.Node = r.string(math.MaxInt)
 	m.Origin.Client = r.string(math.MaxInt)
+	if flags&flagNative != 0 {
+		m.Native.Protocol = core.Protocol(r.string(math.MaxInt))
+		m.Native.Bytes = r.bytes()
+	}
 	if r.err == nil && r.off != len(b) {
 		r.err = ErrCorrupt // trailing bytes
 	}
@@ -389,6 +405,10 @@ func readMeta[T bytesLike](b T) (Meta, error) {
 	}
 	for range 3 { // origin
 		r.span(math.MaxInt)
+	}
+	if flags&flagNative != 0 {
+		r.span(math.MaxInt) // native protocol
+		add(math.MaxInt)    // native bytes (Message.Size counts them)
 	}
 	if r.err == nil && r.off != len(b) {
 		r.err = ErrCorrupt

@@ -56,6 +56,7 @@ func TestRoundTrip(t *testing.T) {
 		"ulong correlation":  {Topic: "a", Payload: []byte{1}, CorrelationData: []byte("42"), CorrelationKind: core.IDULong},
 		"uuid correlation": {Topic: "a", Payload: []byte{1}, CorrelationKind: core.IDUUID,
 			CorrelationData: []byte("0f8fad5b-d9cb-469f-a165-70867728950e")},
+		"native": {Topic: "a", Payload: []byte("{}"), Native: core.Native{Protocol: core.ProtocolAMQP, Bytes: []byte{0, 0x53, 0x77, 0xc1, 1, 0}}},
 	}
 	for name, m := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -5,7 +5,8 @@
 #
 # Builds the gateway, starts it on free ports (anonymous allowed, SASL PLAIN
 # user alice:secret, embedded store in a temp dir), waits for /readyz, runs
-# test/e2e/amqp/proton_checks.py and test/e2e/js/rhea_checks.js, then the
+# test/e2e/amqp/proton_checks.py (with every AMQP type passing AMQP to AMQP
+# unchanged) and test/e2e/js/rhea_checks.js, then the
 # queue checks test/e2e/amqp/proton_queues.py and test/e2e/js/rhea_queues.js
 # (docs/queues.md, "AMQP"; they declare their queues through the admin API)
 # and the transaction checks test/e2e/amqp/proton_txn.py (docs/jms.md),

@@ -327,3 +327,48 @@ func (p *PayloadBuffer) Len() int { return len(p.b) }
 // Reset empties the buffer, keeping its storage. Messages decoded from
 // Bytes alias that storage, so reset only after they are done with.
 func (p *PayloadBuffer) Reset() { p.b = p.b[:0] }
+
+// Hop is a message split the way an intermediary may touch it (part 3
+// section 3.2): the header and message annotations, which a node may change,
+// decoded; delivery annotations, which are for this hop only, dropped; and
+// the bare message with the footer (properties, application-properties,
+// body, footer), which is immutable, kept as its bytes.
+type Hop struct {
+	Header             *MessageHeader
+	MessageAnnotations encoding.Annotations
+	Bare               []byte // aliases the input
+}
+
+// SplitHop splits an encoded message for sending it on unchanged.
+func SplitHop(b []byte) (Hop, error) {
+	var h Hop
+	r := buffer.New(b)
+	for r.Len() > 0 {
+		code, err := encoding.PeekDescriptor(r)
+		if err != nil {
+			return h, err
+		}
+		switch code {
+		case codeHeader:
+			h.Header = new(MessageHeader)
+			err = h.Header.UnmarshalAMQP(r)
+		case codeDeliveryAnnotations:
+			if _, err = encoding.ReadDescriptor(r); err == nil {
+				err = encoding.Skip(r)
+			}
+		case codeMessageAnnotations:
+			if _, err = encoding.ReadDescriptor(r); err == nil && !encoding.IsNull(r) {
+				h.MessageAnnotations, err = encoding.ReadAnnotations(r)
+			} else if err == nil {
+				err = encoding.Skip(r)
+			}
+		default:
+			h.Bare = b[len(b)-r.Len():]
+			return h, nil
+		}
+		if err != nil {
+			return h, fmt.Errorf("amqp frames: message section %#02x: %w", code, err)
+		}
+	}
+	return h, nil
+}

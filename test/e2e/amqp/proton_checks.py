@@ -356,6 +356,51 @@ def c_corr_string(cs):
         m.correlation_id, type(m.correlation_id).__name__))
 
 
+@check("every AMQP type, header, annotation and property passes AMQP->AMQP unchanged (Proton both ends)",
+       gateway_only=True)
+def c_typed_unchanged(cs):
+    from proton import (UNDESCRIBED, Array, Described, byte, char, decimal32, decimal64, decimal128, float32, int32,
+                        short, timestamp, ubyte, uint, ulong, ushort)
+    t = BASE + "/typed"
+    c = cs.connect()
+    r = c.create_receiver(t, credit=100, options=TOPIC)
+    s = c.create_sender(t, options=TOPIC)
+    values = [
+        True, ubyte(200), ushort(60000), uint(4000000000), ulong(2 ** 63), byte(-100), short(-30000),
+        int32(-2000000000), -(2 ** 62), float32(1.5), 2.25, decimal32(1), decimal64(2), decimal128(b"\x03" * 16),
+        char("é"), timestamp(1714564800500), uuid.UUID("0f8fad5b-d9cb-469f-a165-70867728950e"), symbol("sym"),
+        b"\x00\xff", "text", [int32(1), "two", None, True], {"k": "v", symbol("s"): int32(1), 7: [1.5]},
+        Array(UNDESCRIBED, Data.INT, 1, 2, 3), Described(symbol("com.example:thing"), ["a", int32(1)]),
+        Described(ulong(0x1234), {}),
+    ]
+    for v in values:
+        send(s, Message(body=v))
+        m = receive(r, "amqp-value %r on %s" % (v, t))
+        expect(m.body == v and type(m.body) is type(v),
+               "sent amqp-value %r (%s), received %r (%s)" % (v, type(v).__name__, m.body, type(m.body).__name__))
+    msg = Message(body={"k": short(3)}, durable=True, priority=7, id=uuid.UUID(int=5), user_id=b"anonymous",
+                  subject="order.created", correlation_id=ulong(42), content_type="application/x-map",
+                  content_encoding="gzip", creation_time=1714564800.0, group_id="g", group_sequence=9,
+                  reply_to_group_id="rg", annotations={symbol("x-custom"): 5, symbol("x-opt-jms-msg-type"): byte(2)},
+                  properties={"i": int32(7), "l": 2 ** 40, "b": True, "f": float32(0.5), "s": "str"})
+    send(s, msg)
+    m = receive(r, "message with every section on " + t)
+    d = desc(m)
+    expect(m.body == {"k": short(3)} and type(m.body["k"]) is short, "map body differs: " + d)
+    expect(m.durable and m.priority == 7, "header differs: durable=%r priority=%r" % (m.durable, m.priority))
+    expect(m.id == uuid.UUID(int=5) and m.user_id == b"anonymous" and m.subject == "order.created"
+           and m.correlation_id == 42 and m.content_encoding == "gzip"
+           and m.creation_time == 1714564800.0 and m.group_id == "g" and m.group_sequence == 9
+           and m.reply_to_group_id == "rg", "properties differ: id=%r user_id=%r subject=%r correlation_id=%r "
+           "content_encoding=%r creation_time=%r group_id=%r group_sequence=%r reply_to_group_id=%r" % (
+               m.id, m.user_id, m.subject, m.correlation_id, m.content_encoding, m.creation_time, m.group_id,
+               m.group_sequence, m.reply_to_group_id))
+    expect(m.annotations.get(symbol("x-custom")) == 5 and m.annotations.get(symbol("x-opt-jms-msg-type")) == 2,
+           "message annotations differ: %r" % (m.annotations,))
+    expect(m.properties == msg.properties and all(type(m.properties[k]) is type(v) for k, v in msg.properties.items()),
+           "application-properties differ: %r" % (m.properties,))
+
+
 @check("send/receive with the topic:// prefix; same topic as capability 'topic'")
 def c_topic_prefix(cs):
     t = BASE + "/prefix/a"
