@@ -126,6 +126,10 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 		return err
 	}
 
+	sessions, err := g.openSessions()
+	if err != nil {
+		return err
+	}
 	g.mqtt, err = mqtt.New(mqtt.Options{
 		Auth:             g.auth,
 		Listen:           g.cfg.MQTT.Listen,
@@ -150,6 +154,7 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 		Queues:           g.queues.Load(),
 		AutoCreateQueues: g.cfg.Queues.AutoCreate,
 		V311Full:         g.cfg.Queues.V311Full,
+		Sessions:         sessions,
 	})
 	if err != nil {
 		return err
