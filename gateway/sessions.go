@@ -2,7 +2,9 @@ package gateway
 
 import (
 	"fmt"
+	"net/http"
 
+	"github.com/tolsey/tolsey/mqtt"
 	"github.com/tolsey/tolsey/mqtt/session"
 )
 
@@ -19,4 +21,42 @@ func (g *Gateway) openSessions() (session.Backend, error) {
 		return nil, fmt.Errorf("mqtt session store (data.dir %s): %w", g.cfg.DataDir, err)
 	}
 	return b, nil
+}
+
+// The session endpoints of the admin API (docs/mqtt-frontend.md,
+// "Persistent sessions"): GET /api/v1/sessions lists the MQTT sessions,
+// DELETE /api/v1/sessions/{clientId} ends one.
+func (a *adminServer) routeSessions(mux *http.ServeMux) {
+	mux.HandleFunc("GET /api/v1/sessions", a.listSessions)
+	mux.HandleFunc("DELETE /api/v1/sessions/{clientId}", a.deleteSession)
+}
+
+// mqttServer is the MQTT front-end once the gateway is ready, else nil
+// (after writing 503): the admin API serves /readyz before the front-end
+// exists, and ready, set after it is, orders the read of g.mqtt.
+func (a *adminServer) mqttServer(w http.ResponseWriter) *mqtt.Server {
+	if !a.g.ready.Load() {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "the gateway is not ready"})
+		return nil
+	}
+	return a.g.mqtt
+}
+
+func (a *adminServer) listSessions(w http.ResponseWriter, _ *http.Request) {
+	if m := a.mqttServer(w); m != nil {
+		writeJSON(w, http.StatusOK, append([]mqtt.SessionInfo{}, m.Sessions()...))
+	}
+}
+
+func (a *adminServer) deleteSession(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("clientId")
+	m := a.mqttServer(w)
+	if m == nil {
+		return
+	}
+	if !m.DeleteSession(id) {
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": fmt.Sprintf("no MQTT session for client id %q", id)})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]int{"deleted": 1})
 }

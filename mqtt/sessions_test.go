@@ -47,13 +47,20 @@ func startSessionServer(t *testing.T, dir string, wrap func(session.Backend) ses
 // CONNACK's session present flag.
 func dialSession(t *testing.T, addr, id string, version byte, clean bool) (*rawClient, bool) {
 	t.Helper()
+	return dialSessionExpiry(t, addr, id, version, clean, 3600)
+}
+
+// dialSessionExpiry is dialSession with the MQTT 5 Session Expiry
+// Interval, in seconds.
+func dialSessionExpiry(t *testing.T, addr, id string, version byte, clean bool, expiry uint32) (*rawClient, bool) {
+	t.Helper()
 	c := dialRawConn(t, addr, version)
 	pk := packets.Packet{
 		FixedHeader: packets.FixedHeader{Type: packets.Connect},
 		Connect:     packets.ConnectParams{ProtocolName: []byte("MQTT"), Clean: clean, Keepalive: 30, ClientIdentifier: id},
 	}
 	if version == 5 {
-		pk.Properties.SessionExpiryInterval, pk.Properties.SessionExpiryIntervalFlag = 3600, true
+		pk.Properties.SessionExpiryInterval, pk.Properties.SessionExpiryIntervalFlag = expiry, true
 	}
 	c.write(t, pk)
 	ack := c.read(t)
@@ -263,4 +270,40 @@ func TestSessionPubackWaitsForCommit(t *testing.T) {
 	if r := <-res; r.Err != nil {
 		t.Fatal(r.Err)
 	}
+}
+
+// TestSessionExpiredIsRemovedFromStore: a session whose expiry interval
+// (1 s) runs out while its client is offline is removed from the store
+// too: after a restart the client finds none, and its messages are gone.
+// One with an hour left is still there.
+func TestSessionExpiredIsRemovedFromStore(t *testing.T) {
+	dir := t.TempDir()
+	s, stop := startSessionServer(t, dir, nil)
+	for _, id := range []string{"short", "long"} {
+		expiry := map[string]uint32{"short": 1, "long": 3600}[id]
+		c, _ := dialSessionExpiry(t, s.Addr(), id, 5, true, expiry)
+		c.subscribeQoS1(t, "x/#")
+		c.disconnect(t)
+		waitOffline(t, s, id)
+	}
+	pub := dialRaw(t, s.Addr(), "pub", 0)
+	pub.publishWait(t, "x/1", "m", 1, 1)
+	waitUntil(t, "short expired", func() bool {
+		_, ok := s.mochi.Clients.Get("short")
+		return !ok
+	})
+	if n := len(s.Sessions()); n != 2 { // long and pub
+		t.Fatalf("sessions listed: %+v", s.Sessions())
+	}
+	stop()
+
+	s, _ = startSessionServer(t, dir, nil)
+	if _, present := dialSessionExpiry(t, s.Addr(), "short", 5, false, 60); present {
+		t.Error("an expired session came back after the restart")
+	}
+	long, present := dialSessionExpiry(t, s.Addr(), "long", 5, false, 3600)
+	if !present {
+		t.Fatal("the session with an hour left was lost")
+	}
+	long.expectPublish(t, "x/1", "m", 1, false)
 }
