@@ -456,11 +456,11 @@ func (h *hook) Deliver(m *core.Message, d core.Delivery) error {
 		// packet id. The inline client never acknowledges, so any will do.
 		pk.PacketID = 1
 	}
-	queued := h.s.sessions.queued()
+	mark := h.s.sessions.mark()
 	if err := h.s.mochi.InjectPacket(cl, pk); err != nil {
 		return err
 	}
-	h.s.sessions.holdDelivery(d.Acks, queued) // until the sessions it reached have it on disk
+	h.s.sessions.holdDelivery(d.Acks, mark) // until the sessions it reached have it on disk
 	h.out.Out(m.Created)
 	return nil
 }

@@ -57,9 +57,9 @@ type sessions struct {
 }
 
 type pendingAck struct {
-	ack    *mochi.PendingAck
-	id     uint16
-	queued uint64 // Log.Queued() when the ack was deferred
+	ack  *mochi.PendingAck
+	id   uint16
+	mark session.Mark // when the ack was deferred
 }
 
 func newSessions(s *Server, b session.Backend) *sessions {
@@ -232,7 +232,7 @@ func (ss *sessions) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Pack
 	if cl.Net.Inline || pk.FixedHeader.Qos == 0 || pk.Ignore || ss.count.Load() == 0 {
 		return pk, nil
 	}
-	p := pendingAck{ack: cl.DeferAck(pk), id: pk.PacketID, queued: ss.log.Queued()}
+	p := pendingAck{ack: cl.DeferAck(pk), id: pk.PacketID, mark: ss.log.Mark()}
 	ss.pendMu.Lock()
 	ss.pending[cl] = p
 	ss.pendMu.Unlock()
@@ -252,12 +252,9 @@ func (ss *sessions) OnPublished(cl *mochi.Client, pk packets.Packet) {
 	if !ok || p.id != pk.PacketID {
 		return
 	}
-	seq := ss.log.Queued()
-	if seq == p.queued {
+	if !ss.log.After(p.mark, func(err error) { p.ack.Done(ss.failed(cl, err)) }) {
 		p.ack.Done(packets.CodeSuccess)
-		return
 	}
-	ss.log.After(seq, func(err error) { p.ack.Done(ss.failed(cl, err)) })
 }
 
 // failed is the ack's code for a session write that failed: MQTT 5
@@ -276,25 +273,23 @@ func (ss *sessions) failed(cl *mochi.Client, err error) packets.Code {
 }
 
 // holdDelivery holds a message from another front-end (Deliver) until
-// what its fan-out queued, after queued, is durable.
-func (ss *sessions) holdDelivery(acks *core.Acks, queued uint64) {
+// what its fan-out queued, since m, is durable.
+func (ss *sessions) holdDelivery(acks *core.Acks, m session.Mark) {
 	if ss == nil || acks == nil {
 		return
 	}
-	seq := ss.log.Queued()
-	if seq == queued {
-		return
-	}
 	acks.Hold()
-	ss.log.After(seq, acks.Done)
+	if !ss.log.After(m, acks.Done) {
+		acks.Done(nil)
+	}
 }
 
-// queued is Log.Queued, 0 when sessions are not kept.
-func (ss *sessions) queued() uint64 {
+// mark is Log.Mark, the zero Mark when sessions are not kept.
+func (ss *sessions) mark() session.Mark {
 	if ss == nil {
-		return 0
+		return session.Mark{}
 	}
-	return ss.log.Queued()
+	return ss.log.Mark()
 }
 
 // clientRecord is a session's stored client: what mochi's loadClients

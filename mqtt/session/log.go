@@ -11,8 +11,9 @@ package session
 import (
 	"errors"
 	"log/slog"
-	"sync"
 	"sync/atomic"
+
+	"github.com/tolsey/tolsey/core/groupcommit"
 )
 
 // Kind is what an Op does.
@@ -48,31 +49,33 @@ type Backend interface {
 	Close() error
 }
 
-// Log queues writes and commits them in batches on a goroutine of its
-// own. Enqueue never waits for the disk: the front-end calls it on client
-// readers, where waiting would stall every connection behind a commit.
+// Log queues writes and commits them in batches through a
+// core/groupcommit loop, on a goroutine of its own. Enqueue never waits for
+// the disk: the front-end calls it on client readers, where waiting would
+// stall every connection behind a commit.
 type Log struct {
-	b   Backend
-	log *slog.Logger
+	b    Backend
+	log  *slog.Logger
+	loop *groupcommit.Loop[item]
 
-	mu      sync.Mutex
-	ops     []Op     // guarded by mu: queued, not yet taken by the committer
-	seq     uint64   // guarded by mu: the number of ops ever queued
-	waiters []waiter // guarded by mu
-	closing bool     // guarded by mu
+	queued  atomic.Uint64 // ops queued so far
+	commits atomic.Uint64 // transactions committed: Apply calls that succeeded
+	failed  atomic.Uint64 // transactions that failed
 
-	committed atomic.Uint64 // ops durable (a prefix of seq)
-	commits   atomic.Uint64 // transactions committed: Apply calls that succeeded
-	failed    atomic.Uint64 // transactions that failed
-
-	kick chan struct{} // cap 1: something was queued
-	done chan struct{} // closed when the committer has drained and stopped
+	// Owned by the loop goroutine: the ops of the batch being committed.
+	ops []Op
 }
 
-type waiter struct {
-	seq uint64
-	fn  func(error)
+// item is one entry of the loop: an op to write, or a waiter (After) to
+// answer once the ops queued before it are written.
+type item struct {
+	op Op
+	fn func(error)
 }
+
+// maxBatch bounds the ops of one transaction (a bbolt transaction holds
+// its dirty pages in memory until it commits).
+const maxBatch = 4096
 
 // ErrClosed is given to waiters whose writes were queued after Close.
 var ErrClosed = errors.New("session: store closed")
@@ -82,144 +85,90 @@ func NewLog(b Backend, logger *slog.Logger) *Log {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	l := &Log{b: b, log: logger, kick: make(chan struct{}, 1), done: make(chan struct{})}
-	go l.run()
+	l := &Log{b: b, log: logger}
+	l.loop = groupcommit.Start(maxBatch, l.commit)
 	return l
 }
 
-// Enqueue queues ops and returns the sequence number of the last, which
-// After waits on. After Close, or with no ops, nothing is queued and 0 is
-// returned.
-func (l *Log) Enqueue(ops ...Op) uint64 {
-	if len(ops) == 0 {
-		return 0
+// Enqueue queues ops, in order, for the next commits. After Close they are
+// dropped.
+func (l *Log) Enqueue(ops ...Op) {
+	for _, op := range ops {
+		if !l.loop.Add(item{op: op}) {
+			return
+		}
+		l.queued.Add(1)
 	}
-	l.mu.Lock()
-	if l.closing {
-		l.mu.Unlock()
-		return 0
-	}
-	l.ops = append(l.ops, ops...)
-	l.seq += uint64(len(ops))
-	seq := l.seq
-	l.mu.Unlock()
-	select {
-	case l.kick <- struct{}{}:
-	default:
-	}
-	return seq
 }
 
-// Queued is the sequence number of the last op queued: waiting on it
-// covers every op queued before the call.
-func (l *Log) Queued() uint64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.seq
-}
+// Mark is a point in the Log's history: After waits from it.
+type Mark struct{ queued, failed uint64 }
 
-// After calls fn once every op up to seq is durable (nil) or its commit
-// failed; at once, on the caller's goroutine, when it already is, else on
-// the committer's. fn must not block.
-func (l *Log) After(seq uint64, fn func(error)) {
-	if seq <= l.committed.Load() {
-		fn(nil)
-		return
+// Mark returns the present point.
+func (l *Log) Mark() Mark { return Mark{l.queued.Load(), l.failed.Load()} }
+
+// ErrCommitFailed is given to a waiter when a commit failed since its
+// mark: its ops may be among those lost.
+var ErrCommitFailed = errors.New("session: store commit failed")
+
+// After reports whether any op was queued since m (by the caller, or by
+// another goroutine meanwhile), and if so calls fn once every op queued
+// before the call is durable: nil, or ErrCommitFailed when a commit
+// failed since m (the caller's ops may have been in it), or ErrClosed
+// once Close has begun. fn runs on the committer's goroutine (the
+// caller's for ErrClosed) and must not block. With nothing queued since
+// m it returns false and fn is not called.
+func (l *Log) After(m Mark, fn func(error)) bool {
+	if l.queued.Load() == m.queued {
+		return false
 	}
-	l.mu.Lock()
-	if seq <= l.committed.Load() {
-		l.mu.Unlock()
-		fn(nil)
-		return
+	answer := func(err error) {
+		if err == nil && l.failed.Load() != m.failed {
+			err = ErrCommitFailed
+		}
+		fn(err)
 	}
-	l.waiters = append(l.waiters, waiter{seq, fn})
-	l.mu.Unlock()
-	select {
-	case l.kick <- struct{}{}:
-	default:
+	if !l.loop.Add(item{fn: answer}) {
+		fn(ErrClosed)
 	}
+	return true
 }
 
 // Commits is the number of transactions committed (each one fsync round
 // on the embedded backend), for the benchmark's fsyncs per message.
 func (l *Log) Commits() uint64 { return l.commits.Load() }
 
-// run is the committer: it takes everything queued, applies it in one
-// transaction, and answers the waiters it covers. While it commits, new
-// ops queue up for the next round: the batch grows with the load, with
-// no timer.
-func (l *Log) run() {
-	defer close(l.done)
-	for range l.kick {
-		for {
-			l.mu.Lock()
-			ops, seq, closing := l.ops, l.seq, l.closing
-			l.ops = nil
-			l.mu.Unlock()
-			var err error
-			if len(ops) > 0 {
-				if err = l.b.Apply(ops); err != nil {
-					l.failed.Add(1)
-					l.log.Error("session store: commit failed; the sessions of this batch are not durable",
-						"ops", len(ops), "error", err)
-				} else {
-					l.commits.Add(1)
-				}
-			}
-			l.committed.Store(seq)
-			l.answer(seq, err)
-			if len(ops) == 0 {
-				if closing {
-					return
-				}
-				break
-			}
+// commit writes the ops of batch in one transaction and answers its
+// waiters; batches come in queue order, so a waiter's ops are in its own
+// batch or an earlier one.
+func (l *Log) commit(batch []item) {
+	l.ops = l.ops[:0]
+	for _, it := range batch {
+		if it.fn == nil {
+			l.ops = append(l.ops, it.op)
 		}
 	}
-}
-
-// answer calls the waiters whose ops are in the batch that ended at seq.
-func (l *Log) answer(seq uint64, err error) {
-	l.mu.Lock()
-	var due []waiter
-	keep := l.waiters[:0]
-	for _, w := range l.waiters {
-		if w.seq <= seq {
-			due = append(due, w)
+	var err error
+	if len(l.ops) > 0 {
+		if err = l.b.Apply(l.ops); err != nil {
+			l.failed.Add(1)
+			l.log.Error("session store: commit failed; the sessions of this batch are not durable",
+				"ops", len(l.ops), "error", err)
 		} else {
-			keep = append(keep, w)
+			l.commits.Add(1)
 		}
 	}
-	clear(l.waiters[len(keep):])
-	l.waiters = keep
-	l.mu.Unlock()
-	for _, w := range due {
-		w.fn(err)
+	clear(l.ops) // no reference to the values written
+	for _, it := range batch {
+		if it.fn != nil {
+			it.fn(err) // After's answer also looks at failed: an earlier batch may hold the ops
+		}
 	}
 }
 
 // Close commits what is queued, stops the committer and closes the
 // backend. Ops queued later are dropped.
 func (l *Log) Close() error {
-	l.mu.Lock()
-	if l.closing {
-		l.mu.Unlock()
-		<-l.done
-		return nil
-	}
-	l.closing = true
-	l.mu.Unlock()
-	select {
-	case l.kick <- struct{}{}:
-	default:
-	}
-	<-l.done
-	l.mu.Lock()
-	rest := l.waiters
-	l.waiters = nil
-	l.mu.Unlock()
-	for _, w := range rest {
-		w.fn(ErrClosed)
-	}
+	l.loop.Close()
 	return l.b.Close()
 }

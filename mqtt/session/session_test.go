@@ -1,8 +1,12 @@
 package session
 
 import (
+	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -31,7 +35,8 @@ func loadAll(t *testing.T, b Backend) []entry {
 // TestLogCommitsInOrderAndCloseDrains: ops are applied in the order they
 // were queued (a put then a delete of the same key leaves nothing), a
 // session's delete takes its subscriptions and messages and no other
-// client's, After answers once its ops are durable, and Close commits
+// client's, After waits only when something was queued since its mark and
+// answers once that is durable, and Close commits
 // what is still queued: the file opened again holds exactly that.
 func TestLogCommitsInOrderAndCloseDrains(t *testing.T) {
 	dir := t.TempDir()
@@ -49,9 +54,15 @@ func TestLogCommitsInOrderAndCloseDrains(t *testing.T) {
 		Op{Kind: PutInflight, Client: "ab", Key: []byte{0, 2}, Value: []byte("m2")},
 		Op{Kind: DeleteInflight, Client: "ab", Key: []byte{0, 2}},
 	)
-	seq := l.Enqueue(Op{Kind: DeleteSession, Client: "a"})
+	m := l.Mark()
+	if l.After(m, func(error) { t.Error("called with nothing queued since its mark") }) {
+		t.Fatal("After waits with nothing queued since its mark")
+	}
+	l.Enqueue(Op{Kind: DeleteSession, Client: "a"})
 	done := make(chan error, 1)
-	l.After(seq, func(err error) { done <- err })
+	if !l.After(m, func(err error) { done <- err }) {
+		t.Fatal("After does not wait for an op queued since its mark")
+	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
@@ -88,9 +99,10 @@ func TestLogGroupsConcurrentWrites(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range each {
-				seq := l.Enqueue(Op{Kind: PutInflight, Client: fmt.Sprint(w), Key: []byte{byte(i >> 8), byte(i)}, Value: []byte("m")})
+				m := l.Mark()
+				l.Enqueue(Op{Kind: PutInflight, Client: fmt.Sprint(w), Key: []byte{byte(i >> 8), byte(i)}, Value: []byte("m")})
 				done := make(chan error, 1)
-				l.After(seq, func(err error) { done <- err })
+				l.After(m, func(err error) { done <- err })
 				if err := <-done; err != nil {
 					t.Error(err)
 				}
@@ -120,5 +132,45 @@ func BenchmarkCommitPerWrite(b *testing.B) {
 		if err := bb.Apply([]Op{{Kind: PutInflight, Client: "c", Key: []byte{byte(i >> 8), byte(i)}, Value: make([]byte, 200)}}); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// failingBackend fails every Apply while fail is set.
+type failingBackend struct {
+	Backend
+	fail atomic.Bool
+}
+
+func (f *failingBackend) Apply(ops []Op) error {
+	if f.fail.Load() {
+		return errors.New("disk full")
+	}
+	return f.Backend.Apply(ops)
+}
+
+// TestLogAfterReportsFailure: a waiter whose ops were in a commit that
+// failed gets ErrCommitFailed, also when that commit came before the
+// waiter's own (empty) batch.
+func TestLogAfterReportsFailure(t *testing.T) {
+	b, err := OpenBolt(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &failingBackend{Backend: b}
+	f.fail.Store(true)
+	l := NewLog(f, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	defer l.Close()
+	m := l.Mark()
+	l.Enqueue(Op{Kind: PutClient, Client: "a", Value: []byte("A")})
+	first := make(chan error, 1)
+	l.After(Mark{}, func(err error) { first <- err }) // the failed commit itself, or after it
+	if err := <-first; err == nil {
+		t.Fatal("a failed commit answered nil")
+	}
+	f.fail.Store(false)
+	done := make(chan error, 1)
+	l.After(m, func(err error) { done <- err })
+	if err := <-done; !errors.Is(err, ErrCommitFailed) {
+		t.Fatalf("after a failed commit since the mark: %v, want ErrCommitFailed", err)
 	}
 }
