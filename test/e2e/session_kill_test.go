@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -73,24 +72,7 @@ func TestSessionKill9KeepsAckedPublishes(t *testing.T) {
 	const pubs, per = 4, 400
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	addrs := &gwAddr{addr: gw.mqtt, changed: make(chan struct{})}
-	var total atomic.Int64
-	kps := make([]*killPublisher, pubs)
-	errs := make(chan error, pubs)
-	for i := range kps {
-		kps[i] = &killPublisher{id: i}
-		go func(kp *killPublisher) { errs <- kp.run(ctx, addrs, per, &total) }(kps[i])
-	}
-	coretest.Eventually(t, fmt.Sprintf("%d PUBACKs", pubs*per/2), 3*time.Minute, func() bool { return total.Load() >= pubs*per/2 })
-	gw.kill()
-	atKill := total.Load()
-	gw2 := runGatewayProc(t, bin, args...)
-	addrs.set(gw2.mqtt)
-	for range kps {
-		if err := <-errs; err != nil {
-			t.Fatalf("%v\n--- gateway log:\n%s", err, gw2.output())
-		}
-	}
+	kps, gw2, atKill := publishAcrossKill(ctx, t, bin, args, gw, pubs, per)
 
 	var mu sync.Mutex
 	dc := newDrillCount(pubs)
