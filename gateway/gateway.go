@@ -126,7 +126,7 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 		return err
 	}
 
-	sessions, err := g.openSessions()
+	sessions, err := g.openSessions(ctx)
 	if err != nil {
 		return err
 	}

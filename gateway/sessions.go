@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 
@@ -12,9 +13,16 @@ import (
 // mqtt.sessions.backend names: nil for memory (sessions die with the
 // process, as before the store existed). The MQTT front-end owns it from
 // here and closes it at its Shutdown.
-func (g *Gateway) openSessions() (session.Backend, error) {
-	if g.cfg.MQTT.SessionsBackend == "memory" {
+func (g *Gateway) openSessions(ctx context.Context) (session.Backend, error) {
+	switch g.cfg.MQTT.SessionsBackend {
+	case "memory":
 		return nil, nil
+	case "redis":
+		b, err := session.OpenRedis(ctx, g.cfg.RedisURL, g.cfg.RedisPrefix+"mqttsess:")
+		if err != nil {
+			return nil, fmt.Errorf("mqtt session store (retain.redis.url): %w", err)
+		}
+		return b, nil
 	}
 	b, err := session.OpenBolt(g.cfg.DataDir)
 	if err != nil {

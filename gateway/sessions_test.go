@@ -11,6 +11,7 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 
 	"github.com/tolsey/tolsey/mqtt"
+	"github.com/tolsey/tolsey/retain/redistest"
 )
 
 // TestAdminSessions: GET /api/v1/sessions lists an offline persistent
@@ -21,24 +22,9 @@ import (
 func TestAdminSessions(t *testing.T) {
 	dir := t.TempDir()
 	g := startGateway(t, "--data.dir="+dir)
-	conn, err := net.Dial("tcp", g.MQTTAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	dev := paho.NewClient(paho.ClientConfig{Conn: conn})
+	persistentSubscriber(t, g, "dev", "a/#")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	expiry := uint32(3600)
-	if _, err := dev.Connect(ctx, &paho.Connect{ClientID: "dev", CleanStart: true,
-		Properties: &paho.ConnectProperties{SessionExpiryInterval: &expiry}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := dev.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: "a/#", QoS: 1}}}); err != nil {
-		t.Fatal(err)
-	}
-	_ = dev.Disconnect(&paho.Disconnect{})
-	<-dev.Done()
-
 	pub := mqttClient(t, g, "pub")
 	if _, err := pub.Publish(ctx, &paho.Publish{Topic: "a/1", QoS: 1, Payload: []byte("m")}); err != nil {
 		t.Fatal(err)
@@ -76,4 +62,52 @@ func mustCall(t *testing.T, g *Gateway, method, path string, want int) string {
 		t.Fatalf("%s %s: %d %s, want %d", method, path, code, body, want)
 	}
 	return body
+}
+
+// persistentSubscriber connects id with a session expiry of an hour,
+// subscribes to filter at QoS 1 and disconnects.
+func persistentSubscriber(t *testing.T, g *Gateway, id, filter string) {
+	t.Helper()
+	conn, err := net.Dial("tcp", g.MQTTAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := paho.NewClient(paho.ClientConfig{Conn: conn})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	expiry := uint32(3600)
+	if _, err := c.Connect(ctx, &paho.Connect{ClientID: id, CleanStart: true,
+		Properties: &paho.ConnectProperties{SessionExpiryInterval: &expiry}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: filter, QoS: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.Disconnect(&paho.Disconnect{})
+	<-c.Done()
+}
+
+// TestSessionsInRedis: with mqtt.sessions.backend=redis a persistent
+// session outlives its gateway: another gateway (its own data.dir) on the
+// same Redis lists it with its subscription.
+func TestSessionsInRedis(t *testing.T) {
+	rs := redistest.Start(t)
+	args := []string{"--mqtt.sessions.backend=redis", "--retain.redis.url=" + rs.URL()}
+	g := startGateway(t, args...)
+	persistentSubscriber(t, g, "dev", "r/#")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := g.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g2 := startGateway(t, args...)
+	var found []mqtt.SessionInfo
+	for _, s := range decode[[]mqtt.SessionInfo](t, mustCall(t, g2, "GET", "/api/v1/sessions", http.StatusOK)) {
+		if s.ClientID == "dev" {
+			found = append(found, s)
+		}
+	}
+	if len(found) != 1 || strings.Join(found[0].Subscriptions, ",") != "r/#" {
+		t.Fatalf("dev after a restart on Redis: %+v", found)
+	}
 }

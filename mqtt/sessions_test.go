@@ -2,6 +2,7 @@ package mqtt
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/tolsey/tolsey/mqtt/session"
 	"github.com/tolsey/tolsey/retain"
 	"github.com/tolsey/tolsey/retain/memory"
+	"github.com/tolsey/tolsey/retain/redistest"
 )
 
 // startSessionServer runs a front-end keeping its sessions in dir (the
@@ -19,11 +21,17 @@ import (
 // stop shuts it down (also at the end of the test, when not done before).
 func startSessionServer(t *testing.T, dir string, wrap func(session.Backend) session.Backend) (s *Server, stop func()) {
 	t.Helper()
-	b, err := session.OpenBolt(dir)
+	return startSessionServerOn(t, func() (session.Backend, error) { return session.OpenBolt(dir) }, wrap)
+}
+
+// startSessionServerOn is startSessionServer with the store open opens.
+func startSessionServerOn(t *testing.T, open func() (session.Backend, error), wrap func(session.Backend) session.Backend) (s *Server, stop func()) {
+	t.Helper()
+	b, err := open()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var backend session.Backend = b
+	backend := b
 	if wrap != nil {
 		backend = wrap(b)
 	}
@@ -134,84 +142,100 @@ func (c *rawClient) expectPublish(t *testing.T, topic, payload string, qos byte,
 // (resent first, DUP=1), the QoS 1 and 2 messages published while it was
 // offline (in order, DUP=0), and a QoS 2 flow left at PUBREL (the PUBREL
 // resent). Before sessions were kept, the reconnection found no session.
+//
+// The same with the Redis backend (mqtt.sessions.backend=redis).
 func TestSessionSurvivesRestart(t *testing.T) {
+	rs := redistest.Start(t)
 	for _, version := range []byte{5, 4} {
-		t.Run(map[byte]string{5: "mqtt5", 4: "mqtt311"}[version], func(t *testing.T) {
-			dir := t.TempDir()
-			s, stop := startSessionServer(t, dir, nil)
-
-			// MQTT 5: clean start with an expiry; 3.1.1: clean session 0
-			// (1 would end the session with the connection).
-			sub, present := dialSession(t, s.Addr(), "dev", version, version == 5)
-			if present {
-				t.Fatal("session present on a clean start")
-			}
-			sp := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1}, PacketID: 1,
-				Filters: packets.Subscriptions{{Filter: "s/#", Qos: 2}, {Filter: "one/+", Qos: 1}}}
-			if version == 5 {
-				sp.Properties.SubscriptionIdentifier = []int{7}
-			}
-			sub.write(t, sp)
-			if pk := sub.read(t); pk.FixedHeader.Type != packets.Suback || len(pk.ReasonCodes) != 2 ||
-				pk.ReasonCodes[0] != 2 || pk.ReasonCodes[1] != 1 {
-				t.Fatalf("want SUBACK 2, 1; got %v %v", packets.PacketNames[pk.FixedHeader.Type], pk.ReasonCodes)
-			}
-
-			pub := dialRaw(t, s.Addr(), "pub", 0)
-			pub.publishWait(t, "one/x", "d", 1, 1)
-			sub.expectPublish(t, "one/x", "d", 1, false) // not acknowledged
-			sub.disconnect(t)
-			waitOffline(t, s, "dev")
-
-			pub.publishWait(t, "s/1", "a", 1, 2)
-			pub.publishWait(t, "s/2", "b", 2, 3)
-			pub.publishWait(t, "one/y", "c", 1, 4)
-			pub.disconnect(t)
-			stop()
-
-			s, stop = startSessionServer(t, dir, nil)
-			sub, present = dialSession(t, s.Addr(), "dev", version, false)
-			if !present {
-				t.Fatal("session not present after restart")
-			}
-			d := sub.expectPublish(t, "one/x", "d", 1, true)
-			a := sub.expectPublish(t, "s/1", "a", 1, false)
-			b := sub.expectPublish(t, "s/2", "b", 2, false)
-			c := sub.expectPublish(t, "one/y", "c", 1, false)
-			if version == 5 {
-				if ids := a.Properties.SubscriptionIdentifier; len(ids) != 1 || ids[0] != 7 {
-					t.Errorf("subscription identifier of a: %v, want [7]", ids)
-				}
-			}
-			sub.puback(t, d.PacketID)
-			sub.puback(t, a.PacketID)
-			sub.puback(t, c.PacketID)
-			sub.raw(t, 0x50, 2, byte(b.PacketID>>8), byte(b.PacketID)) // PUBREC
-			if pk := sub.read(t); pk.FixedHeader.Type != packets.Pubrel || pk.PacketID != b.PacketID {
-				t.Fatalf("want PUBREL %d, got %v %d", b.PacketID, packets.PacketNames[pk.FixedHeader.Type], pk.PacketID)
-			}
-			// Left at PUBREL: no PUBCOMP before the restart. A ping makes
-			// sure the server has read the PUBACKs before it stops.
-			sub.expectNoAckYet(t)
-			sub.conn.Close()
-			waitOffline(t, s, "dev")
-			stop()
-
-			s, _ = startSessionServer(t, dir, nil)
-			sub, present = dialSession(t, s.Addr(), "dev", version, false)
-			if !present {
-				t.Fatal("session not present after the second restart")
-			}
-			if pk := sub.read(t); pk.FixedHeader.Type != packets.Pubrel || pk.PacketID != b.PacketID {
-				t.Fatalf("want PUBREL %d resent, got %v %d", b.PacketID, packets.PacketNames[pk.FixedHeader.Type], pk.PacketID)
-			}
-			sub.raw(t, 0x70, 2, byte(b.PacketID>>8), byte(b.PacketID)) // PUBCOMP
-			sub.expectNoAckYet(t)                                      // nothing else was left
-			pub = dialRaw(t, s.Addr(), "pub", 0)
-			pub.publishWait(t, "s/3", "e", 1, 5)
-			sub.expectPublish(t, "s/3", "e", 1, false)
-		})
+		for _, backend := range []string{"embedded", "redis"} {
+			t.Run(map[byte]string{5: "mqtt5", 4: "mqtt311"}[version]+"-"+backend, func(t *testing.T) {
+				dir := t.TempDir()
+				prefix := fmt.Sprintf("%s:%d:", t.Name(), version)
+				open := map[string]func() (session.Backend, error){
+					"embedded": func() (session.Backend, error) { return session.OpenBolt(dir) },
+					"redis": func() (session.Backend, error) {
+						return session.OpenRedis(context.Background(), rs.URL(), prefix)
+					},
+				}[backend]
+				sessionSurvivesRestart(t, version, open)
+			})
+		}
 	}
+}
+
+func sessionSurvivesRestart(t *testing.T, version byte, open func() (session.Backend, error)) {
+	s, stop := startSessionServerOn(t, open, nil)
+
+	// MQTT 5: clean start with an expiry; 3.1.1: clean session 0
+	// (1 would end the session with the connection).
+	sub, present := dialSession(t, s.Addr(), "dev", version, version == 5)
+	if present {
+		t.Fatal("session present on a clean start")
+	}
+	sp := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1}, PacketID: 1,
+		Filters: packets.Subscriptions{{Filter: "s/#", Qos: 2}, {Filter: "one/+", Qos: 1}}}
+	if version == 5 {
+		sp.Properties.SubscriptionIdentifier = []int{7}
+	}
+	sub.write(t, sp)
+	if pk := sub.read(t); pk.FixedHeader.Type != packets.Suback || len(pk.ReasonCodes) != 2 ||
+		pk.ReasonCodes[0] != 2 || pk.ReasonCodes[1] != 1 {
+		t.Fatalf("want SUBACK 2, 1; got %v %v", packets.PacketNames[pk.FixedHeader.Type], pk.ReasonCodes)
+	}
+
+	pub := dialRaw(t, s.Addr(), "pub", 0)
+	pub.publishWait(t, "one/x", "d", 1, 1)
+	sub.expectPublish(t, "one/x", "d", 1, false) // not acknowledged
+	sub.disconnect(t)
+	waitOffline(t, s, "dev")
+
+	pub.publishWait(t, "s/1", "a", 1, 2)
+	pub.publishWait(t, "s/2", "b", 2, 3)
+	pub.publishWait(t, "one/y", "c", 1, 4)
+	pub.disconnect(t)
+	stop()
+
+	s, stop = startSessionServerOn(t, open, nil)
+	sub, present = dialSession(t, s.Addr(), "dev", version, false)
+	if !present {
+		t.Fatal("session not present after restart")
+	}
+	d := sub.expectPublish(t, "one/x", "d", 1, true)
+	a := sub.expectPublish(t, "s/1", "a", 1, false)
+	b := sub.expectPublish(t, "s/2", "b", 2, false)
+	c := sub.expectPublish(t, "one/y", "c", 1, false)
+	if version == 5 {
+		if ids := a.Properties.SubscriptionIdentifier; len(ids) != 1 || ids[0] != 7 {
+			t.Errorf("subscription identifier of a: %v, want [7]", ids)
+		}
+	}
+	sub.puback(t, d.PacketID)
+	sub.puback(t, a.PacketID)
+	sub.puback(t, c.PacketID)
+	sub.raw(t, 0x50, 2, byte(b.PacketID>>8), byte(b.PacketID)) // PUBREC
+	if pk := sub.read(t); pk.FixedHeader.Type != packets.Pubrel || pk.PacketID != b.PacketID {
+		t.Fatalf("want PUBREL %d, got %v %d", b.PacketID, packets.PacketNames[pk.FixedHeader.Type], pk.PacketID)
+	}
+	// Left at PUBREL: no PUBCOMP before the restart. A ping makes
+	// sure the server has read the PUBACKs before it stops.
+	sub.expectNoAckYet(t)
+	sub.conn.Close()
+	waitOffline(t, s, "dev")
+	stop()
+
+	s, _ = startSessionServerOn(t, open, nil)
+	sub, present = dialSession(t, s.Addr(), "dev", version, false)
+	if !present {
+		t.Fatal("session not present after the second restart")
+	}
+	if pk := sub.read(t); pk.FixedHeader.Type != packets.Pubrel || pk.PacketID != b.PacketID {
+		t.Fatalf("want PUBREL %d resent, got %v %d", b.PacketID, packets.PacketNames[pk.FixedHeader.Type], pk.PacketID)
+	}
+	sub.raw(t, 0x70, 2, byte(b.PacketID>>8), byte(b.PacketID)) // PUBCOMP
+	sub.expectNoAckYet(t)                                      // nothing else was left
+	pub = dialRaw(t, s.Addr(), "pub", 0)
+	pub.publishWait(t, "s/3", "e", 1, 5)
+	sub.expectPublish(t, "s/3", "e", 1, false)
 }
 
 // gatedBackend holds every Apply until open is closed.

@@ -1,6 +1,7 @@
 package session
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,8 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/tolsey/tolsey/retain/redistest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -39,8 +42,26 @@ func loadAll(t *testing.T, b Backend) []entry {
 // answers once that is durable, and Close commits
 // what is still queued: the file opened again holds exactly that.
 func TestLogCommitsInOrderAndCloseDrains(t *testing.T) {
+	for name, open := range backends(t) {
+		t.Run(name, func(t *testing.T) { logCommitsInOrder(t, open) })
+	}
+}
+
+// backends are the stores under test: each entry opens the same store
+// (again, after a Close).
+func backends(t *testing.T) map[string]func() (Backend, error) {
 	dir := t.TempDir()
-	b, err := OpenBolt(dir)
+	rs := redistest.Start(t)
+	return map[string]func() (Backend, error){
+		"embedded": func() (Backend, error) { return OpenBolt(dir) },
+		"redis": func() (Backend, error) {
+			return OpenRedis(context.Background(), rs.URL(), "test:")
+		},
+	}
+}
+
+func logCommitsInOrder(t *testing.T, open func() (Backend, error)) {
+	b, err := open()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +91,7 @@ func TestLogCommitsInOrderAndCloseDrains(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	b, err = OpenBolt(dir)
+	b, err = open()
 	if err != nil {
 		t.Fatal(err)
 	}
