@@ -50,6 +50,12 @@ type sessions struct {
 	known map[string]struct{} // guarded by mu: client ids with a stored session
 	count atomic.Int64        // len(known), read without mu on every publish
 
+	// The in-flight messages stored with patch 13's held mark (never
+	// sent), per client: when mochi sends one (OnPacketSent) it is stored
+	// again without it, so that after a restart it goes again with DUP.
+	heldMu sync.Mutex
+	held   map[string]map[uint16]struct{} // guarded by heldMu
+
 	// The ack each publisher's reader deferred in OnPublish, taken back in
 	// OnPublished: both run on that reader, one after the other.
 	pendMu  sync.Mutex
@@ -63,7 +69,8 @@ type pendingAck struct {
 }
 
 func newSessions(s *Server, b session.Backend) *sessions {
-	return &sessions{s: s, b: b, known: map[string]struct{}{}, pending: map[*mochi.Client]pendingAck{}}
+	return &sessions{s: s, b: b, known: map[string]struct{}{}, pending: map[*mochi.Client]pendingAck{},
+		held: map[string]map[uint16]struct{}{}}
 }
 
 func (ss *sessions) ID() string { return "sessions" }
@@ -73,6 +80,7 @@ var sessionEvents = func() (t [256]bool) {
 		mochi.OnSessionEstablished, mochi.OnDisconnect, mochi.OnClientExpired,
 		mochi.OnSubscribed, mochi.OnUnsubscribed, mochi.OnQosPublish, mochi.OnQosComplete,
 		mochi.OnQosDropped, mochi.OnPacketProcessed, mochi.OnPublish, mochi.OnPublished,
+		mochi.OnPacketSent,
 	} {
 		t[b] = true
 	}
@@ -133,6 +141,7 @@ func (ss *sessions) OnSessionEstablished(cl *mochi.Client, _ packets.Packet) {
 	}
 	var ops []session.Op
 	if (cl.Properties.Clean || !persistent(cl)) && ss.forget(cl.ID) {
+		ss.forgetHeld(cl.ID)
 		ops = append(ops, session.Op{Kind: session.DeleteSession, Client: cl.ID})
 	}
 	if persistent(cl) {
@@ -165,6 +174,7 @@ func (ss *sessions) OnDisconnect(cl *mochi.Client, _ error, expire bool) {
 // [MQTT-4.1.0-2].
 func (ss *sessions) OnClientExpired(cl *mochi.Client) {
 	if ss.forget(cl.ID) {
+		ss.forgetHeld(cl.ID)
 		ss.log.Enqueue(session.Op{Kind: session.DeleteSession, Client: cl.ID})
 	}
 }
@@ -198,7 +208,63 @@ func (ss *sessions) OnUnsubscribed(cl *mochi.Client, pk packets.Packet) {
 // the server's PUBREC of an inbound QoS 2 flow. On the publisher's reader.
 func (ss *sessions) OnQosPublish(cl *mochi.Client, pk packets.Packet, _ int64, _ int) {
 	if persistent(cl) {
+		ss.markHeld(cl.ID, pk.PacketID, pk.FixedHeader.Type == packets.Publish && pk.Expiry < 0)
 		ss.log.Enqueue(ss.inflightOp(cl.ID, pk))
+	}
+}
+
+// markHeld notes whether the message id of client is stored held.
+func (ss *sessions) markHeld(client string, id uint16, held bool) {
+	ss.heldMu.Lock()
+	defer ss.heldMu.Unlock()
+	m := ss.held[client]
+	switch {
+	case held && m == nil:
+		ss.held[client] = map[uint16]struct{}{id: {}}
+	case held:
+		m[id] = struct{}{}
+	case m != nil:
+		delete(m, id)
+		if len(m) == 0 {
+			delete(ss.held, client)
+		}
+	}
+}
+
+// wasHeld reports whether the message id of client was stored held, and
+// forgets it.
+func (ss *sessions) wasHeld(client string, id uint16) bool {
+	ss.heldMu.Lock()
+	defer ss.heldMu.Unlock()
+	m := ss.held[client]
+	if _, ok := m[id]; !ok {
+		return false
+	}
+	delete(m, id)
+	if len(m) == 0 {
+		delete(ss.held, client)
+	}
+	return true
+}
+
+// forgetHeld forgets every held mark of client (its session is deleted).
+func (ss *sessions) forgetHeld(client string) {
+	ss.heldMu.Lock()
+	delete(ss.held, client)
+	ss.heldMu.Unlock()
+}
+
+// OnPacketSent stores again a message that was stored held and has now
+// been sent (patch 13's sendHeld, which calls no hook), without the mark:
+// after a restart it is resent with DUP [MQTT-4.4.0-1]. On the client's
+// writer.
+func (ss *sessions) OnPacketSent(cl *mochi.Client, pk packets.Packet, _ []byte) {
+	if pk.FixedHeader.Type != packets.Publish || pk.FixedHeader.Qos == 0 || !persistent(cl) ||
+		!ss.wasHeld(cl.ID, pk.PacketID) {
+		return
+	}
+	if sent, ok := cl.State.Inflight.Get(pk.PacketID); ok && sent.Expiry >= 0 {
+		ss.log.Enqueue(ss.inflightOp(cl.ID, sent))
 	}
 }
 
@@ -211,6 +277,7 @@ func (ss *sessions) OnQosDropped(cl *mochi.Client, pk packets.Packet) {
 
 func (ss *sessions) dropInflight(cl *mochi.Client, id uint16) {
 	if persistent(cl) {
+		ss.markHeld(cl.ID, id, false)
 		ss.log.Enqueue(session.Op{Kind: session.DeleteInflight, Client: cl.ID, Key: packetKey(id)})
 	}
 }

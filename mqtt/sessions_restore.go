@@ -86,6 +86,9 @@ func (ss *sessions) restore() error {
 				atomic.AddInt64(&ms.Info.Inflight, 1)
 				msgs++
 			}
+			if pk.FixedHeader.Type == packets.Publish && pk.Expiry < 0 {
+				ss.markHeld(id, pk.PacketID, true)
+			}
 			last = max(last, r.Order)
 		}
 		ms.Clients.Add(l.cl)

@@ -331,3 +331,43 @@ func TestSessionExpiredIsRemovedFromStore(t *testing.T) {
 	}
 	long.expectPublish(t, "x/1", "m", 1, false)
 }
+
+// TestSessionHeldThenSentResentWithDup: a message mochi held back (the
+// subscriber's Receive Maximum of 1 was taken) and then sent once the
+// quota came back is resent with DUP after a restart, as any message sent
+// and not acknowledged [MQTT-4.4.0-1]. It was stored held and came back
+// as never sent, without DUP (seen one run in three of
+// TestSessionSurvivesRestart under -race, where the replay of retained
+// messages holds a new subscriber's messages for a moment).
+func TestSessionHeldThenSentResentWithDup(t *testing.T) {
+	dir := t.TempDir()
+	s, stop := startSessionServer(t, dir, nil)
+	sub := dialRawConn(t, s.Addr(), 5)
+	sub.write(t, packets.Packet{
+		FixedHeader: packets.FixedHeader{Type: packets.Connect},
+		Connect:     packets.ConnectParams{ProtocolName: []byte("MQTT"), Clean: true, Keepalive: 30, ClientIdentifier: "dev"},
+		Properties: packets.Properties{SessionExpiryInterval: 3600, SessionExpiryIntervalFlag: true,
+			ReceiveMaximum: 1},
+	})
+	if pk := sub.read(t); pk.FixedHeader.Type != packets.Connack || pk.ReasonCode != 0 {
+		t.Fatalf("want CONNACK 0, got %v %#x", packets.PacketNames[pk.FixedHeader.Type], pk.ReasonCode)
+	}
+	sub.subscribeQoS1(t, "h/#")
+	pub := dialRaw(t, s.Addr(), "pub", 0)
+	pub.publishWait(t, "h/1", "first", 1, 1)
+	pub.publishWait(t, "h/2", "held", 1, 2) // held: the quota of 1 is taken by first
+	first := sub.expectPublish(t, "h/1", "first", 1, false)
+	sub.puback(t, first.PacketID) // the quota comes back: held goes
+	sub.expectPublish(t, "h/2", "held", 1, false)
+	sub.expectNoAckYet(t) // the server has read the PUBACK and sent held
+	sub.conn.Close()
+	waitOffline(t, s, "dev")
+	stop()
+
+	s, _ = startSessionServer(t, dir, nil)
+	sub, present := dialSession(t, s.Addr(), "dev", 5, false)
+	if !present {
+		t.Fatal("session not present after restart")
+	}
+	sub.expectPublish(t, "h/2", "held", 1, true)
+}
