@@ -80,7 +80,7 @@ var sessionEvents = func() (t [256]bool) {
 		mochi.OnSessionEstablished, mochi.OnDisconnect, mochi.OnClientExpired,
 		mochi.OnSubscribed, mochi.OnUnsubscribed, mochi.OnQosPublish, mochi.OnQosComplete,
 		mochi.OnQosDropped, mochi.OnPacketProcessed, mochi.OnPublish, mochi.OnPublished,
-		mochi.OnPacketSent,
+		mochi.OnPacketSent, mochi.OnWillSent,
 	} {
 		t[b] = true
 	}
@@ -166,6 +166,15 @@ func (ss *sessions) OnDisconnect(cl *mochi.Client, _ error, expire bool) {
 	delete(ss.pending, cl)
 	ss.pendMu.Unlock()
 	if !expire && persistent(cl) && !cl.IsTakenOver() && ss.isKnown(cl.ID) {
+		ss.log.Enqueue(ss.clientOp(cl))
+	}
+}
+
+// OnWillSent stores the session without the will mochi has just sent
+// (now, or when its delay ended), so that a restart does not send it
+// again.
+func (ss *sessions) OnWillSent(cl *mochi.Client, _ packets.Packet) {
+	if persistent(cl) && ss.isKnown(cl.ID) {
 		ss.log.Enqueue(ss.clientOp(cl))
 	}
 }

@@ -95,6 +95,14 @@ func (ss *sessions) restore() error {
 		ss.known[id] = struct{}{}
 	}
 	ss.count.Store(int64(len(ss.known)))
+	// A will still set belongs to a connection the process ended without
+	// a DISCONNECT (a clean one clears it [MQTT-3.1.2-10], and the record
+	// is stored again then): sent now, or after its delay from now.
+	for _, l := range byID {
+		if l.cl.Properties.Will.Flag > 0 {
+			ms.RestoreWill(l.cl)
+		}
+	}
 	ss.order.Store(last)
 	if len(byID) > 0 {
 		ss.s.log.Info("mqtt sessions restored", "sessions", len(byID), "subscriptions", subs, "messages", msgs)

@@ -371,3 +371,27 @@ func TestSessionHeldThenSentResentWithDup(t *testing.T) {
 	}
 	sub.expectPublish(t, "h/2", "held", 1, true)
 }
+
+// TestSessionDelayedWillAfterRestart: a persistent session's will with a
+// delay (1 s) that was running when the front-end stopped is sent after
+// the restart, once; a persistent subscriber gets it. mochi's restore
+// dropped it (patch 18).
+func TestSessionDelayedWillAfterRestart(t *testing.T) {
+	dir := t.TempDir()
+	s, stop := startSessionServer(t, dir, nil)
+	obs, _ := dialSession(t, s.Addr(), "obs", 5, true)
+	obs.subscribeQoS1(t, "will/#")
+	obs.disconnect(t)
+	waitOffline(t, s, "obs")
+	dev := rawConnectDelayedWillQoS(t, s.Addr(), "dev", true, 1) // will/dev, delay 1 s, session expiry 60 s
+	defer dev.Close()
+	stop() // dev's connection ends without DISCONNECT: its will's delay begins
+
+	s, _ = startSessionServer(t, dir, nil)
+	obs, present := dialSession(t, s.Addr(), "obs", 5, false)
+	if !present {
+		t.Fatal("observer's session not present after restart")
+	}
+	obs.expectPublish(t, "will/dev", "dead", 1, false)
+	obs.expectNoAckYet(t) // once
+}
