@@ -363,7 +363,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.hook.replay.close()
 		s.hook.backlog.close()
 		s.hook.queues.close()
-		if s.sessions != nil {
+		if s.sessions != nil && s.sessions.log != nil { // nil: Start did not get that far
 			if cerr := s.sessions.log.Close(); cerr != nil && err == nil {
 				err = cerr
 			}

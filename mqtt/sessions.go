@@ -216,7 +216,10 @@ func (ss *sessions) OnUnsubscribed(cl *mochi.Client, pk packets.Packet) {
 // one queued for an offline session, one sent and not yet acknowledged,
 // the server's PUBREC of an inbound QoS 2 flow. On the publisher's reader.
 func (ss *sessions) OnQosPublish(cl *mochi.Client, pk packets.Packet, _ int64, _ int) {
-	if persistent(cl) {
+	// Not before its session is stored: OnSessionEstablished then stores
+	// what it holds, and nothing is left behind by a connection that never
+	// got that far.
+	if persistent(cl) && ss.isKnown(cl.ID) {
 		ss.markHeld(cl.ID, pk.PacketID, pk.FixedHeader.Type == packets.Publish && pk.Expiry < 0)
 		ss.log.Enqueue(ss.inflightOp(cl.ID, pk))
 	}
