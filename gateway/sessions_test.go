@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -68,18 +67,11 @@ func mustCall(t *testing.T, g *Gateway, method, path string, want int) string {
 // subscribes to filter at QoS 1 and disconnects.
 func persistentSubscriber(t *testing.T, g *Gateway, id, filter string) {
 	t.Helper()
-	conn, err := net.Dial("tcp", g.MQTTAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := paho.NewClient(paho.ClientConfig{Conn: conn})
+	expiry := uint32(3600)
+	c := mqttConnect(t, g, &paho.Connect{ClientID: id, CleanStart: true,
+		Properties: &paho.ConnectProperties{SessionExpiryInterval: &expiry}})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	expiry := uint32(3600)
-	if _, err := c.Connect(ctx, &paho.Connect{ClientID: id, CleanStart: true,
-		Properties: &paho.ConnectProperties{SessionExpiryInterval: &expiry}}); err != nil {
-		t.Fatal(err)
-	}
 	if _, err := c.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: filter, QoS: 1}}}); err != nil {
 		t.Fatal(err)
 	}
