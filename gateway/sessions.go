@@ -44,16 +44,31 @@ func (a *adminServer) routeSessions(mux *http.ServeMux) {
 // exists, and ready, set after it is, orders the read of g.mqtt.
 func (a *adminServer) mqttServer(w http.ResponseWriter) *mqtt.Server {
 	if !a.g.ready.Load() {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "the gateway is not ready"})
+		apiError(w, http.StatusServiceUnavailable, "starting")
 		return nil
 	}
 	return a.g.mqtt
 }
 
-func (a *adminServer) listSessions(w http.ResponseWriter, _ *http.Request) {
-	if m := a.mqttServer(w); m != nil {
-		writeJSON(w, http.StatusOK, append([]mqtt.SessionInfo{}, m.Sessions()...))
+// listSessions pages as GET /api/v1/queues does: ?after=CLIENTID&limit=N
+// (default and most 10,000), in client id order.
+func (a *adminServer) listSessions(w http.ResponseWriter, r *http.Request) {
+	limit, ok := limitParam(w, r, 10_000, 10_000)
+	if !ok {
+		return
 	}
+	m := a.mqttServer(w)
+	if m == nil {
+		return
+	}
+	after := r.URL.Query().Get("after")
+	out := []mqtt.SessionInfo{}
+	for _, s := range m.Sessions() {
+		if s.ClientID > after && len(out) < limit {
+			out = append(out, s)
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 func (a *adminServer) deleteSession(w http.ResponseWriter, r *http.Request) {
@@ -63,7 +78,7 @@ func (a *adminServer) deleteSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !m.DeleteSession(id) {
-		writeJSON(w, http.StatusNotFound, map[string]string{"error": fmt.Sprintf("no MQTT session for client id %q", id)})
+		apiError(w, http.StatusNotFound, "no MQTT session for client id %q", id)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]int{"deleted": 1})

@@ -38,6 +38,10 @@ func TestAdminSessions(t *testing.T) {
 		strings.Join(list[0].Subscriptions, ",") != "a/#" || list[0].ExpirySeconds != 3600 {
 		t.Fatalf("dev listed as %+v", list)
 	}
+	persistentSubscriber(t, g, "eve", "e/#")
+	if page := decode[[]mqtt.SessionInfo](t, mustCall(t, g, "GET", "/api/v1/sessions?after=dev&limit=1", http.StatusOK)); len(page) != 1 || page[0].ClientID != "eve" {
+		t.Fatalf("the page after dev: %+v", page)
+	}
 	if body := mustCall(t, g, "DELETE", "/api/v1/sessions/dev", http.StatusOK); strings.TrimSpace(body) != `{"deleted":1}` {
 		t.Fatalf("delete: %s", body)
 	}
