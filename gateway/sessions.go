@@ -10,11 +10,22 @@ import (
 )
 
 // openSessions opens the store of persistent MQTT sessions that
-// mqtt.sessions.backend names: nil for memory (sessions die with the
+// mqtt.sessions.backend names (auto: memory with retain.backend=memory,
+// else embedded): nil for memory (sessions die with the
 // process, as before the store existed). The MQTT front-end owns it from
 // here and closes it at its Shutdown.
 func (g *Gateway) openSessions(ctx context.Context) (session.Backend, error) {
-	switch g.cfg.MQTT.SessionsBackend {
+	backend := g.cfg.MQTT.SessionsBackend
+	if backend == "auto" {
+		// retain.backend=memory says nothing goes to disk (tests, benchmarks,
+		// several gateways side by side in one directory): sessions
+		// neither.
+		backend = "embedded"
+		if g.cfg.RetainBackend == "memory" {
+			backend = "memory"
+		}
+	}
+	switch backend {
 	case "memory":
 		return nil, nil
 	case "redis":

@@ -58,7 +58,7 @@ func TestSessionKill9KeepsAckedPublishes(t *testing.T) {
 		t.Skip("builds the gateway and publishes 1,600 messages across a kill -9")
 	}
 	bin := buildGatewayBinary(t)
-	args := []string{"--data.dir=" + t.TempDir()}
+	args := []string{"--data.dir=" + t.TempDir(), "--mqtt.sessions.backend=embedded"} // runGatewayProc's retain.backend=memory would keep them in memory
 	gw := runGatewayProc(t, bin, args...)
 
 	sub, _ := sessionClient(t, gw.mqtt, "alarm-panel", true, func(*paho.Publish) {})
