@@ -47,6 +47,7 @@ func newAdminServer(g *Gateway) *adminServer {
 	mux.HandleFunc("DELETE /api/v1/retained", a.deleteRetained)
 	mux.HandleFunc("GET /api/v1/bridges", a.listBridges)
 	a.routeQueues(mux)
+	a.routeSessions(mux)
 	mux.HandleFunc("POST /api/v1/reload", a.reload)
 	// Profiles for performance work, as Caddy's admin API has them. The admin
 	// API listens on loopback unless admin.listen says otherwise.

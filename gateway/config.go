@@ -79,6 +79,7 @@ var keyDefs = []keyDef{
 	{name: "mqtt.maxKeepAlive", def: "0", kind: kindDuration, help: "longest keep alive an MQTT 5 client may use (longer or none is replaced, and announced as Server Keep Alive); 0 = the client's choice"},
 	{name: "mqtt.writeTimeout", def: "30s", kind: kindDuration, help: "how long a write to an MQTT client may wait for it to read before it is disconnected (a subscriber that stopped reading never slows others); 0 = no limit"},
 	{name: "mqtt.connectTimeout", def: "10s", kind: kindDuration, help: "how long a new MQTT connection has to send its whole CONNECT packet"},
+	{name: "mqtt.sessions.backend", def: "auto", kind: kindEnum, enum: []string{"auto", "embedded", "redis", "memory"}, help: "where persistent MQTT sessions (clean start 0 / session expiry > 0) are kept, group-committed: embedded (data.dir/sessions.db), redis (retain.redis.url; must answer at start), memory (lost at restart); auto: memory with retain.backend=memory, else embedded"},
 	{name: "mqtt.maxSessionExpiry", def: "0", kind: kindDuration, help: "cap on MQTT 5 session expiry for disconnected persistent sessions; 0 = no cap"},
 	{name: "mqtt.maxTopicLevels", def: "128", kind: kindInt, max: 1024, help: "most levels in a topic name or filter (at most 1024: mochi's index costs levels² per subscribe), in every protocol (MQTT topics, AMQP addresses); over it: SUBACK 0x8F, PUBACK 0x90, MQTT 3.1.1 connection closed, AMQP invalid-field"},
 	{name: "mqtt.maxTopicLength", def: "4096", kind: kindBytes, max: 65535, help: "longest topic name or filter in bytes, in every protocol; at most 32768 with retain.backend=embedded (its key limit); refused as for mqtt.maxTopicLevels"},
@@ -178,6 +179,7 @@ type Config struct {
 		MaxTopicLevels   int
 		MaxTopicLength   int
 		MaxSubscriptions int
+		SessionsBackend  string // mqtt.sessions.backend
 	}
 	AMQP struct {
 		Listen         string
@@ -454,6 +456,7 @@ func buildConfig(k *koanf.Koanf, byName map[string]*keyDef) (*Config, error) {
 	c.MQTT.MaxPacketSize = num("mqtt.maxPacketSize")
 	c.MQTT.MaxMessageExpiry = dur("mqtt.maxMessageExpiry")
 	c.MQTT.MaxSessionExpiry = dur("mqtt.maxSessionExpiry")
+	c.MQTT.SessionsBackend = get("mqtt.sessions.backend")
 	c.MQTT.MaxKeepAlive = dur("mqtt.maxKeepAlive")
 	c.MQTT.WriteTimeout = dur("mqtt.writeTimeout")
 	c.MQTT.ConnectTimeout = dur("mqtt.connectTimeout")

@@ -128,6 +128,10 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 		return err
 	}
 
+	sessions, err := g.openSessions(ctx)
+	if err != nil {
+		return err
+	}
 	g.admission = limits.New(limits.Options{
 		MaxConnections: g.cfg.Limits.MaxConnections,
 		MaxPerAddress:  g.cfg.Limits.MaxPerAddress,
@@ -160,6 +164,7 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 		Queues:           g.queues.Load(),
 		AutoCreateQueues: g.cfg.Queues.AutoCreate,
 		V311Full:         g.cfg.Queues.V311Full,
+		Sessions:         sessions,
 	})
 	if err != nil {
 		return err

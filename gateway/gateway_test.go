@@ -30,6 +30,12 @@ func testConfig(t *testing.T, args ...string) *Config {
 // mqttClient connects a paho MQTT 5 client to g.
 func mqttClient(t *testing.T, g *Gateway, id string) *paho.Client {
 	t.Helper()
+	return mqttConnect(t, g, &paho.Connect{ClientID: id, CleanStart: true})
+}
+
+// mqttConnect connects a paho MQTT 5 client to g with cp.
+func mqttConnect(t *testing.T, g *Gateway, cp *paho.Connect) *paho.Client {
+	t.Helper()
 	conn, err := net.Dial("tcp", g.MQTTAddr())
 	if err != nil {
 		t.Fatal(err)
@@ -37,7 +43,7 @@ func mqttClient(t *testing.T, g *Gateway, id string) *paho.Client {
 	c := paho.NewClient(paho.ClientConfig{Conn: conn})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := c.Connect(ctx, &paho.Connect{ClientID: id, CleanStart: true}); err != nil {
+	if _, err := c.Connect(ctx, cp); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Disconnect(&paho.Disconnect{}); <-c.Done() })

@@ -14,8 +14,13 @@ import (
 )
 
 func rawConnectDelayedWill(t *testing.T, addr, id string, clean bool) net.Conn {
+	return rawConnectDelayedWillQoS(t, addr, id, clean, 0)
+}
+
+// rawConnectDelayedWillQoS is rawConnectDelayedWill with the will's QoS.
+func rawConnectDelayedWillQoS(t *testing.T, addr, id string, clean bool, qos byte) net.Conn {
 	str := func(v string) []byte { return append([]byte{byte(len(v) >> 8), byte(len(v))}, v...) }
-	flags := byte(0x04)
+	flags := byte(0x04) | qos<<3
 	if clean {
 		flags |= 0x02
 	}

@@ -467,7 +467,7 @@ func (h *hook) Reaches(m *core.Message) bool {
 // Deliver implements core.Subscriber: a message from another front-end is
 // injected through mochi's inline client, so mochi matches it against MQTT
 // subscriptions and handles QoS, sessions and offline queues as for its own.
-func (h *hook) Deliver(m *core.Message, _ core.Delivery) error {
+func (h *hook) Deliver(m *core.Message, d core.Delivery) error {
 	if m.Expired(time.Now()) {
 		return nil
 	}
@@ -482,9 +482,11 @@ func (h *hook) Deliver(m *core.Message, _ core.Delivery) error {
 		// packet id. The inline client never acknowledges, so any will do.
 		pk.PacketID = 1
 	}
+	mark := h.s.sessions.mark()
 	if err := h.s.mochi.InjectPacket(cl, pk); err != nil {
 		return err
 	}
+	h.s.sessions.holdDelivery(d.Acks, mark) // until the sessions it reached have it on disk
 	h.out.Out(m.Created)
 	return nil
 }

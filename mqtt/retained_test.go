@@ -204,6 +204,8 @@ func (c *rawClient) next() (packets.Packet, error) {
 		err = pk.PubrecDecode(body)
 	case packets.Pubcomp:
 		err = pk.PubcompDecode(body)
+	case packets.Pubrel:
+		err = pk.PubrelDecode(body)
 	case packets.Disconnect:
 		err = pk.DisconnectDecode(body)
 	}

@@ -31,6 +31,7 @@ import (
 	"github.com/tolsey/tolsey/core/limits"
 	"github.com/tolsey/tolsey/core/metrics"
 	"github.com/tolsey/tolsey/core/queue"
+	"github.com/tolsey/tolsey/mqtt/session"
 	"github.com/tolsey/tolsey/retain"
 )
 
@@ -105,6 +106,10 @@ type Options struct {
 	// PUBACK, the connection closed) or V311FullDrop (acknowledged, the
 	// drop counted).
 	V311Full string
+
+	// Sessions is where persistent sessions are kept (sessions.go); nil:
+	// in memory only, lost at restart. The server closes it at Shutdown.
+	Sessions session.Backend
 }
 
 // Server is the running MQTT front-end.
@@ -119,6 +124,8 @@ type Server struct {
 	sub   *core.Subscription
 	log   *slog.Logger
 	adm   *admission
+
+	sessions *sessions // nil unless Options.Sessions
 }
 
 // noExpiryCap stands for "no cap" in mochi, which reads 0 as "expire now"
@@ -189,6 +196,12 @@ func New(opts Options) (*Server, error) {
 	if err := ms.AddHook(s.hook, nil); err != nil {
 		return nil, fmt.Errorf("mqtt: add hook: %w", err)
 	}
+	if opts.Sessions != nil {
+		s.sessions = newSessions(s, opts.Sessions)
+		if err := ms.AddHook(s.sessions, nil); err != nil { // after the gateway's: its OnPublish sees the packet ours returned
+			return nil, fmt.Errorf("mqtt: add hook: %w", err)
+		}
+	}
 	return s, nil
 }
 
@@ -215,6 +228,17 @@ func (s *Server) Start() (err error) {
 		cs.id, cs.ln = id, accept.New(ln, id, s.log)
 		cs.closeClients, cs.connectTimeout, cs.adm = s.disconnectListener, s.opts.ConnectTimeout, s.adm
 		return nil
+	}
+	if ss := s.sessions; ss != nil {
+		if err := ss.restore(); err != nil {
+			return err
+		}
+		ss.log = session.NewLog(ss.b, s.log.With("part", "mqtt.sessions"))
+		defer func() {
+			if err != nil {
+				ss.log.Close()
+			}
+		}()
 	}
 	tcpl := &tcpListener{}
 	if err := bind(&tcpl.connServer, "mqtt.listen", s.opts.Listen, "mqtt-tcp"); err != nil {
@@ -352,6 +376,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.hook.replay.close()
 		s.hook.backlog.close()
 		s.hook.queues.close()
+		if s.sessions != nil && s.sessions.log != nil { // nil: Start did not get that far
+			if cerr := s.sessions.log.Close(); cerr != nil && err == nil {
+				err = cerr
+			}
+		}
 		close(done)
 	}()
 	select {

@@ -231,7 +231,7 @@ func dialWillRaw(t *testing.T, addr, id, topic string, delayed bool) net.Conn {
 
 // startTestServer runs a front-end on a free port with store behind its
 // router, shut down when the test ends.
-func startTestServer(t *testing.T, store retain.Store, mods ...func(*Options)) *Server {
+func startTestServer(t testing.TB, store retain.Store, mods ...func(*Options)) *Server {
 	t.Helper()
 	s := startTestServerOnly(t, store, mods...)
 	t.Cleanup(func() {
@@ -245,7 +245,7 @@ func startTestServer(t *testing.T, store retain.Store, mods ...func(*Options)) *
 // startTestServerOnly runs a front-end (TCP and WebSocket) on free ports
 // with store behind its router, and mods applied to its options; the test
 // shuts it down.
-func startTestServerOnly(t *testing.T, store retain.Store, mods ...func(*Options)) *Server {
+func startTestServerOnly(t testing.TB, store retain.Store, mods ...func(*Options)) *Server {
 	t.Helper()
 	router := core.NewRouter(core.RouterOptions{Retainer: retain.Retainer{Store: store}, Node: "n"})
 	opts := Options{Listen: "127.0.0.1:0", WSListen: "127.0.0.1:0", Router: router, Store: store, Node: "n",

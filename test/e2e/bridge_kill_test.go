@@ -344,7 +344,21 @@ func TestBridgeKill9StoreAndForward(t *testing.T) {
 // restarted gateway's buffer holds at least what was acknowledged since.
 func killDrill(ctx context.Context, t *testing.T, bin string, args []string, pubs, per int) ([]*killPublisher, *gwProc, int64) {
 	t.Helper()
-	gw := runGatewayProc(t, bin, args...)
+	kps, gw2, atKill := publishAcrossKill(ctx, t, bin, args, runGatewayProc(t, bin, args...), pubs, per)
+	if n := gw2.bufferedOf(); n < int64(pubs*per)-atKill {
+		t.Fatalf("the restarted gateway's buffer holds %d, want at least the %d acknowledged since the kill", n, int64(pubs*per)-atKill)
+	}
+	return kps, gw2, atKill
+}
+
+// publishAcrossKill runs pubs MQTT 5 publishers of per QoS 1 messages each
+// against gw (the gateway binary bin run with args); after half of them
+// got a PUBACK gw is killed with SIGKILL and started again with the same
+// args, and the publishers go on. It returns once every message got its
+// PUBACK, with the publishers, the running gateway and the PUBACK count at
+// the kill.
+func publishAcrossKill(ctx context.Context, t *testing.T, bin string, args []string, gw *gwProc, pubs, per int) ([]*killPublisher, *gwProc, int64) {
+	t.Helper()
 	addrs := &gwAddr{addr: gw.mqtt, changed: make(chan struct{})}
 	var total atomic.Int64
 	kps := make([]*killPublisher, pubs)
@@ -365,9 +379,6 @@ func killDrill(ctx context.Context, t *testing.T, bin string, args []string, pub
 	}
 	if got := total.Load(); got != int64(pubs*per) {
 		t.Fatalf("%d PUBACKs, want %d", got, pubs*per)
-	}
-	if n := gw2.bufferedOf(); n < int64(pubs*per)-atKill {
-		t.Fatalf("the restarted gateway's buffer holds %d, want at least the %d acknowledged since the kill", n, int64(pubs*per)-atKill)
 	}
 	return kps, gw2, atKill
 }

@@ -40,8 +40,9 @@ type PendingAck struct {
 	ack      packets.Packet // built by processPublish once OnPublish returns
 	filled   bool           // ack is built
 	settle   bool           // the ack gives back the receive quota processPublish took (not a refusal's)
-	answered bool           // Done was called
-	code     packets.Code   // Done's code
+	answered bool           // Done was called as often as DeferAck
+	code     packets.Code   // Done's code: the first that was not success
+	holds    int            // Done calls still due (gateway patch 18)
 }
 
 // ackQueue is a client's acknowledgements in the order their PUBLISHes
@@ -85,12 +86,26 @@ func (a *ackQueue) wake() {
 // as usual (retained, delivered to subscribers now, QoS 2 state kept for
 // duplicate detection), except that its ack waits. It returns nil for a
 // QoS 0 PUBLISH and for the inline client, which get no ack.
+//
+// Several hooks may each defer the same ack (gateway patch 18): a second
+// DeferAck during the same OnPublish returns the same PendingAck, which
+// is then answered once every caller has called Done; the first code that
+// is not success wins. A caller whose Done came already is waited for
+// again: the ack is not built before OnPublish returns, so nothing has
+// been written.
 func (cl *Client) DeferAck(pk packets.Packet) *PendingAck {
 	if pk.FixedHeader.Qos == 0 || cl.Net.Inline {
 		return nil
 	}
-	p := &PendingAck{cl: cl}
 	a := &cl.State.acks
+	if p := a.deferring; p != nil {
+		a.mu.Lock()
+		p.holds++
+		p.answered = false
+		a.mu.Unlock()
+		return p
+	}
+	p := &PendingAck{cl: cl, holds: 1, code: packets.CodeSuccess}
 	a.mu.Lock()
 	if a.room == nil {
 		a.room = make(chan struct{}, 1)
@@ -106,14 +121,19 @@ func (cl *Client) DeferAck(pk packets.Packet) *PendingAck {
 // would have written, otherwise with code on it (MQTT 5; an MQTT 3.1.1 ack
 // has no reason code). A PUBREC >= 0x80 ends the QoS 2 flow [MQTT-4.3.3]:
 // its state is released, and OnQosDropped is called. Done may be called
-// from any goroutine, once; it does not wait for the write (the client's
+// from any goroutine, once per DeferAck that returned p; it does not wait for the write (the client's
 // writer does it). After the client has gone it writes nothing.
 func (p *PendingAck) Done(code packets.Code) {
 	a := &p.cl.State.acks
 	a.mu.Lock()
 	if !p.answered {
-		p.answered, p.code = true, code
-		p.cl.flushAcksLocked()
+		if p.code == packets.CodeSuccess {
+			p.code = code
+		}
+		if p.holds--; p.holds <= 0 {
+			p.answered = true
+			p.cl.flushAcksLocked()
+		}
 	}
 	a.mu.Unlock()
 }

@@ -728,3 +728,70 @@ func TestSendQuotaHeldGoWhenWriteQueueEmpties(t *testing.T) {
 		require.Equal(t, []byte{byte(i)}, pk.Payload)
 	}
 }
+
+// twoDeferHook defers every ack as a second hook beside another that
+// does (patch 18); with answerAt, it answers that packet id at once.
+type twoDeferHook struct {
+	HookBase
+	id       string
+	answerAt uint16
+	mu       sync.Mutex
+	pending  map[uint16]*PendingAck
+}
+
+func (h *twoDeferHook) ID() string           { return h.id }
+func (h *twoDeferHook) Provides(b byte) bool { return b == OnPublish }
+func (h *twoDeferHook) OnPublish(cl *Client, pk packets.Packet) (packets.Packet, error) {
+	p := cl.DeferAck(pk)
+	if pk.PacketID == h.answerAt {
+		p.Done(packets.CodeSuccess)
+	}
+	h.mu.Lock()
+	h.pending[pk.PacketID] = p
+	h.mu.Unlock()
+	return pk, nil
+}
+
+// TestDeferredAckTwoHooks (patch 18): two hooks defer the same ack; it is
+// written once both have answered, with the first code that is not
+// success, also when the first hook answered inside OnPublish, before the
+// second deferred it.
+func TestDeferredAckTwoHooks(t *testing.T) {
+	s := newServer()
+	a := &twoDeferHook{id: "a", answerAt: 2, pending: map[uint16]*PendingAck{}}
+	b := &twoDeferHook{id: "b", pending: map[uint16]*PendingAck{}}
+	require.NoError(t, s.AddHook(a, nil))
+	require.NoError(t, s.AddHook(b, nil))
+	r, w := net.Pipe()
+	defer r.Close()
+	cl := s.NewClient(w, "t", "pub", false)
+	cl.Properties.ProtocolVersion = 5
+	cl.State.Inflight.ResetReceiveQuota(10)
+	got := make(chan []uint16, 1)
+	go func() { got <- readPubackIDs(r, 2) }()
+	for _, id := range []uint16{1, 2} {
+		pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, TopicName: "a/b", PacketID: id}
+		require.NoError(t, s.processPacket(cl, pk))
+	}
+	require.Same(t, a.pending[1], b.pending[1])
+	require.Same(t, a.pending[2], b.pending[2])
+
+	a.pending[1].Done(packets.CodeSuccess)
+	cl.State.acks.mu.Lock()
+	require.Len(t, cl.State.acks.q, 2, "one answer of two writes nothing")
+	require.False(t, cl.State.acks.q[1].answered, "answered in OnPublish by a, still due from b")
+	cl.State.acks.mu.Unlock()
+
+	b.pending[1].Done(packets.ErrQuotaExceeded)
+	b.pending[2].Done(packets.CodeSuccess)
+	select {
+	case ids := <-got:
+		require.Equal(t, []uint16{1, 2}, ids)
+	case <-time.After(10 * time.Second):
+		t.Fatal("acks not written")
+	}
+	require.Equal(t, packets.ErrQuotaExceeded, a.pending[1].code)
+	waitWritten(cl)
+	require.False(t, cl.State.acks.busy())
+	cl.Stop(nil)
+}

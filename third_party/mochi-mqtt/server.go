@@ -1788,6 +1788,14 @@ func (s *Server) closeListenerClients(listener string) {
 }
 
 // sendLWT issues an LWT message to a topic when a client disconnects.
+// RestoreWill sends the will of cl, a session a storage hook restored
+// while the connection that set the will had not ended cleanly (the
+// process that held it stopped first): as when a connection ends without
+// DISCONNECT, it is sent now, or scheduled for its Will Delay Interval,
+// counted from now (gateway patch 19: mochi's own restore, loadClients,
+// drops wills). Call it before the server serves.
+func (s *Server) RestoreWill(cl *Client) { s.sendLWT(cl) }
+
 func (s *Server) sendLWT(cl *Client) {
 	if atomic.LoadUint32(&cl.Properties.Will.Flag) == 0 {
 		return

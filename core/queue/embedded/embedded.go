@@ -31,8 +31,8 @@ import (
 
 	"github.com/tolsey/tolsey/core"
 	"github.com/tolsey/tolsey/core/codec"
+	"github.com/tolsey/tolsey/core/groupcommit"
 	"github.com/tolsey/tolsey/core/queue"
-	"github.com/tolsey/tolsey/core/queue/internal/groupcommit"
 )
 
 // FileName is the file's usual name in the gateway's data.dir.

@@ -35,8 +35,8 @@ import (
 
 	"github.com/tolsey/tolsey/core"
 	"github.com/tolsey/tolsey/core/codec"
+	"github.com/tolsey/tolsey/core/groupcommit"
 	"github.com/tolsey/tolsey/core/queue"
-	"github.com/tolsey/tolsey/core/queue/internal/groupcommit"
 )
 
 // DefaultPrefix is the default key prefix.

@@ -1,6 +1,7 @@
 // Package groupcommit is the group commit both durable queue backends run
 // (core/queue/embedded: one bbolt transaction; core/queue/redis: one
-// MULTI/EXEC round trip): any goroutine queues an operation without
+// MULTI/EXEC round trip), and the MQTT front-end's session store
+// (mqtt/session): any goroutine queues an operation without
 // waiting, one goroutine takes every operation queued so far and writes
 // them together, so that N appends that arrive together cost one fsync (or
 // one round trip) instead of N. It knows no storage: the backend's commit

@@ -1,0 +1,438 @@
+package mqtt
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"sync"
+	"sync/atomic"
+
+	mochi "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/tolsey/tolsey/core"
+	"github.com/tolsey/tolsey/mqtt/session"
+)
+
+// Persistent sessions (docs/mqtt-frontend.md, "Persistent sessions").
+//
+// mochi keeps sessions in memory and tells its hooks of every change; its
+// own storage hooks write each change in a transaction of its own, one
+// fsync per packet. The sessions hook here listens to the same events and
+// queues each change on a session.Log, which commits what has queued up in
+// one transaction: the number of fsyncs follows the number of commits the
+// disk can do, not the number of messages. At start the stored sessions
+// are put back into mochi (restore, sessions_restore.go) before any client
+// can connect.
+//
+// The promise to publishers: a QoS 1/2 PUBLISH whose fan-out queued a
+// session write is acknowledged only once that write is durable. OnPublish
+// defers the ack (mochi's DeferAck, patch 12, shared with the router's
+// answer by patch 18); mochi then fans the message out on the same reader,
+// storing it in the sessions it reaches (OnQosPublish); OnPublished waits
+// on the Log for everything queued so far and answers the ack. A message
+// from another front-end is held the same way through core.Delivery.Acks
+// (Deliver).
+
+// sessions is the second mochi hook, added after the gateway's own, so its
+// OnPublish sees the packet the gateway's returned. mochi calls it on the
+// goroutine of the client concerned (its reader, a publisher's reader
+// for OnQosPublish, mochi's loop for OnClientExpired); none of it waits for
+// the disk.
+type sessions struct {
+	mochi.HookBase
+	s   *Server
+	b   session.Backend
+	log *session.Log // nil until Start
+
+	order atomic.Uint64 // the order of in-flight records, restored by it
+
+	mu    sync.Mutex
+	known map[string]struct{} // guarded by mu: client ids with a stored session
+	count atomic.Int64        // len(known), read without mu on every publish
+
+	// The in-flight messages stored with patch 13's held mark (never
+	// sent), per client: when mochi sends one (OnPacketSent) it is stored
+	// again without it, so that after a restart it goes again with DUP.
+	heldMu sync.Mutex
+	held   map[string]map[uint16]struct{} // guarded by heldMu
+
+	// The ack each publisher's reader deferred in OnPublish, taken back in
+	// OnPublished: both run on that reader, one after the other.
+	pendMu  sync.Mutex
+	pending map[*mochi.Client]pendingAck // guarded by pendMu
+}
+
+type pendingAck struct {
+	ack  *mochi.PendingAck
+	id   uint16
+	mark session.Mark // when the ack was deferred
+}
+
+func newSessions(s *Server, b session.Backend) *sessions {
+	return &sessions{s: s, b: b, known: map[string]struct{}{}, pending: map[*mochi.Client]pendingAck{},
+		held: map[string]map[uint16]struct{}{}}
+}
+
+func (ss *sessions) ID() string { return "sessions" }
+
+var sessionEvents = func() (t [256]bool) {
+	for _, b := range []byte{
+		mochi.OnSessionEstablished, mochi.OnDisconnect, mochi.OnClientExpired,
+		mochi.OnSubscribed, mochi.OnUnsubscribed, mochi.OnQosPublish, mochi.OnQosComplete,
+		mochi.OnQosDropped, mochi.OnPacketProcessed, mochi.OnPublish, mochi.OnPublished,
+		mochi.OnPacketSent, mochi.OnWillSent,
+	} {
+		t[b] = true
+	}
+	return t
+}()
+
+func (ss *sessions) Provides(b byte) bool { return sessionEvents[b] }
+
+// persistent reports whether cl's session outlives its connection: MQTT 5
+// with a Session Expiry Interval > 0, MQTT 3 with clean session 0
+// [MQTT-3.1.2-23] [MQTT-4.1.0-2].
+func persistent(cl *mochi.Client) bool {
+	if cl.Net.Inline {
+		return false
+	}
+	if cl.Properties.ProtocolVersion == 5 {
+		return cl.Properties.Props.SessionExpiryInterval > 0
+	}
+	return !cl.Properties.Clean
+}
+
+func (ss *sessions) isKnown(id string) bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	_, ok := ss.known[id]
+	return ok
+}
+
+// remember marks id stored and reports whether it was before.
+func (ss *sessions) remember(id string) (was bool) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if _, was = ss.known[id]; !was {
+		ss.known[id] = struct{}{}
+		ss.count.Add(1)
+	}
+	return was
+}
+
+// forget marks id not stored and reports whether it was.
+func (ss *sessions) forget(id string) (was bool) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if _, was = ss.known[id]; was {
+		delete(ss.known, id)
+		ss.count.Add(-1)
+	}
+	return was
+}
+
+// OnSessionEstablished stores a persistent session, or removes the stored
+// one a clean start (or a session that now ends with its connection)
+// discards. A session that was not stored before (an MQTT 5 client that
+// raised its expiry) has what it carried on stored with it.
+func (ss *sessions) OnSessionEstablished(cl *mochi.Client, _ packets.Packet) {
+	if cl.Net.Inline {
+		return
+	}
+	var ops []session.Op
+	if (cl.Properties.Clean || !persistent(cl)) && ss.forget(cl.ID) {
+		ss.forgetHeld(cl.ID)
+		ops = append(ops, session.Op{Kind: session.DeleteSession, Client: cl.ID})
+	}
+	if persistent(cl) {
+		ops = append(ops, ss.clientOp(cl))
+		if !ss.remember(cl.ID) {
+			for _, sub := range cl.State.Subscriptions.GetAll() {
+				ops = append(ops, subOp(cl.ID, sub))
+			}
+			for _, pk := range cl.State.Inflight.GetAll(false) {
+				ops = append(ops, ss.inflightOp(cl.ID, pk))
+			}
+		}
+	}
+	ss.log.Enqueue(ops...)
+}
+
+// OnDisconnect stores the session as it is left (a clean DISCONNECT has
+// removed its will [MQTT-3.1.2-10]), unless a new connection has taken
+// it over and stores it itself.
+func (ss *sessions) OnDisconnect(cl *mochi.Client, _ error, expire bool) {
+	ss.pendMu.Lock()
+	delete(ss.pending, cl)
+	ss.pendMu.Unlock()
+	if !expire && persistent(cl) && !cl.IsTakenOver() && ss.isKnown(cl.ID) {
+		ss.log.Enqueue(ss.clientOp(cl))
+	}
+}
+
+// OnWillSent stores the session without the will mochi has just sent
+// (now, or when its delay ended), so that a restart does not send it
+// again.
+func (ss *sessions) OnWillSent(cl *mochi.Client, _ packets.Packet) {
+	if persistent(cl) && ss.isKnown(cl.ID) {
+		ss.log.Enqueue(ss.clientOp(cl))
+	}
+}
+
+// OnClientExpired removes a session whose expiry interval has run out
+// [MQTT-4.1.0-2].
+func (ss *sessions) OnClientExpired(cl *mochi.Client) {
+	if ss.forget(cl.ID) {
+		ss.forgetHeld(cl.ID)
+		ss.log.Enqueue(session.Op{Kind: session.DeleteSession, Client: cl.ID})
+	}
+}
+
+func (ss *sessions) OnSubscribed(cl *mochi.Client, pk packets.Packet, codes []byte) {
+	if !persistent(cl) || !ss.isKnown(cl.ID) {
+		return
+	}
+	var ops []session.Op
+	for i, f := range pk.Filters {
+		if i < len(codes) && codes[i] < packets.ErrUnspecifiedError.Code && f.Filter != "" {
+			ops = append(ops, subOp(cl.ID, f))
+		}
+	}
+	ss.log.Enqueue(ops...)
+}
+
+func (ss *sessions) OnUnsubscribed(cl *mochi.Client, pk packets.Packet) {
+	if cl.Net.Inline || cl.IsTakenOver() || !ss.isKnown(cl.ID) {
+		return
+	}
+	ops := make([]session.Op, 0, len(pk.Filters))
+	for _, f := range pk.Filters {
+		ops = append(ops, session.Op{Kind: session.DeleteSub, Client: cl.ID, Key: []byte(f.Filter)})
+	}
+	ss.log.Enqueue(ops...)
+}
+
+// OnQosPublish stores a message mochi put in a session's inflight store:
+// one queued for an offline session, one sent and not yet acknowledged,
+// the server's PUBREC of an inbound QoS 2 flow. On the publisher's reader.
+func (ss *sessions) OnQosPublish(cl *mochi.Client, pk packets.Packet, _ int64, _ int) {
+	// Not before its session is stored: OnSessionEstablished then stores
+	// what it holds, and nothing is left behind by a connection that never
+	// got that far.
+	if persistent(cl) && ss.isKnown(cl.ID) {
+		ss.markHeld(cl.ID, pk.PacketID, pk.FixedHeader.Type == packets.Publish && pk.Expiry < 0)
+		ss.log.Enqueue(ss.inflightOp(cl.ID, pk))
+	}
+}
+
+// markHeld notes whether the message id of client is stored held.
+func (ss *sessions) markHeld(client string, id uint16, held bool) {
+	ss.heldMu.Lock()
+	defer ss.heldMu.Unlock()
+	m := ss.held[client]
+	switch {
+	case held && m == nil:
+		ss.held[client] = map[uint16]struct{}{id: {}}
+	case held:
+		m[id] = struct{}{}
+	case m != nil:
+		delete(m, id)
+		if len(m) == 0 {
+			delete(ss.held, client)
+		}
+	}
+}
+
+// wasHeld reports whether the message id of client was stored held, and
+// forgets it.
+func (ss *sessions) wasHeld(client string, id uint16) bool {
+	ss.heldMu.Lock()
+	defer ss.heldMu.Unlock()
+	m := ss.held[client]
+	if _, ok := m[id]; !ok {
+		return false
+	}
+	delete(m, id)
+	if len(m) == 0 {
+		delete(ss.held, client)
+	}
+	return true
+}
+
+// forgetHeld forgets every held mark of client (its session is deleted).
+func (ss *sessions) forgetHeld(client string) {
+	ss.heldMu.Lock()
+	delete(ss.held, client)
+	ss.heldMu.Unlock()
+}
+
+// OnPacketSent stores again a message that was stored held and has now
+// been sent (patch 13's sendHeld, which calls no hook), without the mark:
+// after a restart it is resent with DUP [MQTT-4.4.0-1]. On the client's
+// writer.
+func (ss *sessions) OnPacketSent(cl *mochi.Client, pk packets.Packet, _ []byte) {
+	if pk.FixedHeader.Type != packets.Publish || pk.FixedHeader.Qos == 0 || !persistent(cl) ||
+		!ss.wasHeld(cl.ID, pk.PacketID) {
+		return
+	}
+	if sent, ok := cl.State.Inflight.Get(pk.PacketID); ok && sent.Expiry >= 0 {
+		ss.log.Enqueue(ss.inflightOp(cl.ID, sent))
+	}
+}
+
+func (ss *sessions) OnQosComplete(cl *mochi.Client, pk packets.Packet) {
+	ss.dropInflight(cl, pk.PacketID)
+}
+func (ss *sessions) OnQosDropped(cl *mochi.Client, pk packets.Packet) {
+	ss.dropInflight(cl, pk.PacketID)
+}
+
+func (ss *sessions) dropInflight(cl *mochi.Client, id uint16) {
+	if persistent(cl) {
+		ss.markHeld(cl.ID, id, false)
+		ss.log.Enqueue(session.Op{Kind: session.DeleteInflight, Client: cl.ID, Key: packetKey(id)})
+	}
+}
+
+// OnPacketProcessed stores the PUBREL that replaced a QoS 2 PUBLISH once
+// the client's PUBREC came: mochi sets it without OnQosPublish.
+func (ss *sessions) OnPacketProcessed(cl *mochi.Client, pk packets.Packet, err error) {
+	if err != nil || pk.FixedHeader.Type != packets.Pubrec || !persistent(cl) {
+		return
+	}
+	if rel, ok := cl.State.Inflight.Get(pk.PacketID); ok && rel.FixedHeader.Type == packets.Pubrel {
+		ss.log.Enqueue(ss.inflightOp(cl.ID, rel))
+	}
+}
+
+// OnPublish defers the ack of a QoS 1/2 PUBLISH while any session is
+// stored: its fan-out may reach one (OnPublished answers it).
+func (ss *sessions) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
+	if cl.Net.Inline || pk.FixedHeader.Qos == 0 || pk.Ignore || ss.count.Load() == 0 {
+		return pk, nil
+	}
+	p := pendingAck{ack: cl.DeferAck(pk), id: pk.PacketID, mark: ss.log.Mark()}
+	ss.pendMu.Lock()
+	ss.pending[cl] = p
+	ss.pendMu.Unlock()
+	return pk, nil
+}
+
+// OnPublished answers the ack OnPublish deferred once what the fan-out
+// queued is durable: at once when it queued nothing.
+func (ss *sessions) OnPublished(cl *mochi.Client, pk packets.Packet) {
+	if cl.Net.Inline || pk.FixedHeader.Qos == 0 {
+		return
+	}
+	ss.pendMu.Lock()
+	p, ok := ss.pending[cl]
+	delete(ss.pending, cl)
+	ss.pendMu.Unlock()
+	if !ok || p.id != pk.PacketID {
+		return
+	}
+	if !ss.log.After(p.mark, func(err error) { p.ack.Done(ss.failed(cl, err)) }) {
+		p.ack.Done(packets.CodeSuccess)
+	}
+}
+
+// failed is the ack's code for a session write that failed: MQTT 5
+// 0x80; MQTT 3.1.1 has no code, so the connection is closed and the
+// client publishes again [MQTT-3.3.5-2].
+func (ss *sessions) failed(cl *mochi.Client, err error) packets.Code {
+	if err == nil {
+		return packets.CodeSuccess
+	}
+	ss.s.opts.Metrics.Drop("mqtt", "session_store_failed")
+	if cl.Properties.ProtocolVersion >= 5 {
+		return packets.ErrUnspecifiedError
+	}
+	cl.Stop(packets.ErrUnspecifiedError)
+	return packets.CodeSuccess
+}
+
+// holdDelivery holds a message from another front-end (Deliver) until
+// what its fan-out queued, since m, is durable.
+func (ss *sessions) holdDelivery(acks *core.Acks, m session.Mark) {
+	if ss == nil || acks == nil {
+		return
+	}
+	acks.Hold()
+	if !ss.log.After(m, acks.Done) {
+		acks.Done(nil)
+	}
+}
+
+// mark is Log.Mark, the zero Mark when sessions are not kept.
+func (ss *sessions) mark() session.Mark {
+	if ss == nil {
+		return session.Mark{}
+	}
+	return ss.log.Mark()
+}
+
+// clientRecord is a session's stored client: what mochi's loadClients
+// restores, and the will (docs/mqtt-frontend.md says what is done with it).
+type clientRecord struct {
+	Listener        string             `json:"l,omitempty"`
+	Username        []byte             `json:"u,omitempty"`
+	ProtocolVersion byte               `json:"v"`
+	Clean           bool               `json:"c,omitempty"`
+	Props           packets.Properties `json:"p"`
+	Will            mochi.Will         `json:"w"`
+}
+
+func (ss *sessions) clientOp(cl *mochi.Client) session.Op {
+	p := cl.Properties.Props
+	rec := clientRecord{
+		Listener:        cl.Net.Listener,
+		Username:        cl.Properties.Username,
+		ProtocolVersion: cl.Properties.ProtocolVersion,
+		Clean:           cl.Properties.Clean,
+		Props: packets.Properties{
+			SessionExpiryInterval:     p.SessionExpiryInterval,
+			SessionExpiryIntervalFlag: p.SessionExpiryIntervalFlag,
+			ReceiveMaximum:            p.ReceiveMaximum,
+			TopicAliasMaximum:         p.TopicAliasMaximum,
+			MaximumPacketSize:         p.MaximumPacketSize,
+			RequestProblemInfo:        p.RequestProblemInfo,
+			RequestProblemInfoFlag:    p.RequestProblemInfoFlag,
+			RequestResponseInfo:       p.RequestResponseInfo,
+			User:                      p.User,
+		},
+		Will: cl.Properties.Will,
+	}
+	v, _ := json.Marshal(&rec) // plain data: cannot fail
+	return session.Op{Kind: session.PutClient, Client: cl.ID, Value: v}
+}
+
+func subOp(id string, sub packets.Subscription) session.Op {
+	v, _ := json.Marshal(&sub)
+	return session.Op{Kind: session.PutSub, Client: id, Key: []byte(sub.Filter), Value: v}
+}
+
+// inflightRecord is a stored in-flight packet. Order restores the order
+// the session's messages were queued in [MQTT-4.6.0-6]; Expiry keeps
+// patch 13's held mark (< 0: never sent, goes without DUP).
+type inflightRecord struct {
+	Order   uint64              `json:"o"`
+	FH      packets.FixedHeader `json:"h"`
+	ID      uint16              `json:"i"`
+	Topic   string              `json:"t,omitempty"`
+	Payload []byte              `json:"b,omitempty"`
+	Origin  string              `json:"f,omitempty"`
+	Created int64               `json:"c,omitempty"`
+	Expiry  int64               `json:"e,omitempty"`
+	Props   packets.Properties  `json:"p"`
+}
+
+func (ss *sessions) inflightOp(id string, pk packets.Packet) session.Op {
+	rec := inflightRecord{
+		Order: ss.order.Add(1), FH: pk.FixedHeader, ID: pk.PacketID, Topic: pk.TopicName,
+		Payload: pk.Payload, Origin: pk.Origin, Created: pk.Created, Expiry: pk.Expiry, Props: pk.Properties,
+	}
+	v, _ := json.Marshal(&rec)
+	return session.Op{Kind: session.PutInflight, Client: id, Key: packetKey(pk.PacketID), Value: v}
+}
+
+func packetKey(id uint16) []byte { return binary.BigEndian.AppendUint16(nil, id) }
