@@ -625,6 +625,9 @@ func (cl *Client) Read(packetHandler ReadFn) error {
 		}
 		if !cl.State.draining.Load() { // gateway patch: the ending connection's deadline stands
 			cl.refreshDeadline(cl.State.Keepalive)
+			if cl.Closed() { // gateway patch 18: Stop's deadline, which this one may have replaced, stands
+				return cl.stoppedFor()
+			}
 		}
 		fh := new(packets.FixedHeader)
 		if err := cl.ReadFixedHeader(fh); err != nil {
@@ -668,16 +671,20 @@ func (cl *Client) readAndHandle(fh *packets.FixedHeader, packetHandler ReadFn) e
 // Stop instructs the client to shut down all processing goroutines and disconnect.
 func (cl *Client) Stop(err error) {
 	cl.State.endOnce.Do(func() {
-		if cl.Net.Conn != nil {
-			cl.endConn() // gateway patch 18: upstream closed the socket here, before a DISCONNECT left pending was written
-		}
-
 		if err != nil {
 			cl.State.stopCause.Store(err)
 		}
 
 		if cl.State.cancelOpen != nil {
 			cl.State.cancelOpen()
+		}
+
+		// gateway patch 18: upstream closed the socket first, before a
+		// DISCONNECT left pending was written. endConn comes after
+		// cancelOpen: a reader that refreshed its deadline over the one
+		// endConn sets finds the client closed (Read).
+		if cl.Net.Conn != nil {
+			cl.endConn()
 		}
 
 		atomic.StoreInt64(&cl.State.disconnected, time.Now().Unix())
