@@ -145,3 +145,72 @@ func readRawPacket(r *bufio.Reader) (byte, []byte, error) {
 	}
 	return b >> 4, body, nil
 }
+
+// A client that stopped reading holds nothing: a write to it is blocked
+// (1 MiB, the socket buffers small) under a write timeout of a minute when
+// DisconnectClientNoWait leaves the DISCONNECT pending behind it. Stop's
+// deadline ends that write, and the connection's goroutine ends, long
+// before the write timeout would have.
+func TestServerDisconnectFreesStalledWriter(t *testing.T) {
+	s := newServer()
+	s.Options.WriteTimeout = time.Minute
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		_ = c.(*net.TCPConn).SetWriteBuffer(4096)
+		_ = s.EstablishConnection("tcp", c)
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.(*net.TCPConn).SetReadBuffer(4096)
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write([]byte{0x10, 15, 0, 4, 'M', 'Q', 'T', 'T', 5, 0x02, 0, 30, 0, 0, 2, 's', 't'}); err != nil {
+		t.Fatal(err)
+	}
+	if typ, _, err := readRawPacket(bufio.NewReader(c)); err != nil || typ != packets.Connack {
+		t.Fatalf("CONNACK: type %d, %v", typ, err)
+	}
+	cl, ok := s.Clients.Get("st")
+	if !ok {
+		t.Fatal("client not registered after its CONNACK")
+	}
+
+	wrote := make(chan error, 1)
+	go func() {
+		wrote <- cl.WritePacket(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish},
+			TopicName: "t", Payload: make([]byte, 1<<20)})
+	}()
+	for deadline := time.Now().Add(10 * time.Second); cl.Net.wmu.TryLock(); {
+		cl.Net.wmu.Unlock() // the writer has not started yet
+		if time.Now().After(deadline) {
+			t.Fatal("the write never started")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	_ = s.DisconnectClientNoWait(cl, packets.ErrServerShuttingDown) // left pending: the writer holds wmu
+	select {
+	case err := <-wrote:
+		if err == nil {
+			t.Fatal("a 1 MiB write to a client that reads nothing succeeded")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the blocked write outlived Stop by 10 s (write timeout: 1 min)")
+	}
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the connection's goroutine outlived Stop by 10 s")
+	}
+}
