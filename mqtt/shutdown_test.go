@@ -75,7 +75,7 @@ func TestShutdownDuringConnectionBurst(t *testing.T) {
 func TestShutdownDisconnectReachesBusyClients(t *testing.T) {
 	for _, transport := range []string{"tcp", "ws"} {
 		t.Run(transport, func(t *testing.T) {
-			const rounds, clients = 10, 8
+			const rounds, clients = 6, 8
 			lost := 0
 			for round := 0; round < rounds; round++ {
 				s := startTestServerOnly(t, memory.New(retain.Limits{})) // shut down below
