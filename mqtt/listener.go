@@ -37,7 +37,9 @@ type tcpListener struct {
 // connServer is what the TCP and WebSocket listeners share: the listening
 // socket, and the goroutines of the connections it accepted.
 type connServer struct {
-	closeClients listeners.CloseFn // disconnects this listener's clients on Close
+	// closeClients disconnects this listener's clients on Close, and
+	// returns the connections mochi closes itself (disconnectListener).
+	closeClients func(id string) map[net.Conn]bool
 	id           string
 	// ln retries temporary accept errors (out of file descriptors) and
 	// records the one that stops it (Server.Listeners, for /readyz).
@@ -153,13 +155,17 @@ func (o *openConns) remove(c net.Conn) {
 	o.mu.Unlock()
 }
 
-// closeAll closes every recorded connection; add refuses from now on.
-func (o *openConns) closeAll() {
+// closeAll closes every recorded connection but those mochi is ending
+// (mochi patch 20: closed first, they lost the DISCONNECT of the
+// shutdown); add refuses from now on.
+func (o *openConns) closeAll(ending map[net.Conn]bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.closed = true
 	for c := range o.m {
-		_ = c.Close()
+		if !ending[c] {
+			_ = c.Close()
+		}
 	}
 }
 
@@ -202,8 +208,7 @@ func (l *tcpListener) Close(listeners.CloseFn) {
 	l.once.Do(func() {
 		l.closing.Store(true)
 		_ = l.ln.Close()
-		l.closeClients(l.id)
-		l.conns.closeAll()
+		l.conns.closeAll(l.closeClients(l.id))
 		l.wait() // before mochi's ClientsWg.Wait: see wait
 	})
 }
@@ -379,8 +384,7 @@ func (l *wsListener) handle(w http.ResponseWriter, r *http.Request) {
 func (l *wsListener) Close(listeners.CloseFn) {
 	l.once.Do(func() {
 		_ = l.srv.Close()
-		l.closeClients(l.id)
-		l.conns.closeAll()
+		l.conns.closeAll(l.closeClients(l.id))
 		l.wait() // before mochi's ClientsWg.Wait: see wait
 	})
 }

@@ -397,13 +397,24 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // (through Len), so a client disconnecting at that moment (Clients.Delete
 // waiting for the write lock) blocks both for ever. Seen in the e2e tests as
 // a gateway that never stopped.
-func (s *Server) disconnectListener(id string) {
+//
+// It returns the connections of the clients it ended, and of those already
+// ending: mochi closes each of them itself once its DISCONNECT is out and
+// what the client still sends is read, within about a second (mochi patch
+// 18), so the listener must not close them first.
+func (s *Server) disconnectListener(id string) map[net.Conn]bool {
+	ending := map[net.Conn]bool{}
 	for _, cl := range s.mochi.Clients.GetAll() {
-		if cl.Net.Listener == id && !cl.Closed() {
+		if cl.Net.Listener != id || cl.Net.Conn == nil {
+			continue
+		}
+		if !cl.Closed() {
 			// Not waiting behind a write to a client that stopped reading.
 			_ = s.mochi.DisconnectClientNoWait(cl, packets.ErrServerShuttingDown)
 		}
+		ending[cl.Net.Conn] = true
 	}
+	return ending
 }
 
 // inline returns mochi's inline client, through which messages from other

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -26,6 +27,11 @@ type wsConn struct {
 	net.Conn // the hijacked connection: reads and deadlines
 	c        *websocket.Conn
 	wm       sync.Mutex // one message written at a time
+	// writeBy is the write deadline set (unix nanoseconds, 0: none).
+	// gorilla's own is the writer's alone (it is not safe beside a write),
+	// and mochi also sets one from the goroutine stopping the client while
+	// another writes (patch 20): Write hands this one to gorilla.
+	writeBy atomic.Int64
 
 	// control writes a control frame (pong, close): c.WriteControl, or a
 	// test's recorder.
@@ -241,6 +247,11 @@ func (ws *wsConn) readFull(b []byte) error {
 func (ws *wsConn) Write(p []byte) (int, error) {
 	ws.wm.Lock()
 	defer ws.wm.Unlock()
+	var by time.Time
+	if n := ws.writeBy.Load(); n != 0 {
+		by = time.Unix(0, n)
+	}
+	_ = ws.c.SetWriteDeadline(by)
 	if err := ws.c.WriteMessage(websocket.BinaryMessage, p); err != nil {
 		return 0, err
 	}
@@ -251,11 +262,20 @@ func (ws *wsConn) Close() error { return ws.c.Close() }
 
 // SetWriteDeadline bounds gorilla's writes: gorilla sets its own deadline
 // on the socket before each frame it writes, so one set on the socket
-// directly would be replaced by none (mochi's write timeout).
-func (ws *wsConn) SetWriteDeadline(t time.Time) error { return ws.c.SetWriteDeadline(t) }
+// alone would be replaced by none (mochi's write timeout); Write gives
+// gorilla this one. It is set on the socket too, so that a write blocked
+// now ends at t. Safe beside a write, as net.Conn's is.
+func (ws *wsConn) SetWriteDeadline(t time.Time) error {
+	var n int64
+	if !t.IsZero() {
+		n = t.UnixNano()
+	}
+	ws.writeBy.Store(n)
+	return ws.Conn.SetWriteDeadline(t)
+}
 
 func (ws *wsConn) SetDeadline(t time.Time) error {
-	_ = ws.c.SetWriteDeadline(t)
+	_ = ws.SetWriteDeadline(t)
 	return ws.Conn.SetReadDeadline(t)
 }
 

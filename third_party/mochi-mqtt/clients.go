@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -147,10 +148,17 @@ type ClientConnection struct {
 	writeRearm int64 // unix nanoseconds after which the write deadline is set again
 	// pending is a DISCONNECT a write that must not wait left for
 	// whoever held wmu, who writes it once done (writePending).
-	pending  atomic.Pointer[[]byte]
-	Remote   string // the remote address of the client
-	Listener string // listener id of the client
-	Inline   bool   // if true, the client is the built-in 'inline' embedded client
+	pending atomic.Pointer[[]byte]
+	// How a connection Stop ends is closed (gateway patch 20, close.go):
+	// ending is set by Stop and done by whoever ends the writes; closeBy
+	// bounds the writes that are left; closeRefs counts the two sides,
+	// writes and reader, that must be done before the socket is closed.
+	ending    atomic.Int32
+	closeBy   atomic.Int64
+	closeRefs atomic.Int32
+	Remote    string // the remote address of the client
+	Listener  string // listener id of the client
+	Inline    bool   // if true, the client is the built-in 'inline' embedded client
 }
 
 // ClientProperties contains the properties which define the client behaviour.
@@ -395,6 +403,7 @@ func (cl *Client) writeQueued(pk *packets.Packet) {
 				cl.failWrites(err)
 			}
 			cl.Net.wmu.Unlock()
+			cl.writePending() // gateway patch 20: what a write that could not wait left
 		}
 	}
 	cl.ackWritten(pk) // gateway patch 12
@@ -616,16 +625,33 @@ func (cl *Client) Read(packetHandler ReadFn) error {
 		}
 		if !cl.State.draining.Load() { // gateway patch: the ending connection's deadline stands
 			cl.refreshDeadline(cl.State.Keepalive)
+			if cl.Closed() { // gateway patch 20: Stop's deadline, which this one may have replaced, stands
+				return cl.stoppedFor()
+			}
 		}
 		fh := new(packets.FixedHeader)
 		if err := cl.ReadFixedHeader(fh); err != nil {
-			return err
+			return cl.readEnded(err)
 		}
 
 		if err := cl.readAndHandle(fh, packetHandler); err != nil {
-			return err
+			return cl.readEnded(err)
 		}
 	}
+}
+
+// readEnded is what Read returns for err: once the client is stopped, a
+// read its deadline ended returns why it was stopped (gateway patch 20:
+// Stop wakes the reader with a deadline; upstream closed the socket, and
+// the read failed on the closed connection).
+func (cl *Client) readEnded(err error) error {
+	if cl.Closed() && errors.Is(err, os.ErrDeadlineExceeded) {
+		if cause := cl.StopCause(); cause != nil {
+			return cause
+		}
+		return net.ErrClosed
+	}
+	return err
 }
 
 // readAndHandle reads the rest of a packet and hands it to packetHandler. It is
@@ -645,17 +671,20 @@ func (cl *Client) readAndHandle(fh *packets.FixedHeader, packetHandler ReadFn) e
 // Stop instructs the client to shut down all processing goroutines and disconnect.
 func (cl *Client) Stop(err error) {
 	cl.State.endOnce.Do(func() {
-
-		if cl.Net.Conn != nil {
-			_ = cl.Net.Conn.Close() // omit close error
-		}
-
 		if err != nil {
 			cl.State.stopCause.Store(err)
 		}
 
 		if cl.State.cancelOpen != nil {
 			cl.State.cancelOpen()
+		}
+
+		// gateway patch 20: upstream closed the socket first, before a
+		// DISCONNECT left pending was written. endConn comes after
+		// cancelOpen: a reader that refreshed its deadline over the one
+		// endConn sets finds the client closed (Read).
+		if cl.Net.Conn != nil {
+			cl.endConn()
 		}
 
 		atomic.StoreInt64(&cl.State.disconnected, time.Now().Unix())
@@ -702,6 +731,9 @@ const drainOnWriteFailure = time.Second
 func (cl *Client) failWrites(err error) {
 	if cl.State.writesDone.Swap(true) {
 		return
+	}
+	if cl.Net.ending.Load() != notEnding {
+		return // gateway patch 20: a write cut short by Stop's deadline; the connection ends for Stop's cause
 	}
 	cl.State.writeErr.Store(writeFailure{fmt.Errorf("%w: %w", ErrWriteFailed, err)})
 	if cl.State.draining.Swap(true) || cl.Net.Conn == nil {
@@ -972,7 +1004,7 @@ func (cl *Client) writePacket(pk packets.Packet, wait bool) error {
 // after a failed write nothing is, after a takeover only the DISCONNECT
 // [MQTT-3.14.4-1] (gateway patch).
 func (cl *Client) refused(typ byte) bool {
-	return cl.State.writesDone.Load() || (cl.State.takenOver.Load() && typ != packets.Disconnect)
+	return cl.State.writesDone.Load() || cl.Net.ending.Load() == writesEnded || (cl.State.takenOver.Load() && typ != packets.Disconnect)
 }
 
 // writeEncoded writes one encoded packet of type typ (gateway patch: under
@@ -1006,10 +1038,11 @@ func (cl *Client) writeEncoded(b []byte, typ byte, wait bool) (int64, error) {
 }
 
 // writePending writes a DISCONNECT a write that must not wait left, if
-// wmu is free; whoever holds wmu calls it again once done, so the packet
-// is not stranded.
+// wmu is free, and then ends the writes of a stopped client (gateway patch
+// 18: endWrites); whoever holds wmu calls it again once done, so neither is
+// stranded.
 func (cl *Client) writePending() {
-	for cl.Net.pending.Load() != nil {
+	for cl.Net.pending.Load() != nil || cl.Net.ending.Load() == stopping {
 		if !cl.Net.wmu.TryLock() {
 			return
 		}
@@ -1017,6 +1050,9 @@ func (cl *Client) writePending() {
 			if _, err := cl.writeLocked(*p, true); err != nil {
 				cl.failWrites(err)
 			}
+		}
+		if cl.Net.ending.Load() == stopping {
+			cl.endWrites()
 		}
 		cl.Net.wmu.Unlock()
 	}
@@ -1071,6 +1107,7 @@ func (cl *Client) writeOut(b []byte) (int64, error) {
 			if big || now.UnixNano() >= cl.Net.writeRearm {
 				_ = cl.Net.Conn.SetWriteDeadline(now.Add(t))
 				cl.Net.writeRearm = now.Add(t / 2).UnixNano()
+				cl.keepCloseDeadline(now.Add(t)) // gateway patch 20
 			}
 		}
 		m, err := cl.Net.Conn.Write(b[:min(len(b), writeChunk)])

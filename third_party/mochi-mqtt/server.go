@@ -454,6 +454,9 @@ func (s *Server) EstablishConnection(listener string, c net.Conn) error {
 // to the server, performs session housekeeping, and reads incoming packets.
 func (s *Server) attachClient(cl *Client, listener string) error {
 	s.Listeners.ClientsWg.Add(1)
+	if cl.Net.Conn != nil {
+		cl.Net.closeRefs.Add(1) // gateway patch 20: the reader's half of the close (drainConn)
+	}
 
 	// The client's writer runs only while packets are queued (see
 	// outboundQueue). The handshake and the cleanup run in functions of their
@@ -477,6 +480,7 @@ func (s *Server) endClient(cl *Client, counted bool) {
 		atomic.AddInt64(&s.Info.ClientsConnected, -1)
 	}
 	cl.Stop(nil)
+	cl.drainConn() // gateway patch 20
 	s.Listeners.ClientsWg.Done()
 }
 

@@ -751,7 +751,7 @@ func TestEstablishConnectionInheritExistingTrueTakeover(t *testing.T) {
 
 	err1 := <-o1
 	require.Error(t, err1)
-	require.ErrorIs(t, err1, io.ErrClosedPipe)
+	require.ErrorIs(t, err1, packets.ErrSessionTakenOver) // gateway patch 20: why it was stopped, not the closed pipe
 
 	// Capture second Client pointer
 	clp2, ok := s.Clients.Get("zen")
