@@ -288,3 +288,28 @@ func retainedOf(t *testing.T, addr, topic string) string {
 		}
 	}
 }
+
+// drainQueue reads the durable queue through MQTT ($queue/<name>) until a
+// fence published on fenceTopic (a topic the queue subscribes to, so the
+// fence is queued last) comes out; it returns how often each payload came.
+func drainQueue(t *testing.T, addr, name, fenceTopic string) map[string]int {
+	t.Helper()
+	drain := dial5(t, addr, "drain-"+name, true, 1<<18)
+	drain.subscribe(t, "$queue/"+name, 1)
+	fence := dial5(t, addr, "fence-"+name, true, 1)
+	if c, err := fence.pub(fenceTopic, []byte("fence"), false); err != nil || c != 0 {
+		t.Fatalf("fence: %#x %v", c, err)
+	}
+	got := map[string]int{}
+	for {
+		select {
+		case m := <-drain.msgs:
+			if string(m.Payload) == "fence" {
+				return got
+			}
+			got[string(m.Payload)]++
+		case <-time.After(30 * time.Second):
+			t.Fatalf("no fence from queue %s within 30s; %d drained", name, len(got))
+		}
+	}
+}
