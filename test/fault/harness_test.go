@@ -3,7 +3,7 @@
 // and a real redis-server, and each drill breaks something under load
 // (Redis away, SIGTERM, a full disk), prints its figures with t.Logf and
 // asserts the promises. The short versions run in `go test ./...`; -long
-// runs the long ones (`go test ./test/fault -long -v`).
+// runs the long ones (`go test -v ./test/fault -args -long`).
 package fault
 
 import (
