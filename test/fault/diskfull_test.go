@@ -124,8 +124,8 @@ func TestDiskFull(t *testing.T) {
 
 	// Stopped: both files pass bbolt's consistency check, and what was
 	// stored before the fill is still there after a restart.
-	if code, _ := gw.term(15 * time.Second); code != 0 {
-		t.Errorf("exit %d after the drill; log:\n%s", code, gw.output())
+	if code, _ := gw.Term(15 * time.Second); code != 0 {
+		t.Errorf("exit %d after the drill; log:\n%s", code, gw.Output())
 	}
 	for _, name := range []string{"retained.db", "queues.db"} {
 		checkBolt(t, filepath.Join(dir, name))

@@ -7,173 +7,62 @@
 package fault
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"io"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
 	"go.uber.org/goleak"
+
+	"github.com/tolsey/tolsey/test/internal/gwproc"
 )
 
 var long = flag.Bool("long", false, "run the long versions of the drills (docs/reliability.md)")
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
+// bin is the gateway binary every drill runs, built once by the first
+// start into binDir, which TestMain removes.
 var (
+	binDir  string
 	binOnce sync.Once
-	binPath string
 	binErr  error
-	binOut  []byte
 )
 
-// gatewayBinary compiles ./cmd/gateway once per test binary.
-func gatewayBinary(t *testing.T) string {
-	t.Helper()
-	binOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "fault-gateway")
-		if err != nil {
-			binErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "gateway")
-		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/gateway")
-		cmd.Dir = "../.."
-		binOut, binErr = cmd.CombinedOutput()
-	})
-	if binErr != nil {
-		t.Fatalf("go build ./cmd/gateway: %v\n%s", binErr, binOut)
+func TestMain(m *testing.M) {
+	var err error
+	if binDir, err = os.MkdirTemp("", "fault-gateway"); err != nil {
+		panic(err)
 	}
-	return binPath
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		_ = os.RemoveAll(binDir)
+		os.Exit(code)
+	}))
 }
 
-// proc is one run of the gateway binary.
+// proc is one run of the gateway binary (test/internal/gwproc).
 type proc struct {
-	cmd   *exec.Cmd
-	done  chan struct{} // closed once it has exited and its output is read
-	mqtt  string
-	admin string
-	amqp  string
-
-	mu  sync.Mutex
-	log []string
+	*gwproc.Proc
+	mqtt, admin, amqp string
 }
-
-var (
-	reMQTT  = regexp.MustCompile(`msg="mqtt listening".* addr=(\S+) transport=tcp`)
-	reAdmin = regexp.MustCompile(`msg="admin API listening".* addr=(\S+)`)
-	reAMQP  = regexp.MustCompile(`msg="amqp listening".* addr=(\S+)`)
-	reReady = regexp.MustCompile(`msg="gateway ready"`)
-)
 
 // start runs the gateway with args on free ports (AMQP off unless args
-// turn it on) and waits until it logs "gateway ready".
+// turn it on) and waits until it is ready.
 func start(t *testing.T, args ...string) *proc {
 	t.Helper()
-	all := append([]string{"--mqtt.listen=127.0.0.1:0", "--admin.listen=127.0.0.1:0", "--amqp.listen=",
-		"--mqtt.ws.listen=", "--log.format=text"}, args...)
-	p := &proc{cmd: exec.Command(gatewayBinary(t), all...), done: make(chan struct{})}
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	out, err := p.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
+	bin := filepath.Join(binDir, "gateway")
+	binOnce.Do(func() { binErr = gwproc.BuildInto("../..", bin) }) // the module root, from test/fault
+	if binErr != nil {
+		t.Fatal(binErr)
 	}
-	p.cmd.Stderr = p.cmd.Stdout
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start gateway: %v", err)
-	}
-	ready := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(out)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		once := false
-		for sc.Scan() {
-			line := sc.Text()
-			p.mu.Lock()
-			p.log = append(p.log, line)
-			if m := reMQTT.FindStringSubmatch(line); m != nil && p.mqtt == "" {
-				p.mqtt = m[1]
-			}
-			if m := reAdmin.FindStringSubmatch(line); m != nil && p.admin == "" {
-				p.admin = m[1]
-			}
-			if m := reAMQP.FindStringSubmatch(line); m != nil && p.amqp == "" {
-				p.amqp = m[1]
-			}
-			if reReady.MatchString(line) && !once {
-				once = true
-				close(ready)
-			}
-			p.mu.Unlock()
-		}
-		_, _ = io.Copy(io.Discard, out)
-		_ = p.cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(p.kill)
-	select {
-	case <-ready:
-	case <-p.done:
-		t.Fatalf("gateway exited before it was ready:\n%s", p.output())
-	case <-time.After(30 * time.Second):
-		p.kill()
-		t.Fatalf("gateway not ready within 30s:\n%s", p.output())
-	}
-	return p
-}
-
-func (p *proc) kill() {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.done
-}
-
-// term sends SIGTERM and waits up to limit for the exit; it returns the
-// exit code (-1: still running at limit, then killed) and the time taken.
-func (p *proc) term(limit time.Duration) (int, time.Duration) {
-	t0 := time.Now()
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-		return p.cmd.ProcessState.ExitCode(), time.Since(t0)
-	case <-time.After(limit):
-		p.kill()
-		return -1, time.Since(t0)
-	}
-}
-
-func (p *proc) output() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return strings.Join(p.log, "\n")
-}
-
-// logged counts the log lines that contain s.
-func (p *proc) logged(s string) int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	n := 0
-	for _, l := range p.log {
-		if strings.Contains(l, s) {
-			n++
-		}
-	}
-	return n
+	p := gwproc.Start(t, bin, args...)
+	return &proc{Proc: p, mqtt: p.MQTT, admin: p.Admin, amqp: p.AMQP}
 }
 
 // readyz is the status of GET /readyz, or 0 when it cannot be asked.

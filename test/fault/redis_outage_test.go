@@ -243,11 +243,11 @@ func TestRedisRestartedEmpty(t *testing.T) {
 		t.Fatalf("ret/a before the restart = %q", got)
 	}
 	const rebuilt = "connected to redis; retained index rebuilt"
-	n0 := gw.logged(rebuilt)
+	n0 := gw.Logged(rebuilt)
 	t0 := time.Now()
 	rs.Restart()
 	coretest.Eventually(t, "the index rebuilt after the restart", 30*time.Second, func() bool {
-		return gw.logged(rebuilt) > n0 && gw.readyz() == 200
+		return gw.Logged(rebuilt) > n0 && gw.readyz() == 200
 	})
 	t.Logf("Redis restarted empty: index rebuilt and /readyz 200 %v after the restart began", time.Since(t0).Round(time.Millisecond))
 	if got := retainedOf(t, gw.mqtt, "ret/a"); got != "" {

@@ -120,11 +120,11 @@ func TestGracefulShutdownUnderLoad(t *testing.T) {
 	}()
 
 	time.Sleep(load) // the drill's schedule: load runs, then SIGTERM lands in the middle of it
-	code, took := gw.term(shutdownTimeout + 5*time.Second)
+	code, took := gw.Term(shutdownTimeout + 5*time.Second)
 	wg.Wait()
 	t.Logf("SIGTERM under load: exit %d after %v (shutdown.timeout %v)", code, took.Round(time.Millisecond), shutdownTimeout)
 	if code != 0 {
-		t.Errorf("exit code %d, want 0 within shutdown.timeout; log:\n%s", code, gw.output())
+		t.Errorf("exit code %d, want 0 within shutdown.timeout; log:\n%s", code, gw.Output())
 	}
 	if took > shutdownTimeout {
 		t.Errorf("exit after %v, beyond shutdown.timeout %v", took, shutdownTimeout)
