@@ -65,25 +65,14 @@ func TestRedisOutageUnderLoad(t *testing.T) {
 	const pubs, every = 2, 4 * time.Millisecond // 500 msg/s offered in all
 	for i := range pubs {
 		c := dial5(t, gw.mqtt, fmt.Sprintf("live%d", i), true, 1)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			tick := time.NewTicker(every)
-			defer tick.Stop()
-			for n := 0; ; n++ {
-				select {
-				case <-stop:
-					return
-				case <-tick.C:
-				}
-				code, err := c.pub(fmt.Sprintf("live/%d", i), []byte(strconv.Itoa(n)), false)
-				if err != nil || code != 0 {
-					liveRefused.Add(1)
-					continue
-				}
-				liveAcked.Add(1)
+		paced(&wg, stop, every, func(n int) {
+			code, err := c.pub(fmt.Sprintf("live/%d", i), []byte(strconv.Itoa(n)), false)
+			if err != nil || code != 0 {
+				liveRefused.Add(1)
+				return
 			}
-		}()
+			liveAcked.Add(1)
+		})
 	}
 
 	// The retained publisher: one topic per attempt, answers recorded by
@@ -95,29 +84,18 @@ func TestRedisOutageUnderLoad(t *testing.T) {
 		v.(*atomic.Int64).Add(1)
 	}
 	rc := dial5(t, gw.mqtt, "retainer", true, 1)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		tick := time.NewTicker(50 * time.Millisecond)
-		defer tick.Stop()
-		for n := 0; ; n++ {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-			}
-			ph := phase.Load()
-			code, err := rc.pub("ret/k", []byte(strconv.Itoa(n)), true)
-			if err != nil {
-				code = 0xff // no PUBACK at all
-			}
-			// An answer that straddles a phase change is counted in
-			// neither: the store's view of the outage lags the cut.
-			if phase.Load() == ph {
-				count(ph, code)
-			}
+	paced(&wg, stop, 50*time.Millisecond, func(n int) {
+		ph := phase.Load()
+		code, err := rc.pub("ret/k", []byte(strconv.Itoa(n)), true)
+		if err != nil {
+			code = 0xff // no PUBACK at all
 		}
-	}()
+		// An answer that straddles a phase change is counted in
+		// neither: the store's view of the outage lags the cut.
+		if phase.Load() == ph {
+			count(ph, code)
+		}
+	})
 
 	before := 3 * time.Second
 	time.Sleep(before) // the load runs; a drill's schedule, not a wait for a condition
@@ -260,4 +238,24 @@ func TestRedisRestartedEmpty(t *testing.T) {
 	if got := retainedOf(t, gw.mqtt, "ret/c"); got != "c" {
 		t.Errorf("ret/c set after the restart = %q", got)
 	}
+}
+
+// paced runs do(0), do(1), … on a goroutine of wg, one per tick of every
+// (a tick that comes while do runs is dropped: the offered rate is at most
+// 1/every), until stop is closed.
+func paced(wg *sync.WaitGroup, stop <-chan struct{}, every time.Duration, do func(n int)) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for n := 0; ; n++ {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			do(n)
+		}
+	}()
 }
