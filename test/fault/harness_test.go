@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	goamqp "github.com/Azure/go-amqp"
 	"github.com/eclipse/paho.golang/paho"
 	"go.uber.org/goleak"
 
@@ -201,4 +202,56 @@ func drainQueue(t *testing.T, addr, name, fenceTopic string) map[string]int {
 			t.Fatalf("no fence from queue %s within 30s; %d drained", name, len(got))
 		}
 	}
+}
+
+// amqpLink is an AMQP sender (go-amqp) over its own connection.
+type amqpLink struct{ snd *goamqp.Sender }
+
+func amqpSender(t *testing.T, addr, target string) *amqpLink {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := goamqp.Dial(ctx, "amqp://"+addr, &goamqp.ConnOptions{SASLType: goamqp.SASLTypeAnonymous()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	sess, err := conn.NewSession(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snd, err := sess.NewSender(ctx, target, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &amqpLink{snd}
+}
+
+// retained sends body unsettled with x-opt-retain = true and returns the
+// outcome.
+func (l *amqpLink) retained(t *testing.T, body string) goamqp.DeliveryState {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	m := goamqp.NewMessage([]byte(body))
+	m.Annotations = goamqp.Annotations{"x-opt-retain": true}
+	r, err := l.snd.SendWithReceipt(ctx, m, nil)
+	if err != nil {
+		t.Fatalf("AMQP send: %v", err)
+	}
+	st, err := r.Wait(ctx)
+	if err != nil {
+		t.Fatalf("AMQP outcome: %v", err)
+	}
+	return st
+}
+
+func isAccepted(st goamqp.DeliveryState) bool {
+	_, ok := st.(*goamqp.StateAccepted)
+	return ok
+}
+
+func isRejected(st goamqp.DeliveryState, cond goamqp.ErrCond) bool {
+	r, ok := st.(*goamqp.StateRejected)
+	return ok && r.Error != nil && r.Error.Condition == cond
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	goamqp "github.com/Azure/go-amqp"
+
 	"github.com/tolsey/tolsey/core/coretest"
 	"github.com/tolsey/tolsey/retain/redistest"
 )
@@ -31,7 +33,8 @@ func TestRedisOutageUnderLoad(t *testing.T) {
 	}
 	rs := redistest.Start(t)
 	px := redistest.NewProxy(t, rs.Addr)
-	gw := start(t, "--retain.backend=redis", "--retain.redis.url="+px.URL(), "--data.dir="+t.TempDir())
+	gw := start(t, "--retain.backend=redis", "--retain.redis.url="+px.URL(), "--data.dir="+t.TempDir(), "--amqp.listen=127.0.0.1:0")
+	amqpRet := amqpSender(t, gw.amqp, "topic://ret/amqp")
 
 	sub := dial5(t, gw.mqtt, "sub", true, 1<<16)
 	sub.subscribe(t, "live/#", 1)
@@ -104,6 +107,9 @@ func TestRedisOutageUnderLoad(t *testing.T) {
 	px.Cut()
 	coretest.Eventually(t, "/readyz 503 during the outage", 10*time.Second, func() bool { return gw.readyz() == 503 })
 	tNoticed := time.Since(tCut)
+	if st := amqpRet.retained(t, "during"); !isRejected(st, goamqp.ErrCondInternalError) {
+		t.Errorf("an AMQP retained send during the outage: %T %+v, want rejected %s", st, st, goamqp.ErrCondInternalError)
+	}
 
 	// The retried publisher: sends its value during the outage and again
 	// until a PUBACK 0x00, as an application that must not lose it does.
@@ -131,6 +137,9 @@ func TestRedisOutageUnderLoad(t *testing.T) {
 	// Until the store is back (the index rebuilt), 0x80 is still the
 	// truthful answer: "after" starts once /readyz says so.
 	phase.Store(2)
+	if st := amqpRet.retained(t, "after"); !isAccepted(st) {
+		t.Errorf("an AMQP retained send after the outage: %T %+v, want accepted", st, st)
+	}
 	var retryTook time.Duration
 	select {
 	case retryTook = <-retried:
