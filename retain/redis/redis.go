@@ -67,8 +67,11 @@ type Options struct {
 	// SweepInterval is how often expired topics leave the index (default
 	// 1 s). Redis expires the keys itself (PEXPIREAT).
 	SweepInterval time.Duration
-	// MaxBackoff caps the wait between reconnect attempts (default 5 s;
-	// the first wait is 50 ms).
+	// MaxBackoff caps the wait between reconnect attempts (default 1 s;
+	// the first wait is 50 ms). It bounds how long the store stays
+	// unavailable after Redis is back, whatever the outage's length
+	// (docs/reliability.md, drill 2: /readyz 200 within 2 s after); an
+	// attempt against a Redis that is down costs one refused dial.
 	MaxBackoff time.Duration
 	// MatchBatch is the number of keys fetched per MGET (default 512).
 	MatchBatch int
@@ -91,7 +94,7 @@ func (o *Options) defaults() {
 		o.SweepInterval = time.Second
 	}
 	if o.MaxBackoff <= 0 {
-		o.MaxBackoff = 5 * time.Second
+		o.MaxBackoff = time.Second
 	}
 	if o.MatchBatch <= 0 {
 		o.MatchBatch = 512

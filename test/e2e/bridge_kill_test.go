@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,14 +8,10 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os/exec"
-	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -24,123 +19,31 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tolsey/tolsey/core/coretest"
+	"github.com/tolsey/tolsey/test/internal/gwproc"
 )
 
-// The gateway as a child process, for what an in-process gateway cannot
-// show: kill -9.
+// The gateway as a child process (test/internal/gwproc), for what an
+// in-process gateway cannot show: kill -9.
 
 // buildGatewayBinary compiles ./cmd/gateway into a temp dir.
 func buildGatewayBinary(t *testing.T) string {
 	t.Helper()
-	root, err := filepath.Abs("../..") // the module root, from test/e2e
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(t.TempDir(), "gateway")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/gateway")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/gateway: %v\n%s", err, out)
-	}
-	return bin
+	return gwproc.Build(t, "../..") // the module root, from test/e2e
 }
 
-// gwProc is one run of the gateway binary.
+// gwProc is one run of the gateway binary, its addresses under the names
+// these tests use.
 type gwProc struct {
-	cmd   *exec.Cmd
-	done  chan struct{} // closed once the process has exited and its output is read
-	mqtt  string
-	admin string
-	amqp  string // when args turn AMQP on (--amqp.listen=127.0.0.1:0)
-
-	mu  sync.Mutex
-	log []string // its output, for failure messages
+	*gwproc.Proc
+	mqtt, admin, amqp string
 }
 
-var (
-	procMQTT  = regexp.MustCompile(`msg="mqtt listening".* addr=(\S+) transport=tcp`)
-	procAdmin = regexp.MustCompile(`msg="admin API listening".* addr=(\S+)`)
-	procAMQP  = regexp.MustCompile(`msg="amqp listening".* addr=(\S+)`)
-	procReady = regexp.MustCompile(`msg="gateway ready"`)
-)
-
-// runGatewayProc starts bin with args on free ports and waits until it
-// logs "gateway ready"; its addresses are read from its log. The test's
-// end kills it if it still runs.
+// runGatewayProc starts bin with args (and the memory retained store
+// unless args say otherwise) on free ports and waits until it is ready.
 func runGatewayProc(t *testing.T, bin string, args ...string) *gwProc {
 	t.Helper()
-	all := append([]string{"--mqtt.listen=127.0.0.1:0", "--admin.listen=127.0.0.1:0", "--amqp.listen=",
-		"--mqtt.ws.listen=", "--retain.backend=memory", "--log.format=text"}, args...)
-	p := &gwProc{cmd: exec.Command(bin, all...), done: make(chan struct{})}
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	out, err := p.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.cmd.Stderr = p.cmd.Stdout
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start gateway: %v", err)
-	}
-	ready := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(out)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		once := false
-		for sc.Scan() {
-			line := sc.Text()
-			p.mu.Lock()
-			p.log = append(p.log, line)
-			if m := procMQTT.FindStringSubmatch(line); m != nil && p.mqtt == "" {
-				p.mqtt = m[1]
-			}
-			if m := procAdmin.FindStringSubmatch(line); m != nil && p.admin == "" {
-				p.admin = m[1]
-			}
-			if m := procAMQP.FindStringSubmatch(line); m != nil && p.amqp == "" {
-				p.amqp = m[1]
-			}
-			if procReady.MatchString(line) && !once {
-				once = true
-				close(ready)
-			}
-			p.mu.Unlock()
-		}
-		_, _ = io.Copy(io.Discard, out)
-		_ = p.cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() { p.kill() })
-	select {
-	case <-ready:
-	case <-p.done:
-		t.Fatalf("gateway exited before it was ready:\n%s", p.output())
-	case <-time.After(30 * time.Second):
-		p.kill()
-		t.Fatalf("gateway not ready within 30s:\n%s", p.output())
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.mqtt == "" || p.admin == "" {
-		t.Fatalf("no MQTT or admin address in the gateway's log:\n%s", strings.Join(p.log, "\n"))
-	}
-	return p
-}
-
-// kill sends SIGKILL (kill -9) and waits for the process to be gone.
-func (p *gwProc) kill() {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.done
-}
-
-func (p *gwProc) output() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return strings.Join(p.log, "\n")
+	p := gwproc.Start(t, bin, append([]string{"--retain.backend=memory"}, args...)...)
+	return &gwProc{Proc: p, mqtt: p.MQTT, admin: p.Admin, amqp: p.AMQP}
 }
 
 // bufferedOf reads rule 0's buffered message count from GET /api/v1/bridges;
@@ -368,13 +271,13 @@ func publishAcrossKill(ctx context.Context, t *testing.T, bin string, args []str
 		go func(kp *killPublisher) { errs <- kp.run(ctx, addrs, per, &total) }(kps[i])
 	}
 	coretest.Eventually(t, fmt.Sprintf("%d PUBACKs", pubs*per/2), 3*time.Minute, func() bool { return total.Load() >= int64(pubs*per/2) })
-	gw.kill()
+	gw.Kill()
 	atKill := total.Load()
 	gw2 := runGatewayProc(t, bin, args...)
 	addrs.set(gw2.mqtt)
 	for range kps {
 		if err := <-errs; err != nil {
-			t.Fatalf("%v\n--- gateway log:\n%s", err, gw2.output())
+			t.Fatalf("%v\n--- gateway log:\n%s", err, gw2.Output())
 		}
 	}
 	if got := total.Load(); got != int64(pubs*per) {

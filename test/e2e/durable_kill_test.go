@@ -159,7 +159,7 @@ func TestDurableSubscriptionKill9(t *testing.T) {
 					t.Fatalf("publish %s: reason %#x", b, r.ReasonCode)
 				}
 			}
-			gw.kill()
+			gw.Kill()
 
 			gw2 := runGatewayProc(t, bin, args...)
 			_, r = durableSubscriber(t, gw2.amqp)
@@ -167,7 +167,7 @@ func TestDurableSubscriptionKill9(t *testing.T) {
 			for len(got) < 15 {
 				m, err := r.Receive(ctx, nil)
 				if err != nil {
-					t.Fatalf("after %v: %v\n%s", got, err, gw2.output())
+					t.Fatalf("after %v: %v\n%s", got, err, gw2.Output())
 				}
 				got = append(got, string(m.GetData()))
 				if err := r.AcceptMessage(ctx, m); err != nil {

@@ -191,11 +191,11 @@ func (p *gwProc) queueDepth(name string) (messages, inFlight int64) {
 // stop sends SIGTERM (a clean shutdown) and waits for the process to exit.
 func (p *gwProc) stop(t *testing.T) {
 	t.Helper()
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	_ = p.Cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-p.done:
+	case <-p.Done:
 	case <-time.After(30 * time.Second):
-		t.Fatalf("gateway did not stop within 30s of SIGTERM:\n%s", p.output())
+		t.Fatalf("gateway did not stop within 30s of SIGTERM:\n%s", p.Output())
 	}
 }
 
@@ -271,12 +271,12 @@ func TestQueueKill9Embedded(t *testing.T) {
 	kps, wait := queueSendDrill(ctx, []string{"drill/p0", "drill/p1", "queue://drill", "queue://drill"},
 		[]*gwAddr{addrs, addrs, addrs, addrs}, per, &total)
 	coretest.Eventually(t, "10,000 sends accepted", 2*time.Minute, func() bool { return total.Load() >= senders*per/2 })
-	gw.kill()
+	gw.Kill()
 	atKill := total.Load()
 	gw2 := runGatewayProc(t, bin, args...)
 	addrs.set(gw2.amqp)
 	if err := wait(); err != nil {
-		t.Fatalf("%v\n--- gateway log:\n%s", err, gw2.output())
+		t.Fatalf("%v\n--- gateway log:\n%s", err, gw2.Output())
 	}
 	held, _ := gw2.queueDepth("drill")
 	if held < senders*per {
@@ -389,12 +389,12 @@ func TestQueueKill9Redis(t *testing.T) {
 	kps, wait := queueSendDrill(ctx, []string{"drill/p0", "queue://drill", "drill/p2", "queue://drill"},
 		[]*gwAddr{addrA, addrA, addrB, addrB}, per, &total)
 	coretest.Eventually(t, "10,000 sends accepted", 2*time.Minute, func() bool { return total.Load() >= senders*per/2 })
-	a.kill()
+	a.Kill()
 	atKill := total.Load()
 	a2 := runGatewayProc(t, bin, argsA...)
 	addrA.set(a2.amqp)
 	if err := wait(); err != nil {
-		t.Fatalf("%v\n--- gateway a log:\n%s", err, a2.output())
+		t.Fatalf("%v\n--- gateway a log:\n%s", err, a2.Output())
 	}
 	allSeen := func() bool {
 		mu.Lock()

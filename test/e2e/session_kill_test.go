@@ -87,7 +87,7 @@ func TestSessionKill9KeepsAckedPublishes(t *testing.T) {
 		dc.add(t, p, seq)
 	})
 	if !present {
-		t.Fatalf("session not present after kill -9\n--- gateway log:\n%s", gw2.output())
+		t.Fatalf("session not present after kill -9\n--- gateway log:\n%s", gw2.Output())
 	}
 	coretest.Eventually(t, "every PUBACKed message delivered", 2*time.Minute, func() bool {
 		mu.Lock()
