@@ -19,6 +19,7 @@ import (
 
 	"github.com/tolsey/tolsey/bridge/buffer"
 	"github.com/tolsey/tolsey/core"
+	"github.com/tolsey/tolsey/core/auth"
 	"github.com/tolsey/tolsey/retain"
 )
 
@@ -53,6 +54,9 @@ type AMQPOptions struct {
 	// QueueLen bounds the QoS 0 messages waiting for a rule's sender;
 	// 4096 when zero.
 	QueueLen int
+	// Identity is who the rules act as (bridge.identity), as for the NATS
+	// bridge; an inbound message it may not publish is rejected.
+	Identity Identity
 }
 
 // AMQP links the topic space to a remote AMQP 1.0 broker, with go-amqp as
@@ -531,6 +535,11 @@ func (r *amqpRule) publishIn(am *goamqp.Message) (string, string) {
 	}
 	if len(path) > 0 {
 		m.UserProperties = append(m.UserProperties, core.UserProperty{Key: AMQPPathProperty, Value: joinPath(path)})
+	}
+	if !b.opts.Identity.allowed(auth.Publish, b.client, topic) {
+		r.dropped.Add(1)
+		b.m.drop("denied")
+		return "reject", "bridge.identity is not authorised to publish to " + core.ShortTopic(topic)
 	}
 	m.Topic = topic
 	m.QoS = r.rule.QoS // as the NATS bridge: the rule says at which QoS our subscribers get it

@@ -33,7 +33,7 @@ func newAMQPMetrics(reg prometheus.Registerer, b *AMQP) *amqpMetrics {
 			m.out[r] = c
 		}
 	}
-	for _, reason := range []string{"unmappable", "loop", "rejected", "buffer_full"} {
+	for _, reason := range []string{"unmappable", "loop", "rejected", "buffer_full", "denied"} {
 		m.dropped.WithLabelValues(m.name, reason)
 	}
 	if reg == nil {

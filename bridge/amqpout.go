@@ -11,6 +11,7 @@ import (
 
 	"github.com/tolsey/tolsey/bridge/buffer"
 	"github.com/tolsey/tolsey/core"
+	"github.com/tolsey/tolsey/core/auth"
 )
 
 // Deliver implements core.Subscriber for an outbound rule, on the
@@ -20,6 +21,11 @@ import (
 // publisher's acknowledgement follows the durable write.
 func (r *amqpRule) Deliver(m *core.Message, d core.Delivery) error {
 	b := r.b
+	if !b.opts.Identity.allowed(auth.Subscribe, b.client, m.Topic) {
+		r.dropped.Add(1)
+		b.m.drop("denied")
+		return nil
+	}
 	path := pathOf(m)
 	if len(path) >= MaxHops || slices.Contains(path, b.opts.Node) || (b.remoteNode() != "" && slices.Contains(path, b.remoteNode())) {
 		// Been here, or been there: the second loop guard.

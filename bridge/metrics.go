@@ -16,7 +16,7 @@ type natsMetrics struct {
 
 // natsDropReasons are the reasons the NATS bridge counts, resolved once:
 // a flood of drops (queue_full at QoS 0) costs an atomic add each.
-var natsDropReasons = []string{"unmappable", "loop", "remote_error", "buffer_full", "buffer_error", "queue_full", "bad_header", "slow_consumer"}
+var natsDropReasons = []string{"unmappable", "loop", "remote_error", "buffer_full", "buffer_error", "queue_full", "bad_header", "slow_consumer", "denied"}
 
 func (m *natsMetrics) resolveDrops() {
 	m.drops = make(map[string]prometheus.Counter, len(natsDropReasons))

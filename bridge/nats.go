@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tolsey/tolsey/core"
+	"github.com/tolsey/tolsey/core/auth"
 	"github.com/tolsey/tolsey/retain"
 )
 
@@ -41,7 +42,11 @@ type NATSOptions struct {
 	Router *core.Router
 	Store  retain.Store // retained requests read it
 	Node   string       // node.id: Origin.Node and the hop path
-	Logger *slog.Logger
+	// Identity is who the rules act as (bridge.identity): inbound
+	// messages need publish on their topic, outbound ones subscribe;
+	// refused ones are dropped and counted (reason denied).
+	Identity Identity
+	Logger   *slog.Logger
 	// Registerer receives the tolsey_bridge_* collectors; nil registers
 	// none.
 	Registerer prometheus.Registerer
@@ -391,6 +396,11 @@ func (r *ruleLink) stop() {
 // held (d.Acks) until the buffer's commit made it durable (jsOut.append).
 // A full buffer under rejectNew is a refusal the publisher sees.
 func (r *ruleLink) Deliver(m *core.Message, d core.Delivery) error {
+	if !r.b.opts.Identity.allowed(auth.Subscribe, clientID, m.Topic) {
+		r.dropped.Add(1)
+		r.b.m.drop("denied")
+		return nil
+	}
 	if r.js != nil {
 		r.js.append(m, d.Acks)
 		return nil
@@ -491,6 +501,12 @@ func (r *ruleLink) publishIn(msg *nats.Msg) bool {
 		r.dropped.Add(1)
 		b.m.drop("unmappable")
 		b.log.Debug("NATS message not brought in: subject has no topic", "subject", msg.Subject, "error", err)
+		return true
+	}
+	if !b.opts.Identity.allowed(auth.Publish, clientID, topic) {
+		r.dropped.Add(1)
+		b.m.drop("denied")
+		b.log.Debug("NATS message not brought in: bridge.identity may not publish there", "subject", msg.Subject, "topic", topic)
 		return true
 	}
 	m.Topic = topic

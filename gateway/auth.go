@@ -55,6 +55,7 @@ func buildAuthConfig(c *Config, get func(string) string) error {
 	if err := buildAuthHTTP(c, get); err != nil {
 		return err
 	}
+	c.Bridge.Identity = get("bridge.identity")
 	c.Auth.ACLFile = get("acl.file")
 	if get("acl.onRevoke") == "disconnect" {
 		c.Auth.OnRevoke = auth.RevokeDisconnect
@@ -93,9 +94,17 @@ func buildAuthConfig(c *Config, get func(string) string) error {
 		c.Auth.AllowAnonymous = exposed == ""
 	}
 	if c.Auth.Enabled() {
-		if _, err := c.Auth.load(); err != nil {
+		st, err := c.Auth.load()
+		if err != nil {
 			return err
 		}
+		if u := c.Bridge.Identity; u != "" {
+			if _, ok := st.Lookup(u); !ok {
+				return &ConfigError{Key: "bridge.identity", Msg: fmt.Sprintf("user %q is not in auth.file", u)}
+			}
+		}
+	} else if c.Bridge.Identity != "" {
+		return &ConfigError{Key: "bridge.identity", Msg: "names a user, but there is no auth.file to find it in"}
 	}
 
 	c.Admin = AdminAuthConfig{Open: map[string]bool{}}

@@ -37,6 +37,7 @@ func (g *Gateway) startBridge(ctx context.Context) error {
 		Registerer:       g.metrics.Registry,
 		Buffer:           g.bufferOptions(),
 		Shared:           shared,
+		Identity:         bridge.Identity{Auth: g.auth, User: g.cfg.Bridge.Identity},
 	})
 	if err != nil {
 		return err
@@ -100,6 +101,7 @@ func (g *Gateway) startAMQPBridges(ctx context.Context, shared *bridge.SharedBuf
 			Registerer: g.metrics.Registry,
 			Buffer:     bo,
 			Shared:     shared,
+			Identity:   bridge.Identity{Auth: g.auth, User: g.cfg.Bridge.Identity},
 		})
 		if err != nil {
 			return err

@@ -140,6 +140,7 @@ var keyDefs = []keyDef{
 	{name: "bridge.nats.rules", def: "", kind: kindJSON, optional: true, help: "bridge rules: a YAML list in the file, a JSON array in env/flags, of {direction: out|in|both, local: MQTT filter, remote: NATS subject, qos: 0|1, jetstream: true | {stream, durable}}"},
 	{name: "bridge.nats.retainedRequests", def: "", kind: kindString, optional: true, help: "subject prefix (such as $GW.retained) on which a NATS request for <prefix>.<subject> is answered with the retained message of the mapped topic; empty = off"},
 	{name: "bridge.amqp", def: "", kind: kindJSON, optional: true, help: "remote AMQP 1.0 brokers: a YAML list in the file, a JSON array in env/flags, of {name, url: amqp[s]://[user:password@]host:port, user, password, sasl: plain|anonymous, tls: {ca, cert, key}, rules: [{direction: out|in, local: MQTT filter, remote: address, qos: 0|1}]}"},
+	{name: "bridge.identity", def: "", kind: kindString, optional: true, help: "a user of auth.file whose ACL rules every bridge rule acts under: inbound messages need publish on their topic, outbound ones subscribe; refused ones are dropped and counted (reason denied), an AMQP inbound one rejected; empty = the bridge is trusted (docs/security.md, \"The bridge\")"},
 	{name: "bridge.buffer.maxBytes", def: "1GiB", kind: kindBytes, help: "on-disk store-and-forward buffer of outbound QoS 1 rules, in data.dir/bridge, bytes: one budget for every bridge's rules together"},
 	{name: "bridge.buffer.policy", def: "rejectNew", kind: kindEnum, enum: []string{"rejectNew", "dropOldest"}, help: "when the buffer is full: rejectNew refuses the publish (MQTT 5 PUBACK 0x97, AMQP rejected resource-limit-exceeded), dropOldest drops the oldest buffered message and counts it"},
 	{name: "bridge.buffer.drainRate", def: "0", kind: kindInt, help: "messages/s per rule when draining the buffer; 0 = as fast as the remote acknowledges"},
@@ -242,8 +243,10 @@ type BridgeConfig struct {
 		Rules            []bridge.Rule
 		RetainedRequests string
 	}
-	AMQP   []bridge.AMQPBridge // bridge.amqp
-	Buffer struct {
+	AMQP []bridge.AMQPBridge // bridge.amqp
+	// Identity is bridge.identity: the user the rules act as; "" trusted.
+	Identity string
+	Buffer   struct {
 		MaxBytes   int64
 		DropOldest bool
 		DrainRate  int

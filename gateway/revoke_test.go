@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -148,4 +149,17 @@ func amqpExternal(t *testing.T, addr string, cfg *tls.Config) error {
 		c.Close()
 	}
 	return err
+}
+
+// bridge.identity must name a user of auth.file (docs/security.md, "The
+// bridge"): an unknown user, or the key without a users file, exits 2
+// naming it.
+func TestBridgeIdentityConfig(t *testing.T) {
+	dir := t.TempDir()
+	users := writeUsers(t, filepath.Join(dir, "users.yaml"), "alice")
+	wantConfigError(t, []string{"--auth.file=" + users, "--bridge.identity=bob"}, nil, "bridge.identity", `user "bob" is not in auth.file`)
+	wantConfigError(t, []string{"--bridge.identity=alice"}, nil, "bridge.identity", "no auth.file")
+	if _, err := LoadConfig([]string{"--auth.file=" + users, "--bridge.identity=alice"}, nil, io.Discard); err != nil {
+		t.Fatalf("a user of the file: %v", err)
+	}
 }
