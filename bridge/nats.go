@@ -368,6 +368,10 @@ func (r *ruleLink) start(ctx context.Context) error {
 			// What came in over NATS never goes back out to it: the
 			// second loop guard.
 			SkipOrigin: core.ProtocolNATS,
+			// What another gateway of the cluster took in, that
+			// gateway's bridges send: sent from here too, it would
+			// reach NATS twice (docs/cluster.md, "Exactly once").
+			LocalOnly: true,
 		})
 		if err != nil {
 			return fmt.Errorf("bridge nats: rule %s: %w", r.name, err)
@@ -611,6 +615,11 @@ func (b *NATS) Status() Status {
 	}
 	return s
 }
+
+// Conn is the bridge's NATS connection, which the cluster shares
+// (docs/cluster.md): nil before Start. It is made with NoEcho, so a
+// subscriber on it never receives what this gateway published.
+func (b *NATS) Conn() *nats.Conn { return b.nc }
 
 // Down returns why the bridge cannot reach NATS, or nil while it can.
 func (b *NATS) Down() error {
