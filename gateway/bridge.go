@@ -37,6 +37,7 @@ func (g *Gateway) startBridge(ctx context.Context) error {
 		Registerer:       g.metrics.Registry,
 		Buffer:           g.bufferOptions(),
 		Shared:           shared,
+		QueueGroup:       g.clusterQueueGroup(),
 	})
 	if err != nil {
 		return err

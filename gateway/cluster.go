@@ -68,6 +68,16 @@ func (g *Gateway) startCluster(ctx context.Context) error {
 	return nil
 }
 
+// clusterQueueGroup is the NATS queue group prefix of the bridge's inbound
+// rules in a cluster (<cluster.prefix>.bridge), so that a NATS message is
+// brought in by one gateway, not by each; "" outside a cluster.
+func (g *Gateway) clusterQueueGroup() string {
+	if !g.cfg.Cluster.Enabled {
+		return ""
+	}
+	return g.cfg.Cluster.Prefix + ".bridge"
+}
+
 // ClusterStatus is GET /api/v1/cluster: this gateway's part. The list of
 // every gateway (presence) is not done yet (docs/cluster.md).
 type ClusterStatus struct {
