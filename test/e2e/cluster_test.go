@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -293,4 +294,54 @@ func TestClusterRetained(t *testing.T) {
 	if got := live.until(t, "fence/r"); len(got) != 0 {
 		t.Fatalf("live subscriber on b got more: %s", topics(got))
 	}
+}
+
+// QoS 1 across gateways is acknowledged only once NATS has the message
+// (docs/cluster.md, "QoS"): with NATS down, an AMQP publisher's QoS 1
+// message is rejected, not accepted and lost for the other gateways;
+// NATS back, the cluster heals and messages cross again.
+func TestClusterQoS1NATSDown(t *testing.T) {
+	s, gs := cluster3(t)
+	port := natsPort(s)
+	sub := connect5(t, gs[1].MQTTAddr(), "sub")
+	sub.subscribe(t, paho.SubscribeOptions{Topic: "q/#", QoS: 1})
+	as := amqpSession(t, gs[0])
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	snd, err := as.NewSender(ctx, "topic://q/x", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := snd.Send(ctx, &goamqp.Message{Value: "up", Header: &goamqp.MessageHeader{Durable: true}}, nil); err != nil {
+		t.Fatalf("send with NATS up: %v", err)
+	}
+	if m := sub.next(t); string(m.Payload) != "up" {
+		t.Fatalf("got %q", m.Payload)
+	}
+
+	s.Shutdown()
+	s.WaitForShutdown()
+	eventually(t, "a to see NATS down", func() bool { return len(gs[0].BridgesDown()) > 0 })
+	err = snd.Send(ctx, &goamqp.Message{Value: "down", Header: &goamqp.MessageHeader{Durable: true}}, nil)
+	var ae *goamqp.Error
+	if !errors.As(err, &ae) || ae.Condition != goamqp.ErrCondResourceLimitExceeded {
+		t.Fatalf("send with NATS down: %v, want rejected %s", err, goamqp.ErrCondResourceLimitExceeded)
+	}
+	if st := clusterStatus(t, gs[0]); st.Stats == nil || st.Stats.Refused == 0 {
+		t.Fatalf("refusal not counted: %+v", st)
+	}
+
+	startNATS(t, port, "")
+	pub := connect5(t, gs[0].MQTTAddr(), "pub")
+	k := 0
+	eventually(t, "the cluster to heal", func() bool {
+		k++
+		pub.publish(t, &paho.Publish{Topic: "q/heal", QoS: 1, Payload: []byte(fmt.Sprint(k))})
+		select {
+		case m := <-sub.msgs:
+			return m.Topic == "q/heal"
+		case <-time.After(100 * time.Millisecond):
+			return false
+		}
+	})
 }
