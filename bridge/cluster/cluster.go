@@ -144,8 +144,9 @@ func (c *Cluster) Start(context.Context) error {
 	return nil
 }
 
-// Stop takes no new message, sends what is queued (bounded by ctx) and
-// unsubscribes. The connection is the bridge's: it stops after.
+// Stop takes no new message, unsubscribes and sends what is queued (each
+// batch's flush bounded by FlushTimeout). The connection is the bridge's:
+// it stops after.
 func (c *Cluster) Stop(ctx context.Context) error {
 	c.opts.Router.Unsubscribe(c.sub)
 	if c.nsub != nil {
@@ -221,7 +222,14 @@ func (c *Cluster) writer() {
 		case q := <-c.queue:
 			batch = append(batch, q)
 		case <-c.done:
-			return
+			// The front-ends stopped before the cluster (stops run in
+			// reverse): what they queued is sent before the writer ends.
+			select {
+			case q := <-c.queue:
+				batch = append(batch, q)
+			default:
+				return
+			}
 		}
 	fill:
 		for len(batch) < maxBatch {
