@@ -170,6 +170,9 @@ func (b *AMQP) Start(context.Context) error {
 				// What came in over this bridge never goes back out over
 				// it: the first loop guard (docs/bridge.md).
 				NoLocal: true, Client: b.client,
+				// What another gateway of the cluster took in, that
+				// gateway's bridges send (docs/cluster.md).
+				LocalOnly: true,
 			})
 			if err != nil {
 				_ = b.Stop(context.Background())

@@ -60,6 +60,12 @@ type NATSOptions struct {
 	// opens its own in Buffer.Dir and closes it on Stop.
 	Shared *SharedBuffer
 
+	// QueueGroup, when set (a cluster: docs/cluster.md), makes every
+	// inbound core NATS rule a member of the NATS queue group
+	// QueueGroup.<rule name>: the gateways of a cluster, configured alike,
+	// take each NATS message once between them, not once each.
+	QueueGroup string
+
 	// ReconnectMax caps the reconnect backoff; 10 s when zero.
 	ReconnectMax time.Duration
 	// QueueLen bounds the core NATS (QoS 0) messages waiting to be written
@@ -358,7 +364,13 @@ func (r *ruleLink) start(ctx context.Context) error {
 			// A filter ending in "#" maps to two subjects: its parent
 			// level and everything below [MQTT-4.7.1-2].
 			for _, subj := range r.mapng.Subjects() {
-				if _, err := b.nc.Subscribe(subj, r.inbound); err != nil {
+				var err error
+				if g := b.opts.QueueGroup; g != "" {
+					_, err = b.nc.QueueSubscribe(subj, g+"."+r.name, r.inbound)
+				} else {
+					_, err = b.nc.Subscribe(subj, r.inbound)
+				}
+				if err != nil {
 					return fmt.Errorf("bridge nats: rule %s: subscribe %s: %w", r.name, subj, err)
 				}
 			}
@@ -373,6 +385,10 @@ func (r *ruleLink) start(ctx context.Context) error {
 			// What came in over NATS never goes back out to it: the
 			// second loop guard.
 			SkipOrigin: core.ProtocolNATS,
+			// What another gateway of the cluster took in, that
+			// gateway's bridges send: sent from here too, it would
+			// reach NATS twice (docs/cluster.md, "Exactly once").
+			LocalOnly: true,
 		})
 		if err != nil {
 			return fmt.Errorf("bridge nats: rule %s: %w", r.name, err)
@@ -627,6 +643,11 @@ func (b *NATS) Status() Status {
 	}
 	return s
 }
+
+// Conn is the bridge's NATS connection, which the cluster shares
+// (docs/cluster.md): nil before Start. It is made with NoEcho, so a
+// subscriber on it never receives what this gateway published.
+func (b *NATS) Conn() *nats.Conn { return b.nc }
 
 // Down returns why the bridge cannot reach NATS, or nil while it can.
 func (b *NATS) Down() error {

@@ -115,10 +115,19 @@ func (a *Acks) release() {
 // SubOptions are the per-subscription settings.
 type SubOptions struct {
 	QoS byte
-	// SkipOrigin suppresses delivery of messages that entered through this
-	// protocol: the MQTT front-end's own MQTT→MQTT fan-out is done by mochi,
-	// and the bridge must never echo a message back to NATS.
+	// SkipOrigin suppresses delivery of messages that entered this gateway
+	// through this protocol: the MQTT front-end's own MQTT→MQTT fan-out is
+	// done by mochi, and the bridge must never echo a message back to NATS.
+	// A message that entered another gateway of a cluster (Origin.Node is
+	// not the router's node) was fanned out by nobody here, so it is not
+	// skipped (docs/cluster.md).
 	SkipOrigin Protocol
+	// LocalOnly suppresses delivery of messages that entered another
+	// gateway (Origin.Node is not the router's node): that gateway sent
+	// them to the cluster and to its own bridges already, so a bridge or
+	// the cluster sending them again would deliver them twice
+	// (docs/cluster.md, "Exactly once").
+	LocalOnly bool
 	// Group makes this a shared subscription: each message matching the
 	// filter goes to one member of the group (round robin).
 	Group string
@@ -450,7 +459,10 @@ func (r *Router) publish(ctx context.Context, m *Message, acks *Acks) PublishRes
 		m.Origin.Node = r.opts.Node
 	}
 	r.published.Add(1)
-	if m.Retain && r.opts.Retainer != nil {
+	// A message from another gateway of the cluster was stored by that
+	// gateway in the store they share; storing it again here could put an
+	// older copy over a newer one (docs/cluster.md, "Retained").
+	if m.Retain && r.opts.Retainer != nil && m.Origin.Node == r.opts.Node {
 		if err := r.opts.Retainer.Retain(ctx, m); err != nil {
 			res.RetainErr = err
 		} else {
@@ -461,11 +473,11 @@ func (r *Router) publish(ctx context.Context, m *Message, acks *Acks) PublishRes
 	r.matching(m.Topic, true, func(matches []*Subscription) {
 		// Fallback subscriptions are rare: a publish that matches none pays
 		// one pass over its matches for them.
-		matches = fallbacks(matches, m)
+		matches = fallbacks(matches, m, r.opts.Node)
 		// Drop suppressed subscriptions before merging overlaps, so that a
 		// subscriber whose highest-QoS match is suppressed still gets the
 		// message through another of its matching subscriptions.
-		for _, sub := range dedupe(eligible(matches, m)) {
+		for _, sub := range dedupe(eligible(matches, m, r.opts.Node)) {
 			qos := m.QoS
 			if sub.Options.QoS < qos {
 				qos = sub.Options.QoS
@@ -499,7 +511,7 @@ func (r *Router) Wants(topic string, origin Protocol) bool {
 	wanted := false
 	r.matching(topic, false, func(matches []*Subscription) {
 		for _, sub := range matches {
-			if !sub.Options.skips(origin) {
+			if !sub.Options.skips(Origin{Protocol: origin, Node: r.opts.Node}, r.opts.Node) {
 				wanted = true
 				return
 			}
@@ -523,9 +535,12 @@ func (r *Router) matching(topic string, pick bool, fn func([]*Subscription)) {
 }
 
 // skips reports whether a subscription with these options refuses every
-// message that entered through origin.
-func (o *SubOptions) skips(origin Protocol) bool {
-	return o.SkipOrigin != "" && o.SkipOrigin == origin
+// message from origin, on the gateway whose node.id is node.
+func (o *SubOptions) skips(origin Origin, node string) bool {
+	if origin.Node != node {
+		return o.LocalOnly
+	}
+	return o.SkipOrigin != "" && o.SkipOrigin == origin.Protocol
 }
 
 // collect appends the subscriptions matching topic below n.
@@ -574,11 +589,11 @@ func appendSubs(n *snode, pick bool, out []*Subscription) []*Subscription {
 
 // fallbacks removes, in place, the Fallback subscriptions from s when m
 // reaches a live consumer through another one of s (SubOptions.Fallback).
-func fallbacks(s []*Subscription, m *Message) []*Subscription {
+func fallbacks(s []*Subscription, m *Message, node string) []*Subscription {
 	if !slices.ContainsFunc(s, func(x *Subscription) bool { return x.Options.Fallback }) {
 		return s
 	}
-	if !reachesLive(s, m) {
+	if !reachesLive(s, m, node) {
 		return s
 	}
 	return slices.DeleteFunc(s, func(x *Subscription) bool { return x.Options.Fallback })
@@ -586,7 +601,7 @@ func fallbacks(s []*Subscription, m *Message) []*Subscription {
 
 // reachesLive reports whether m reaches a live consumer through the
 // subscriptions of s that are not Fallback ones (Interest).
-func reachesLive(s []*Subscription, m *Message) bool {
+func reachesLive(s []*Subscription, m *Message, node string) bool {
 	for _, x := range s {
 		o := &x.Options
 		if o.Fallback || (o.NoLocal && o.Client != "" && o.Client == m.Origin.Client) {
@@ -596,7 +611,7 @@ func reachesLive(s []*Subscription, m *Message) bool {
 		switch {
 		case asks && in.Reaches(m):
 			return true
-		case !asks && !o.skips(m.Origin.Protocol):
+		case !asks && !o.skips(m.Origin, node):
 			return true
 		}
 	}
@@ -604,12 +619,12 @@ func reachesLive(s []*Subscription, m *Message) bool {
 }
 
 // eligible removes, in place, the subscriptions that must not receive m:
-// those skipping its origin protocol and NoLocal ones of its publisher.
-func eligible(s []*Subscription, m *Message) []*Subscription {
+// those skipping its origin and NoLocal ones of its publisher.
+func eligible(s []*Subscription, m *Message, node string) []*Subscription {
 	out := s[:0]
 	for _, x := range s {
 		o := &x.Options
-		if o.skips(m.Origin.Protocol) {
+		if o.skips(m.Origin, node) {
 			continue
 		}
 		if o.NoLocal && o.Client != "" && o.Client == m.Origin.Client {

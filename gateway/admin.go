@@ -46,6 +46,7 @@ func newAdminServer(g *Gateway) *adminServer {
 	mux.HandleFunc("GET /api/v1/retained", a.listRetained)
 	mux.HandleFunc("DELETE /api/v1/retained", a.deleteRetained)
 	mux.HandleFunc("GET /api/v1/bridges", a.listBridges)
+	mux.HandleFunc("GET /api/v1/cluster", a.clusterStatus)
 	a.routeQueues(mux)
 	a.routeSessions(mux)
 	mux.HandleFunc("POST /api/v1/reload", a.reload)

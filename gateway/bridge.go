@@ -38,6 +38,7 @@ func (g *Gateway) startBridge(ctx context.Context) error {
 		Buffer:           g.bufferOptions(),
 		Shared:           shared,
 		Identity:         bridge.Identity{Auth: g.auth, User: g.cfg.Bridge.Identity},
+		QueueGroup:       g.clusterQueueGroup(),
 	})
 	if err != nil {
 		return err

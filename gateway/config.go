@@ -155,6 +155,8 @@ var keyDefs = []keyDef{
 	{name: "queues.maxBytes", def: "64MiB", kind: kindBytes, help: "a queue's maxBytes (payloads and headers) when it sets none; refused as for queues.maxMessages"},
 	{name: "queues.window", def: "1000", kind: kindInt, max: 1 << 20, help: "messages of each queue kept in memory, ready or in flight; the rest wait in the backend and are read as consumers take messages"},
 	{name: "node.id", def: "", kind: kindString, optional: true, help: "this gateway's identity in a cluster (loop prevention); default: the host name"},
+	{name: "cluster.enabled", def: "false", kind: kindBool, help: "make this gateway one of several that act as one (docs/cluster.md): messages cross between gateways over bridge.nats.url; needs retain.backend=redis and a node.id unique in the cluster, without . * > or spaces"},
+	{name: "cluster.prefix", def: "gw", kind: kindString, help: "NATS subject prefix of the cluster's traffic (<prefix>.msg.<node.id>); gateways of one cluster use the same one"},
 	{name: "log.format", def: "text", kind: kindEnum, enum: []string{"text", "json"}, help: "log format"},
 	{name: "log.level", def: "info", kind: kindEnum, enum: []string{"debug", "info", "warn", "error"}, help: "log level"},
 	{name: "shutdown.timeout", def: "10s", kind: kindDuration, help: "how long SIGINT/SIGTERM waits for in-flight work to drain"},
@@ -211,6 +213,7 @@ type Config struct {
 	RetainMaxPayload  int64
 	RetainMaxMessages int
 	NodeID            string
+	Cluster           ClusterConfig
 	Bridge            BridgeConfig
 	Queues            QueuesConfig
 	LogFormat         string
@@ -574,6 +577,9 @@ func buildConfig(k *koanf.Koanf, byName map[string]*keyDef) (*Config, error) {
 	}
 	if c.Bridge.NATS.Name == "" {
 		c.Bridge.NATS.Name = "tolsey-" + c.NodeID
+	}
+	if err := buildClusterConfig(c, get); err != nil {
+		return nil, err
 	}
 	return c, nil
 }

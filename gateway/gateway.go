@@ -21,6 +21,7 @@ import (
 
 	"github.com/tolsey/tolsey/amqp"
 	"github.com/tolsey/tolsey/bridge"
+	"github.com/tolsey/tolsey/bridge/cluster"
 	"github.com/tolsey/tolsey/core"
 	"github.com/tolsey/tolsey/core/accept"
 	"github.com/tolsey/tolsey/core/auth"
@@ -41,9 +42,10 @@ type Gateway struct {
 	router      *core.Router
 	queues      atomic.Pointer[queue.Engine] // set once at start; the admin API reads it meanwhile
 	mqtt        *mqtt.Server
-	amqp        *amqp.Server   // nil when amqp.listen is empty
-	nats        *bridge.NATS   // nil when bridge.nats.url is empty
-	amqpBridges []*bridge.AMQP // bridge.amqp
+	amqp        *amqp.Server                    // nil when amqp.listen is empty
+	nats        *bridge.NATS                    // nil when bridge.nats.url is empty
+	amqpBridges []*bridge.AMQP                  // bridge.amqp
+	cluster     atomic.Pointer[cluster.Cluster] // nil unless cluster.enabled; set at start while the admin API may read it
 	admin       *adminServer
 	tls         []tlsHolder       // the TLS sections listeners use; set before any starts
 	auth        *auth.Live        // set before any listener starts; swapped inside on Reload
@@ -125,6 +127,9 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 	}
 
 	if err := g.startBridge(ctx); err != nil {
+		return err
+	}
+	if err := g.startCluster(ctx); err != nil {
 		return err
 	}
 

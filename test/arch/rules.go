@@ -88,6 +88,11 @@ var Rules = []Rule{
 		Only: []string{"bridge/...", "core/...", "retain/..."},
 	},
 	{
+		Name: "the bridge imports only its own packages, the core and retain",
+		From: []string{"bridge/cluster/..."},
+		Only: []string{"bridge/cluster/...", "core/..."},
+	},
+	{
 		Name:   "only gateway knows every part",
 		From:   []string{"..."},
 		Except: []string{"gateway/...", "cmd/...", "test/..."},

@@ -139,10 +139,15 @@ func (p *PendingAck) Done(code packets.Code) {
 }
 
 // takeDeferred returns, and forgets, the ack DeferAck made during the
-// OnPublish that just returned; on the reader.
+// OnPublish that just returned; on the reader. The inline client has many
+// "readers" (every goroutine that injects a packet: AMQP links, bridges,
+// the cluster) and never defers, so the field is written only when set:
+// clearing a nil one from each of them would race.
 func (a *ackQueue) takeDeferred() *PendingAck {
 	p := a.deferring
-	a.deferring = nil
+	if p != nil {
+		a.deferring = nil
+	}
 	return p
 }
 

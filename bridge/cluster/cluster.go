@@ -1,0 +1,298 @@
+// Package cluster makes several gateways one (docs/cluster.md): every
+// message that enters a gateway (MQTT, AMQP, an inbound bridge) is sent
+// over core NATS, encoded with core/codec, to the other gateways of the
+// cluster, which publish it into their routers with its Origin kept. It
+// shares the NATS bridge's connection (bridge.nats) and speaks to the core
+// only, like a front-end: it imports nothing of ours but core.
+//
+// Goroutines: Deliver runs on publishers' goroutines and never touches the
+// network (queue to the writer); one writer goroutine publishes and, for
+// a batch holding a QoS ≥ 1 acknowledgement, flushes; nats.go's
+// subscription goroutine runs inbound, in the order NATS delivers.
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/tolsey/tolsey/core"
+	"github.com/tolsey/tolsey/core/codec"
+)
+
+// Options configure a Cluster.
+type Options struct {
+	Conn   *nats.Conn   // the bridge's connection (NoEcho)
+	Router *core.Router // this gateway's
+	Node   string       // node.id: unique in the cluster, a NATS token
+	Prefix string       // cluster.prefix: the subject space; "gw" when empty
+	Logger *slog.Logger
+	// QueueLen bounds the messages waiting for the writer; beyond it a
+	// QoS 0 message is dropped and counted, a QoS ≥ 1 one refused to its
+	// publisher. 65536 when zero.
+	QueueLen int
+	// FlushTimeout bounds the round trip that confirms NATS received a
+	// batch holding QoS ≥ 1 messages; 5 s when zero.
+	FlushTimeout time.Duration
+}
+
+// Stats are the cluster's counters (GET /api/v1/cluster).
+type Stats struct {
+	Out     uint64 `json:"out"`     // messages sent to the cluster
+	In      uint64 `json:"in"`      // messages from other gateways published here
+	Dropped uint64 `json:"dropped"` // QoS 0 dropped: queue full, NATS down, undecodable
+	Refused uint64 `json:"refused"` // QoS ≥ 1 refused to the publisher: queue full, NATS down
+}
+
+// Cluster sends what enters this gateway to the others and publishes what
+// they send here.
+type Cluster struct {
+	opts    Options
+	log     *slog.Logger
+	subject string // <prefix>.msg.<node>: what this gateway publishes
+	all     string // <prefix>.msg.>: what it subscribes to
+
+	sub   *core.Subscription
+	nsub  *nats.Subscription
+	queue chan queued
+	done  chan struct{}
+	wg    sync.WaitGroup
+	stop  sync.Once
+
+	out, in, dropped, refused atomic.Uint64
+}
+
+// queued is one message on its way to the writer; acks is non-nil when
+// its publisher waits (QoS ≥ 1).
+type queued struct {
+	m    *core.Message
+	acks *core.Acks
+}
+
+// ValidNode reports why node cannot name a gateway of the cluster: it is
+// one token of the NATS subjects the cluster uses.
+func ValidNode(node string) error {
+	if node == "" {
+		return errors.New("empty")
+	}
+	if strings.ContainsAny(node, ".*> \t\r\n") {
+		return fmt.Errorf("%q has a character a NATS subject token cannot hold (. * > or a space)", node)
+	}
+	return nil
+}
+
+// New checks opts; Start subscribes.
+func New(opts Options) (*Cluster, error) {
+	if opts.Conn == nil || opts.Router == nil {
+		return nil, errors.New("cluster: needs the NATS connection and the router")
+	}
+	if err := ValidNode(opts.Node); err != nil {
+		return nil, fmt.Errorf("cluster: node.id: %w", err)
+	}
+	if opts.Prefix == "" {
+		opts.Prefix = "gw"
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.QueueLen == 0 {
+		opts.QueueLen = 1 << 16
+	}
+	if opts.FlushTimeout == 0 {
+		opts.FlushTimeout = 5 * time.Second
+	}
+	return &Cluster{
+		opts:    opts,
+		log:     opts.Logger.With("part", "cluster"),
+		subject: opts.Prefix + ".msg." + opts.Node,
+		all:     opts.Prefix + ".msg.>",
+		queue:   make(chan queued, opts.QueueLen),
+		done:    make(chan struct{}),
+	}, nil
+}
+
+// Start subscribes to the other gateways' messages on NATS and to this
+// gateway's on the router.
+func (c *Cluster) Start(context.Context) error {
+	ns, err := c.opts.Conn.Subscribe(c.all, c.inbound)
+	if err != nil {
+		return fmt.Errorf("cluster: subscribe %s: %w", c.all, err)
+	}
+	// A NATS subscriber's pending limits default to 64k messages; a
+	// burst beyond is a slow consumer, dropped by nats.go and counted by
+	// the bridge's error handler.
+	c.nsub = ns
+	// "#" at QoS 2, so that a message keeps its own QoS; LocalOnly: what
+	// another gateway took in, that gateway sent (docs/cluster.md). "#"
+	// does not match "$" topics [MQTT-4.7.2-1]: they stay on their gateway.
+	sub, err := c.opts.Router.Subscribe("#", c, core.SubOptions{QoS: 2, LocalOnly: true})
+	if err != nil {
+		_ = ns.Unsubscribe()
+		return fmt.Errorf("cluster: %w", err)
+	}
+	c.sub = sub
+	c.wg.Add(1)
+	go c.writer()
+	c.log.Info("cluster started", "node", c.opts.Node, "subject", c.subject)
+	return nil
+}
+
+// Stop takes no new message, unsubscribes and sends what is queued (each
+// batch's flush bounded by FlushTimeout). The connection is the bridge's:
+// it stops after.
+func (c *Cluster) Stop(ctx context.Context) error {
+	c.opts.Router.Unsubscribe(c.sub)
+	if c.nsub != nil {
+		_ = c.nsub.Unsubscribe()
+	}
+	c.stop.Do(func() { close(c.done) })
+	c.wg.Wait()
+	// Whatever the writer left behind is answered: a publisher waiting
+	// on it must not wait for ever.
+	for {
+		select {
+		case q := <-c.queue:
+			c.fail(q, errors.New("cluster: stopped"))
+		default:
+			return ctx.Err()
+		}
+	}
+}
+
+// Stats returns the counters.
+func (c *Cluster) Stats() Stats {
+	return Stats{Out: c.out.Load(), In: c.in.Load(), Dropped: c.dropped.Load(), Refused: c.refused.Load()}
+}
+
+// ErrFull is the refusal of a QoS ≥ 1 message while the queue to NATS is
+// full.
+var ErrFull = errors.New("cluster: queue to NATS full")
+
+// Deliver implements core.Subscriber: it queues m for the writer. A QoS ≥
+// 1 message's acknowledgement is held until NATS confirmed it received the
+// message (docs/cluster.md, "QoS 1").
+func (c *Cluster) Deliver(m *core.Message, d core.Delivery) error {
+	q := queued{m: m}
+	if d.QoS > 0 && d.Acks != nil {
+		q.acks = d.Acks
+		// Before the send: the writer may answer before Deliver returns.
+		q.acks.Hold()
+	}
+	select {
+	case c.queue <- q:
+	default:
+		c.fail(q, ErrFull)
+	}
+	return nil
+}
+
+// fail answers a message that did not reach NATS: a refusal to a waiting
+// publisher, a counted drop otherwise.
+func (c *Cluster) fail(q queued, err error) {
+	if q.acks != nil {
+		c.refused.Add(1)
+		q.acks.Done(err)
+		return
+	}
+	c.dropped.Add(1)
+}
+
+// maxBatch bounds the messages the writer publishes before one flush.
+const maxBatch = 256
+
+// writer publishes queued messages in order. A batch that holds a QoS ≥ 1
+// message ends with a flush, a PING/PONG round trip: its PONG says the
+// NATS server has read every message before it, and only then are their
+// publishers acknowledged. Core NATS promises no more (docs/cluster.md).
+func (c *Cluster) writer() {
+	defer c.wg.Done()
+	batch := make([]queued, 0, maxBatch)
+	var buf []byte
+	msg := &nats.Msg{Subject: c.subject}
+	for {
+		batch = batch[:0]
+		select {
+		case q := <-c.queue:
+			batch = append(batch, q)
+		case <-c.done:
+			// The front-ends stopped before the cluster (stops run in
+			// reverse): what they queued is sent before the writer ends.
+			select {
+			case q := <-c.queue:
+				batch = append(batch, q)
+			default:
+				return
+			}
+		}
+	fill:
+		for len(batch) < maxBatch {
+			select {
+			case q := <-c.queue:
+				batch = append(batch, q)
+			default:
+				break fill
+			}
+		}
+		held := false
+		var sent []queued // the held ones nats.go took
+		for _, q := range batch {
+			buf = codec.Append(buf[:0], q.m)
+			msg.Data = buf
+			// nats.go copies the data into its write buffer before
+			// PublishMsg returns, so buf is reused.
+			if err := c.opts.Conn.PublishMsg(msg); err != nil {
+				c.fail(q, err)
+				continue
+			}
+			c.out.Add(1)
+			if q.acks != nil {
+				held = true
+				sent = append(sent, q)
+			}
+		}
+		msg.Data = nil
+		if !held {
+			continue
+		}
+		err := c.opts.Conn.FlushTimeout(c.opts.FlushTimeout)
+		for _, q := range sent {
+			if err != nil {
+				c.refused.Add(1)
+				q.acks.Done(fmt.Errorf("cluster: NATS did not confirm: %w", err))
+				continue
+			}
+			q.acks.Done(nil)
+		}
+	}
+}
+
+// inbound publishes a message from another gateway into the router, with
+// its Origin kept: its Origin.Node names that gateway, so LocalOnly
+// subscriptions (this cluster, the bridges' outbound rules) skip it and
+// the router does not store it again if retained.
+func (c *Cluster) inbound(msg *nats.Msg) {
+	m, err := codec.Decode(msg.Data)
+	if err != nil {
+		c.dropped.Add(1)
+		c.log.Debug("cluster message not decoded", "subject", msg.Subject, "error", err)
+		return
+	}
+	if m.Origin.Node == c.opts.Node || m.Origin.Node == "" {
+		// Ours (NoEcho should have kept it away), or a node.id used
+		// twice in the cluster: never published back where it began.
+		c.dropped.Add(1)
+		return
+	}
+	c.in.Add(1)
+	// Publish waits for this gateway's own holders of a QoS ≥ 1 message
+	// (a queue's durable write), which keeps the cluster's messages in
+	// order; the origin gateway's publisher was answered already.
+	c.opts.Router.Publish(context.Background(), m)
+}

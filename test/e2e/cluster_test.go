@@ -1,0 +1,347 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	goamqp "github.com/Azure/go-amqp"
+	"github.com/eclipse/paho.golang/paho"
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/tolsey/tolsey/gateway"
+)
+
+// cluster3 runs three clustered gateways a, b, c on one NATS and one
+// Redis, each with set applied, and waits until each has subscribed to
+// the cluster's subject at NATS.
+func cluster3(t *testing.T, set ...string) (*natsserver.Server, []*gateway.Gateway) {
+	t.Helper()
+	s := startNATS(t, 0, "")
+	r := startRedis(t)
+	var gs []*gateway.Gateway
+	for _, node := range []string{"a", "b", "c"} {
+		before := s.NumSubscriptions()
+		args := append([]string{"--cluster.enabled=true", "--bridge.nats.url=" + s.ClientURL(), "--node.id=" + node,
+			"--retain.backend=redis", "--retain.redis.url=" + r.URL(), "--retain.redis.prefix=cluster:"}, set...)
+		g := startGateway(t, args...)
+		eventually(t, "gateway "+node+" subscribed at NATS", func() bool { return s.NumSubscriptions() > before })
+		gs = append(gs, g)
+	}
+	return s, gs
+}
+
+// amqpCollector receives from an AMQP link in the background, so that
+// the test can wait for a fence without the link's credit running out.
+type amqpCollector struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func collectAMQP(t *testing.T, r *goamqp.Receiver) *amqpCollector {
+	c := &amqpCollector{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			m, err := r.Receive(ctx, nil)
+			if err != nil {
+				return
+			}
+			_ = r.AcceptMessage(ctx, m)
+			c.mu.Lock()
+			c.msgs = append(c.msgs, amqpBody(m))
+			c.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return c
+}
+
+func (c *amqpCollector) count(body string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, b := range c.msgs {
+		if b == body {
+			n++
+		}
+	}
+	return n
+}
+
+// A message published on any gateway (MQTT QoS 0 and 1, AMQP) reaches
+// every matching MQTT and AMQP subscriber on every gateway exactly once:
+// once from its own gateway, once through the cluster on each other, and
+// never echoed back to its origin.
+func TestClusterDeliveryExactlyOnce(t *testing.T) {
+	_, gs := cluster3(t)
+	var subs []*client5
+	var asubs []*amqpCollector
+	for i, g := range gs {
+		m := connect5(t, g.MQTTAddr(), fmt.Sprintf("sub%d", i))
+		m.subscribe(t, paho.SubscribeOptions{Topic: "c/#", QoS: 1})
+		subs = append(subs, m)
+		asubs = append(asubs, collectAMQP(t, amqpReceiver(t, amqpSession(t, g), "c/#")))
+	}
+	type pub struct {
+		name string
+		send func(body string)
+	}
+	var pubs []pub
+	for i, g := range gs {
+		mp := connect5(t, g.MQTTAddr(), fmt.Sprintf("pub%d", i))
+		for _, qos := range []byte{0, 1} {
+			pubs = append(pubs, pub{fmt.Sprintf("mqtt%d-qos%d", i, qos), func(body string) {
+				mp.publish(t, &paho.Publish{Topic: "c/x", QoS: qos, Payload: []byte(body)})
+			}})
+		}
+		as := amqpSession(t, g)
+		pubs = append(pubs, pub{fmt.Sprintf("amqp%d", i), func(body string) {
+			amqpSend(t, as, "topic://c/x", &goamqp.Message{Value: body})
+		}})
+	}
+	const n = 20
+	for _, p := range pubs {
+		for k := range n {
+			p.send(fmt.Sprintf("%s-%d", p.name, k))
+		}
+	}
+	// Every body once at every subscriber: wait for all, then a fence on
+	// each gateway proves nothing more is on its way.
+	for i, s := range subs {
+		got := map[string]int{}
+		for range len(pubs) * n {
+			got[string(s.next(t).Payload)]++
+		}
+		for _, p := range pubs {
+			for k := range n {
+				if b := fmt.Sprintf("%s-%d", p.name, k); got[b] != 1 {
+					t.Errorf("MQTT subscriber on gateway %d got %s %d times", i, b, got[b])
+				}
+			}
+		}
+	}
+	for i, g := range gs {
+		fp := connect5(t, g.MQTTAddr(), fmt.Sprintf("fence%d", i))
+		fp.publish(t, &paho.Publish{Topic: "c/fence", QoS: 1, Payload: []byte(fmt.Sprintf("fence%d", i))})
+	}
+	for i, s := range subs {
+		var extra []string
+		seen := 0
+		for seen < len(gs) {
+			m := s.next(t)
+			if m.Topic == "c/fence" {
+				seen++
+				continue
+			}
+			extra = append(extra, string(m.Payload))
+		}
+		if len(extra) > 0 {
+			t.Errorf("MQTT subscriber on gateway %d got extra copies: %v", i, extra)
+		}
+	}
+	for i, a := range asubs {
+		eventually(t, fmt.Sprintf("AMQP subscriber %d to get every fence", i), func() bool {
+			for f := range gs {
+				if a.count(fmt.Sprintf("fence%d", f)) != 1 {
+					return false
+				}
+			}
+			return true
+		})
+		for _, p := range pubs {
+			for k := range n {
+				if b := fmt.Sprintf("%s-%d", p.name, k); a.count(b) != 1 {
+					t.Errorf("AMQP subscriber on gateway %d got %s %d times", i, b, a.count(b))
+				}
+			}
+		}
+	}
+	for i, g := range gs {
+		st := clusterStatus(t, g)
+		if !st.Enabled || st.Stats == nil || st.Stats.In == 0 || st.Stats.Out == 0 {
+			t.Errorf("gateway %d /api/v1/cluster: %+v", i, st)
+		}
+	}
+}
+
+func clusterStatus(t *testing.T, g *gateway.Gateway) gateway.ClusterStatus {
+	t.Helper()
+	b, err := httpGet("http://" + g.AdminAddr() + "/api/v1/cluster")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st gateway.ClusterStatus
+	if err := json.Unmarshal(b, &st); err != nil {
+		t.Fatalf("%s: %v", b, err)
+	}
+	return st
+}
+
+// With the same bridge rules on every gateway (the usual: one
+// configuration for the cluster), a message published on one gateway
+// reaches NATS once, not once per gateway, and a NATS message is brought
+// in once, not once per gateway.
+func TestClusterBridgeNoDoubleForwarding(t *testing.T) {
+	rules := rulesFlag(ruleJSON{"direction": "out", "local": "o/#", "remote": "ext.o.>", "qos": 0},
+		ruleJSON{"direction": "in", "local": "i/#", "remote": "ext.i.>", "qos": 0})
+	s, gs := cluster3(t, rules)
+	nc := natsClient(t, s)
+	out := make(chan *nats.Msg, 1000)
+	if _, err := nc.ChanSubscribe("ext.o.>", out); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// Subscribers on every gateway, so that the cluster carries o/ and i/
+	// messages everywhere.
+	var subs []*client5
+	for i, g := range gs {
+		c := connect5(t, g.MQTTAddr(), fmt.Sprintf("sub%d", i))
+		c.subscribe(t, paho.SubscribeOptions{Topic: "o/#", QoS: 1}, paho.SubscribeOptions{Topic: "i/#", QoS: 1})
+		subs = append(subs, c)
+	}
+	eventually(t, "every bridge up", func() bool {
+		for _, g := range gs {
+			if len(g.BridgesDown()) > 0 {
+				return false
+			}
+		}
+		return true
+	})
+
+	const n = 30
+	pub := connect5(t, gs[1].MQTTAddr(), "pub")
+	for k := range n {
+		pub.publish(t, &paho.Publish{Topic: "o/t", QoS: 1, Payload: []byte(fmt.Sprint(k))})
+	}
+	for k := range n {
+		if err := nc.Publish("ext.i.t", []byte(fmt.Sprint("in", k))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range subs {
+		got := map[string]int{}
+		for range 2 * n {
+			got[string(s.next(t).Payload)]++
+		}
+		for k := range n {
+			if got[fmt.Sprint(k)] != 1 || got[fmt.Sprint("in", k)] != 1 {
+				t.Fatalf("subscriber on gateway %d: %v", i, got)
+			}
+		}
+	}
+	// The fence: a last message on one gateway's rule, after which NATS
+	// holds nothing more from the gateways.
+	pub.publish(t, &paho.Publish{Topic: "o/fence", QoS: 1})
+	got := map[string]int{}
+	for {
+		select {
+		case m := <-out:
+			if m.Subject == "ext.o.fence" {
+				for k := range n {
+					if got[fmt.Sprint(k)] != 1 {
+						t.Fatalf("NATS got o/t %d %d times (all: %v)", k, got[fmt.Sprint(k)], got)
+					}
+				}
+				// Every subscriber is quiet beyond the 2n it got.
+				for i, s := range subs {
+					for _, m := range s.until(t, "o/fence") {
+						t.Errorf("subscriber on gateway %d: extra %s %q", i, m.Topic, m.Payload)
+					}
+				}
+				return
+			}
+			got[string(m.Data)]++
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no fence on NATS; got %v", got)
+		}
+	}
+}
+
+// A retained message set on one gateway is read late on another with
+// RETAIN=1, once; a live subscriber there gets it live once; the store
+// holds one copy, written by the gateway it entered.
+func TestClusterRetained(t *testing.T) {
+	_, gs := cluster3(t)
+	live := connect5(t, gs[1].MQTTAddr(), "live")
+	live.subscribe(t, paho.SubscribeOptions{Topic: "r/#", QoS: 1}, paho.SubscribeOptions{Topic: "fence/r"})
+	pub := connect5(t, gs[0].MQTTAddr(), "pub")
+	pub.publish(t, &paho.Publish{Topic: "r/state", QoS: 1, Retain: true, Payload: []byte("on")})
+	if m := live.next(t); m.Retain || string(m.Payload) != "on" {
+		t.Fatalf("live on b: retain=%v %q", m.Retain, m.Payload)
+	}
+	eventually(t, "c's index to learn r/state", func() bool { return gs[2].Store().Stats().Count == 1 })
+	late := connect5(t, gs[2].MQTTAddr(), "late")
+	late.subscribe(t, paho.SubscribeOptions{Topic: "r/#", QoS: 1}, paho.SubscribeOptions{Topic: "fence/r"})
+	fp := connect5(t, gs[2].MQTTAddr(), "fencer")
+	fp.publish(t, &paho.Publish{Topic: "fence/r", QoS: 1})
+	got := late.until(t, "fence/r")
+	if len(got) != 1 || !got[0].Retain || string(got[0].Payload) != "on" {
+		t.Fatalf("late subscriber on c: %s", topics(got))
+	}
+	if got := live.until(t, "fence/r"); len(got) != 0 {
+		t.Fatalf("live subscriber on b got more: %s", topics(got))
+	}
+}
+
+// QoS 1 across gateways is acknowledged only once NATS has the message
+// (docs/cluster.md, "QoS"): with NATS down, an AMQP publisher's QoS 1
+// message is rejected, not accepted and lost for the other gateways;
+// NATS back, the cluster heals and messages cross again.
+func TestClusterQoS1NATSDown(t *testing.T) {
+	s, gs := cluster3(t)
+	port := natsPort(s)
+	sub := connect5(t, gs[1].MQTTAddr(), "sub")
+	sub.subscribe(t, paho.SubscribeOptions{Topic: "q/#", QoS: 1})
+	as := amqpSession(t, gs[0])
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	snd, err := as.NewSender(ctx, "topic://q/x", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := snd.Send(ctx, &goamqp.Message{Value: "up", Header: &goamqp.MessageHeader{Durable: true}}, nil); err != nil {
+		t.Fatalf("send with NATS up: %v", err)
+	}
+	if m := sub.next(t); string(m.Payload) != "up" {
+		t.Fatalf("got %q", m.Payload)
+	}
+
+	s.Shutdown()
+	s.WaitForShutdown()
+	eventually(t, "a to see NATS down", func() bool { return len(gs[0].BridgesDown()) > 0 })
+	err = snd.Send(ctx, &goamqp.Message{Value: "down", Header: &goamqp.MessageHeader{Durable: true}}, nil)
+	var ae *goamqp.Error
+	if !errors.As(err, &ae) || ae.Condition != goamqp.ErrCondResourceLimitExceeded {
+		t.Fatalf("send with NATS down: %v, want rejected %s", err, goamqp.ErrCondResourceLimitExceeded)
+	}
+	if st := clusterStatus(t, gs[0]); st.Stats == nil || st.Stats.Refused == 0 {
+		t.Fatalf("refusal not counted: %+v", st)
+	}
+
+	startNATS(t, port, "")
+	pub := connect5(t, gs[0].MQTTAddr(), "pub")
+	k := 0
+	eventually(t, "the cluster to heal", func() bool {
+		k++
+		pub.publish(t, &paho.Publish{Topic: "q/heal", QoS: 1, Payload: []byte(fmt.Sprint(k))})
+		select {
+		case m := <-sub.msgs:
+			return m.Topic == "q/heal"
+		case <-time.After(100 * time.Millisecond):
+			return false
+		}
+	})
+}
