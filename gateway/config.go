@@ -159,6 +159,7 @@ var keyDefs = []keyDef{
 	{name: "cluster.prefix", def: "gw", kind: kindString, help: "NATS subject prefix of the cluster's traffic (<prefix>.msg.<node.id>); gateways of one cluster use the same one"},
 	{name: "log.format", def: "text", kind: kindEnum, enum: []string{"text", "json"}, help: "log format"},
 	{name: "log.level", def: "info", kind: kindEnum, enum: []string{"debug", "info", "warn", "error"}, help: "log level"},
+	{name: "tls.watch", def: "10s", kind: kindDuration, help: "how often the TLS certificate, key and client CA files in use are checked for a change (size, modification time); a changed section is reloaded as by SIGHUP, and a certificate and key that do not match yet (one written before the other) keep the old pair until a later check; 0 = only SIGHUP and POST /api/v1/reload (docs/tls.md)"},
 	{name: "shutdown.timeout", def: "10s", kind: kindDuration, help: "how long SIGINT/SIGTERM waits for in-flight work to drain"},
 }
 
@@ -219,6 +220,7 @@ type Config struct {
 	LogFormat         string
 	LogLevel          string
 	ShutdownTimeout   time.Duration
+	TLSWatch          time.Duration // tls.watch; 0: no watching
 
 	// LegacyEnv names the GATEWAY_* variables that set keys: still read,
 	// for one release, under TOLSEY_* (the log warns).
@@ -500,6 +502,7 @@ func buildConfig(k *koanf.Koanf, byName map[string]*keyDef) (*Config, error) {
 	c.LogFormat = get("log.format")
 	c.LogLevel = get("log.level")
 	c.ShutdownTimeout = dur("shutdown.timeout")
+	c.TLSWatch = dur("tls.watch")
 	users := get("amqp.users")
 	if firstErr != nil {
 		return nil, firstErr

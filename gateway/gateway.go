@@ -93,6 +93,7 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 	if err := g.startTLS(); err != nil {
 		return err
 	}
+	g.watchTLS(g.cfg.TLSWatch)
 	if g.cfg.AdminListen != "" {
 		g.admin = newAdminServer(g)
 		if err := g.admin.start(g.cfg.AdminListen, g.tlsFor("admin.tls")); err != nil {

@@ -101,6 +101,7 @@ func tlsKeyError(prefix string, err error) error {
 type tlsHolder struct {
 	prefix string
 	cfg    *tlsconf.Config
+	files  []string // its certificate, key and client CA files, for tls.watch
 }
 
 // startTLS loads the TLS sections the listeners use (again: the files may
@@ -115,7 +116,11 @@ func (g *Gateway) startTLS() error {
 		if err != nil {
 			return err
 		}
-		g.tls = append(g.tls, tlsHolder{prefix: s.prefix, cfg: t})
+		files := []string{s.opts.Cert, s.opts.Key}
+		if s.opts.ClientCA != "" {
+			files = append(files, s.opts.ClientCA)
+		}
+		g.tls = append(g.tls, tlsHolder{prefix: s.prefix, cfg: t, files: files})
 	}
 	return nil
 }
