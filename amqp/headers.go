@@ -2,7 +2,6 @@ package amqp
 
 import (
 	"strconv"
-	"time"
 
 	"github.com/tolsey/tolsey/amqp/internal/encoding"
 	"github.com/tolsey/tolsey/amqp/internal/frames"
@@ -17,10 +16,11 @@ import (
 // and an MQTT publisher can set them for JMS consumers
 // (docs/mapping.md, "JMS headers"). Spelled as JMS identifiers, like
 // propAMQPType, so that Qpid JMS can read one that comes back unrestored.
+// Their names are the core's: selectors read them too.
 const (
-	propSubject      = "tolsey_amqp_subject"       // JMSType: the text
-	propPriority     = "tolsey_amqp_priority"      // JMSPriority: decimal 0..255 (JMS uses 0..9)
-	propCreationTime = "tolsey_amqp_creation_time" // JMSTimestamp: RFC 3339 UTC, or milliseconds since the epoch
+	propSubject      = core.PropSubject      // JMSType
+	propPriority     = core.PropPriority     // JMSPriority (JMS uses 0..9)
+	propCreationTime = core.PropCreationTime // JMSTimestamp
 )
 
 // defaultPriority is the priority of a message whose header has none
@@ -74,21 +74,13 @@ func (r *restoredHeaders) take(u core.UserProperty) bool {
 		}
 		return true
 	case propPriority:
-		if allDigits(u.Value) {
-			if n, err := strconv.ParseUint(u.Value, 10, 8); err == nil {
-				r.priority, r.taken = uint8(n), r.taken|takenPriority
-				return true
-			}
+		if n, ok := core.ParsePriority(u.Value); ok {
+			r.priority, r.taken = n, r.taken|takenPriority
+			return true
 		}
 	case propCreationTime:
-		if allDigits(u.Value) { // first: a failed ParseInt allocates its error
-			if ms, err := strconv.ParseInt(u.Value, 10, 64); err == nil && ms > 0 {
-				r.created, r.taken = encoding.Timestamp(ms), r.taken|takenCreated
-				return true
-			}
-		}
-		if t, err := time.Parse(time.RFC3339Nano, u.Value); err == nil && t.UnixMilli() > 0 {
-			r.created, r.taken = encoding.TimestampOf(t), r.taken|takenCreated
+		if ms, ok := core.ParseCreationTime(u.Value); ok {
+			r.created, r.taken = encoding.Timestamp(ms), r.taken|takenCreated
 			return true
 		}
 	}
@@ -107,13 +99,4 @@ func (r *restoredHeaders) said(key string) bool {
 		return r.taken&takenCreated != 0
 	}
 	return false
-}
-
-func allDigits(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return s != ""
 }
