@@ -104,6 +104,23 @@ class SelectorsTest extends GatewayTest {
     }
 
     @Test
+    void selectorOnJmsTypeAndPriority(TestInfo info) throws Exception {
+        try (Connection c = connect()) {
+            Session s = c.createSession(false, Session.AUTO_ACKNOWLEDGE);
+            Topic t = s.createTopic(name(info));
+            MessageConsumer cars = s.createConsumer(t, "JMSType = 'car' AND JMSPriority > 4");
+            MessageProducer p = s.createProducer(t);
+            for (String[] m : new String[][] {{"car", "7"}, {"car", "1"}, {"bike", "9"}, {"car", "4"}}) {
+                TextMessage tm = s.createTextMessage(m[0] + "-" + m[1]);
+                tm.setJMSType(m[0]);
+                p.send(tm, jakarta.jms.DeliveryMode.PERSISTENT, Integer.parseInt(m[1]), 0);
+            }
+            assertEquals("car-7", assertInstanceOf(TextMessage.class, cars.receive(WAIT)).getText());
+            assertNull(cars.receive(300));
+        }
+    }
+
+    @Test
     void queueConsumerLeavesWhatItDoesNotSelect(TestInfo info) throws Exception {
         try (Connection c = connect()) {
             Session s = c.createSession(false, Session.AUTO_ACKNOWLEDGE);
