@@ -10,15 +10,9 @@ import jakarta.jms.MessageProducer;
 import jakarta.jms.Session;
 import jakarta.jms.TextMessage;
 import jakarta.jms.Topic;
-import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.List;
-import org.apache.qpid.jms.JmsConnectionFactory;
 import org.eclipse.paho.mqttv5.client.MqttClient;
-import org.eclipse.paho.mqttv5.client.MqttConnectionOptions;
-import org.eclipse.paho.mqttv5.client.persist.MemoryPersistence;
-import org.eclipse.paho.mqttv5.common.MqttMessage;
-import org.eclipse.paho.mqttv5.common.packet.MqttProperties;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.CsvSource;
@@ -42,7 +36,7 @@ class DurableRestartTest {
         String sub = "sub";
         Gateway gw = Gateway.start();
         try {
-            try (Connection c = connect(gw, client)) {
+            try (Connection c = SessionsTest.connectAs(gw, client)) {
                 Session s = c.createSession(false, Session.AUTO_ACKNOWLEDGE);
                 Topic t = s.createTopic(topic);
                 MessageConsumer cons = subscribe(s, t, sub, shared);
@@ -50,11 +44,11 @@ class DurableRestartTest {
                 p.send(s.createTextMessage("acked"));
                 assertEquals("acked", text(cons.receive(WAIT)), "the subscription gets a live message");
                 cons.close(); // detached, not unsubscribed
-                MqttClient mc = mqtt(gw);
+                MqttClient mc = GatewayTest.mqttClient(gw);
                 try {
                     for (int i = 0; i < 3; i++) {
                         p.send(s.createTextMessage("jms-" + i)); // persistent: answered once stored
-                        mqttPublish(mc, topic, "mqtt-" + i); // QoS 1: PUBACK once stored
+                        GatewayTest.mqttPublishText(mc, topic, "mqtt-" + i); // QoS 1: PUBACK once stored
                     }
                 } finally {
                     mc.disconnect();
@@ -69,7 +63,7 @@ class DurableRestartTest {
                 want.add("jms-" + i);
                 want.add("mqtt-" + i);
             }
-            try (Connection c = connect(gw, client)) {
+            try (Connection c = SessionsTest.connectAs(gw, client)) {
                 Session s = c.createSession(false, Session.AUTO_ACKNOWLEDGE);
                 Topic t = s.createTopic(topic);
                 MessageConsumer cons = subscribe(s, t, sub, shared);
@@ -92,12 +86,6 @@ class DurableRestartTest {
         }
     }
 
-    static Connection connect(Gateway gw, String clientID) throws Exception {
-        Connection c = new JmsConnectionFactory(gw.uri()).createConnection();
-        c.setClientID(clientID);
-        c.start();
-        return c;
-    }
 
     static MessageConsumer subscribe(Session s, Topic t, String name, boolean shared) throws Exception {
         return shared ? s.createSharedDurableConsumer(t, name) : s.createDurableSubscriber(t, name);
@@ -107,19 +95,4 @@ class DurableRestartTest {
         return assertInstanceOf(TextMessage.class, m, "a message that must come").getText();
     }
 
-    static MqttClient mqtt(Gateway gw) throws Exception {
-        MqttClient mc = new MqttClient(gw.mqttURI(), "", new MemoryPersistence());
-        MqttConnectionOptions o = new MqttConnectionOptions();
-        o.setCleanStart(true);
-        mc.connect(o);
-        return mc;
-    }
-
-    static void mqttPublish(MqttClient mc, String topic, String text) throws Exception {
-        MqttMessage m = new MqttMessage(text.getBytes(StandardCharsets.UTF_8), 1, false, null);
-        MqttProperties props = new MqttProperties();
-        props.setPayloadFormat(true);
-        m.setProperties(props);
-        mc.publish(topic, m);
-    }
 }

@@ -12,7 +12,6 @@ import jakarta.jms.MessageConsumer;
 import jakarta.jms.Session;
 import jakarta.jms.TemporaryQueue;
 import jakarta.jms.TextMessage;
-import java.nio.charset.StandardCharsets;
 import java.time.Instant;
 import java.util.List;
 import java.util.concurrent.ArrayBlockingQueue;
@@ -20,7 +19,6 @@ import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.TimeUnit;
 import org.eclipse.paho.mqttv5.client.MqttClient;
 import org.eclipse.paho.mqttv5.common.MqttMessage;
-import org.eclipse.paho.mqttv5.common.packet.MqttProperties;
 import org.eclipse.paho.mqttv5.common.packet.UserProperty;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestInfo;
@@ -75,14 +73,9 @@ class HeadersTest extends GatewayTest {
             MessageConsumer sub = s.createConsumer(s.createTopic(name(info)));
             MqttClient mc = mqttClient();
             try {
-                MqttMessage mm = new MqttMessage("reading".getBytes(StandardCharsets.UTF_8), 1, false, null);
-                MqttProperties props = new MqttProperties();
-                props.setPayloadFormat(true);
-                props.setUserProperties(List.of(new UserProperty("tolsey_amqp_subject", "reading.v2"),
+                mqttPublishText(mc, name(info), "reading", new UserProperty("tolsey_amqp_subject", "reading.v2"),
                         new UserProperty("tolsey_amqp_priority", "2"),
-                        new UserProperty("tolsey_amqp_creation_time", "1700000000123")));
-                mm.setProperties(props);
-                mc.publish(name(info), mm);
+                        new UserProperty("tolsey_amqp_creation_time", "1700000000123"));
             } finally {
                 close(mc);
             }

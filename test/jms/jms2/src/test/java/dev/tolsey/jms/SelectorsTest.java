@@ -16,14 +16,11 @@ import jakarta.jms.Queue;
 import jakarta.jms.Session;
 import jakarta.jms.TextMessage;
 import jakarta.jms.Topic;
-import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Set;
 import java.util.TreeSet;
 import org.eclipse.paho.mqttv5.client.MqttClient;
-import org.eclipse.paho.mqttv5.common.MqttMessage;
-import org.eclipse.paho.mqttv5.common.packet.MqttProperties;
 import org.eclipse.paho.mqttv5.common.packet.UserProperty;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestInfo;
@@ -55,12 +52,7 @@ class SelectorsTest extends GatewayTest {
     }
 
     static void mqttPublish(MqttClient mc, String topic, String text, String price, String region) throws Exception {
-        MqttMessage m = new MqttMessage(text.getBytes(StandardCharsets.UTF_8), 1, false, null);
-        MqttProperties props = new MqttProperties();
-        props.setPayloadFormat(true);
-        props.setUserProperties(List.of(new UserProperty("price", price), new UserProperty("region", region)));
-        m.setProperties(props);
-        mc.publish(topic, m);
+        mqttPublishText(mc, topic, text, new UserProperty("price", price), new UserProperty("region", region));
     }
 
     /** Receives until n messages came or one does not come in time. */
