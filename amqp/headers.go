@@ -2,6 +2,7 @@ package amqp
 
 import (
 	"strconv"
+	"time"
 
 	"github.com/tolsey/tolsey/amqp/internal/encoding"
 	"github.com/tolsey/tolsey/amqp/internal/frames"
@@ -39,7 +40,7 @@ func renderHeaders(m *core.Message, am *frames.Message) {
 			m.UserProperties = append(m.UserProperties, core.UserProperty{Key: propSubject, Value: p.Subject})
 		}
 		if p.CreationTime != 0 {
-			m.UserProperties = append(m.UserProperties, core.UserProperty{Key: propCreationTime, Value: formatValue(p.CreationTime)})
+			m.UserProperties = append(m.UserProperties, core.UserProperty{Key: propCreationTime, Value: p.CreationTime.Time().Format(time.RFC3339Nano)}) // formatValue's, without boxing it
 		}
 	}
 	if h := am.Header; h != nil && h.Priority != nil && *h.Priority != defaultPriority {
