@@ -121,7 +121,11 @@ func toCore(am *frames.Message, payload []byte, now time.Time) (inbound, error) 
 		}
 	}
 	if n := len(am.ApplicationProperties); n > 0 {
-		m.UserProperties = make([]core.UserProperty, n)
+		extra := 0
+		if native { // room for what the render functions below add
+			extra = 2 + headerProps
+		}
+		m.UserProperties = make([]core.UserProperty, n, n+extra)
 		for i, p := range am.ApplicationProperties {
 			m.UserProperties[i] = core.UserProperty{Key: p.Key, Value: formatValue(p.Value)}
 		}
@@ -131,6 +135,9 @@ func toCore(am *frames.Message, payload []byte, now time.Time) (inbound, error) 
 	}
 	if native || m.CorrelationKind != core.IDBinary {
 		renderPropTypes(m, am)
+	}
+	if native {
+		renderHeaders(m, am)
 	}
 	if v, ok := am.MessageAnnotations.Get(annRetain); ok {
 		if b, ok := v.(bool); ok && b {
@@ -331,6 +338,7 @@ func (t textBody) MarshalAMQP(w *buffer.Buffer) error {
 type encoder struct {
 	hdr   frames.MessageHeader
 	ttl   uint32
+	prio  uint8
 	props frames.MessageProperties
 	ann   encoding.Annotations
 	app   encoding.ApplicationProperties
@@ -357,20 +365,13 @@ func (e *encoder) encode(w *buffer.Buffer, m *core.Message, retained bool, dest,
 		return e.encodeNative(w, m, retained, dest, dh, now)
 	}
 	e.msg = frames.Message{}
-	if m.QoS > 0 || !m.Expiry.IsZero() || dh != (deliveryHeader{}) {
-		e.hdr = frames.MessageHeader{Durable: m.QoS > 0, DeliveryCount: dh.count, FirstAcquirer: dh.firstAcquirer}
-		if left := m.Expiry.Sub(now); !m.Expiry.IsZero() {
-			ms := max(left.Milliseconds(), 1)
-			e.ttl = uint32(min(ms, int64(^uint32(0))))
-			e.hdr.TTL = &e.ttl
-		}
-		e.msg.Header = &e.hdr
-	}
 
 	// A JSON rendering of a typed AMQP body (an MQTT reply echoing it)
-	// goes back as that type (docs/mapping.md, "Typed bodies").
+	// goes back as that type (docs/mapping.md, "Typed bodies"), and the
+	// header user properties go back to their fields (headers.go).
 	var typed typedBody
 	var propTypes map[string]string // typed application properties: nil for most messages
+	var hdrs restoredHeaders
 	restored := false
 	for _, u := range m.UserProperties {
 		switch u.Key {
@@ -378,7 +379,23 @@ func (e *encoder) encode(w *buffer.Buffer, m *core.Message, retained bool, dest,
 			typed, restored = restoreTyped(m, u.Value)
 		case propTypesKey:
 			propTypes = propTypesOf(u.Value)
+		default:
+			hdrs.take(u)
 		}
+	}
+
+	if m.QoS > 0 || !m.Expiry.IsZero() || dh != (deliveryHeader{}) || hdrs.taken&takenPriority != 0 {
+		e.hdr = frames.MessageHeader{Durable: m.QoS > 0, DeliveryCount: dh.count, FirstAcquirer: dh.firstAcquirer}
+		if left := m.Expiry.Sub(now); !m.Expiry.IsZero() {
+			ms := max(left.Milliseconds(), 1)
+			e.ttl = uint32(min(ms, int64(^uint32(0))))
+			e.hdr.TTL = &e.ttl
+		}
+		if hdrs.taken&takenPriority != 0 {
+			e.prio = hdrs.priority
+			e.hdr.Priority = &e.prio
+		}
+		e.msg.Header = &e.hdr
 	}
 	text := !restored && (m.PayloadFormat == 1 || isTextual(m.ContentType)) && utf8.Valid(m.Payload)
 	e.ann = e.ann[:0]
@@ -417,6 +434,7 @@ func (e *encoder) encode(w *buffer.Buffer, m *core.Message, retained bool, dest,
 		To:          to,
 		ReplyTo:     replyAddr,
 		ContentType: encoding.Symbol(m.ContentType),
+		Subject:     hdrs.subject,
 	}
 	if m.CorrelationData != nil {
 		kind := m.CorrelationKind
@@ -425,7 +443,9 @@ func (e *encoder) encode(w *buffer.Buffer, m *core.Message, retained bool, dest,
 		}
 		e.props.CorrelationID = correlationID(m.CorrelationData, kind)
 	}
-	if !m.Created.IsZero() {
+	if hdrs.created != 0 {
+		e.props.CreationTime = hdrs.created // the JMS requester's JMSTimestamp, echoed
+	} else if !m.Created.IsZero() {
 		e.props.CreationTime = encoding.TimestampOf(m.Created)
 	}
 	if !m.Expiry.IsZero() {
@@ -437,8 +457,8 @@ func (e *encoder) encode(w *buffer.Buffer, m *core.Message, retained bool, dest,
 		e.app = e.app[:0]
 	next:
 		for _, u := range m.UserProperties {
-			if restored && u.Key == propAMQPType || propTypes != nil && u.Key == propTypesKey {
-				continue // said by the body's and the properties' types now
+			if restored && u.Key == propAMQPType || propTypes != nil && u.Key == propTypesKey || hdrs.said(u.Key) {
+				continue // said by the body's and the properties' types, and the header fields, now
 			}
 			// AMQP map keys are unique; MQTT allows repeats: keep the first.
 			for _, have := range e.app {

@@ -1,6 +1,9 @@
 package core
 
-import "time"
+import (
+	"strconv"
+	"time"
+)
 
 // Protocol names the front-end or bridge a message came from.
 type Protocol string
@@ -48,6 +51,17 @@ type Native struct {
 	Protocol Protocol // the front-end that encoded Bytes
 	Bytes    []byte   // opaque to the core; immutable once published
 }
+
+// User properties that carry the AMQP header fields behind JMSType,
+// JMSPriority and JMSTimestamp (properties.subject, header.priority,
+// properties.creation-time), which MQTT 5 has no property for: the AMQP
+// front-end writes and reads them (amqp/headers.go), core/selector reads
+// them for those JMS headers (docs/mapping.md, "JMS headers").
+const (
+	PropSubject      = "tolsey_amqp_subject"       // the text
+	PropPriority     = "tolsey_amqp_priority"      // decimal 0..255; absent: 4
+	PropCreationTime = "tolsey_amqp_creation_time" // RFC 3339 UTC, or milliseconds since the epoch
+)
 
 // Message is what every front-end publishes into and receives from the core.
 // A Message handed to Router.Publish must not be modified afterwards: the
@@ -126,4 +140,33 @@ func (m *Message) Clone() *Message {
 		c.Native.Bytes = append([]byte(nil), m.Native.Bytes...)
 	}
 	return &c
+}
+
+// ParsePriority reads a PropPriority value: decimal digits, 0..255.
+func ParsePriority(v string) (uint8, bool) {
+	if !allDigits(v) { // first: a failed ParseUint allocates its error
+		return 0, false
+	}
+	n, err := strconv.ParseUint(v, 10, 8)
+	return uint8(n), err == nil
+}
+
+// ParseCreationTime reads a PropCreationTime value, RFC 3339 or decimal
+// milliseconds since the epoch, as milliseconds since the epoch (> 0).
+func ParseCreationTime(v string) (int64, bool) {
+	if allDigits(v) { // first: a failed ParseInt allocates its error
+		ms, err := strconv.ParseInt(v, 10, 64)
+		return ms, err == nil && ms > 0
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	return t.UnixMilli(), err == nil && t.UnixMilli() > 0
+}
+
+func allDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return s != ""
 }

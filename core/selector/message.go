@@ -15,11 +15,14 @@ import (
 //     JMS property has one value;
 //   - JMSDeliveryMode is "PERSISTENT" for QoS 1 and 2 (an AMQP durable
 //     message), "NON_PERSISTENT" for QoS 0;
-//   - JMSTimestamp is Created, in milliseconds;
+//   - JMSType, JMSPriority and JMSTimestamp are what the AMQP front-end
+//     (or an MQTT publisher) put in the user properties core.PropSubject,
+//     core.PropPriority and core.PropCreationTime; without them JMSType
+//     is NULL, JMSPriority 4 (the JMS default) and JMSTimestamp Created,
+//     in milliseconds;
 //   - JMSCorrelationID is the correlation data when it is text (an AMQP
 //     string, ulong or uuid id, or MQTT 5 correlation data that is UTF-8);
-//   - JMSPriority is 4, the JMS default, and JMSMessageID and JMSType are
-//     NULL: the core does not carry them (yet).
+//   - JMSMessageID is NULL: the core does not carry it.
 func Message(m *core.Message) Source { return (*message)(m) }
 
 // MatchMessage is s.Match(Message(m)).
@@ -39,9 +42,24 @@ func (m *message) Header(h Header) Value {
 			return StringValue("PERSISTENT")
 		}
 		return StringValue("NON_PERSISTENT")
+	case JMSType:
+		if v, ok := m.userProperty(core.PropSubject); ok {
+			return StringValue(v)
+		}
+		return Value{}
 	case JMSPriority:
+		if v, ok := m.userProperty(core.PropPriority); ok {
+			if n, ok := core.ParsePriority(v); ok {
+				return LongValue(int64(n))
+			}
+		}
 		return LongValue(4)
 	case JMSTimestamp:
+		if v, ok := m.userProperty(core.PropCreationTime); ok {
+			if ms, ok := core.ParseCreationTime(v); ok {
+				return LongValue(ms)
+			}
+		}
 		if m.Created.IsZero() {
 			return Value{}
 		}
@@ -61,10 +79,18 @@ func (m *message) Header(h Header) Value {
 }
 
 func (m *message) Property(name string) Value {
-	for i := range m.UserProperties {
-		if p := &m.UserProperties[i]; p.Key == name {
-			return TextValue(p.Value)
-		}
+	if v, ok := m.userProperty(name); ok {
+		return TextValue(v)
 	}
 	return Value{}
+}
+
+// userProperty is the first user property named name.
+func (m *message) userProperty(name string) (string, bool) {
+	for i := range m.UserProperties {
+		if p := &m.UserProperties[i]; p.Key == name {
+			return p.Value, true
+		}
+	}
+	return "", false
 }

@@ -28,14 +28,16 @@ public final class Gateway implements AutoCloseable {
     private final Process proc;
     private final Path dir;
     private final Path log;
+    private final String[] extra; // the flags it was started with, kept by restart
     public final String amqp;  // host:port
     public final String mqtt;  // host:port
     public final String admin; // host:port
 
-    private Gateway(Process proc, Path dir, Path log, String amqp, String mqtt, String admin) {
+    private Gateway(Process proc, Path dir, Path log, String[] extra, String amqp, String mqtt, String admin) {
         this.proc = proc;
         this.dir = dir;
         this.log = log;
+        this.extra = extra;
         this.amqp = amqp;
         this.mqtt = mqtt;
         this.admin = admin;
@@ -60,8 +62,16 @@ public final class Gateway implements AutoCloseable {
         if (bin.isEmpty()) {
             throw new IllegalStateException("-Dgateway.bin=PATH is needed: the gateway binary (test/e2e/jms.sh builds it)");
         }
-        Path dir = Files.createTempDirectory("tolsey-jms");
-        Path log = dir.resolve("gateway.log");
+        return launch(Files.createTempDirectory("tolsey-jms"), amqpPort, extra);
+    }
+
+    /**
+     * Starts a gateway process in dir (its data.dir is dir/data), logging to a
+     * new file there: a restarted gateway finds what the one before stored.
+     */
+    private static Gateway launch(Path dir, int amqpPort, String... extra) throws Exception {
+        String bin = System.getProperty("gateway.bin", "");
+        Path log = Files.createTempFile(dir, "gateway", ".log");
         List<String> cmd = new ArrayList<>(List.of(bin,
                 "--mqtt.listen=127.0.0.1:0",
                 "--amqp.listen=127.0.0.1:" + amqpPort,
@@ -83,7 +93,7 @@ public final class Gateway implements AutoCloseable {
                 admin = addr(log, "admin API listening");
                 if (admin != null && ready(admin)) {
                     // Every listener is up once /readyz answers 200.
-                    return new Gateway(p, dir, log, addr(log, "amqp listening"), addr(log, "mqtt listening"), admin);
+                    return new Gateway(p, dir, log, extra, addr(log, "amqp listening"), addr(log, "mqtt listening"), admin);
                 }
                 Thread.sleep(50);
             }
@@ -138,12 +148,40 @@ public final class Gateway implements AutoCloseable {
         return Files.readString(log);
     }
 
-    @Override
-    public void close() throws Exception {
+    /**
+     * Stops this gateway and starts another on the same AMQP port and data
+     * directory, with the same flags: gracefully (SIGTERM, the process drains
+     * and closes its stores) or, when kill, with SIGKILL (kill -9: nothing
+     * is flushed or closed). Use the returned gateway from then on (its MQTT
+     * and admin ports are new); this one is spent.
+     */
+    public Gateway restart(boolean kill) throws Exception {
+        if (kill) {
+            proc.destroyForcibly().waitFor(); // Process.destroyForcibly: SIGKILL
+        } else {
+            stop();
+        }
+        checkLog();
+        return launch(dir, amqpPort(), extra);
+    }
+
+    private void stop() throws Exception {
         proc.destroy(); // SIGTERM: a graceful drain
         if (!proc.waitFor(10, TimeUnit.SECONDS)) {
             proc.destroyForcibly().waitFor();
         }
+    }
+
+    private void checkLog() throws IOException {
+        String out = Files.readString(log);
+        if (out.contains("panic:") || out.contains("DATA RACE") || out.contains("fatal error:")) {
+            throw new AssertionError("panic or race in the gateway log:\n" + out);
+        }
+    }
+
+    @Override
+    public void close() throws Exception {
+        stop();
         String out = Files.readString(log);
         try (var files = Files.walk(dir)) {
             files.sorted(java.util.Comparator.reverseOrder()).forEach(f -> f.toFile().delete());

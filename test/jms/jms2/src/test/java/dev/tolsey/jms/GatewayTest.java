@@ -3,6 +3,7 @@ package dev.tolsey.jms;
 import jakarta.jms.Connection;
 import jakarta.jms.JMSException;
 import java.nio.charset.StandardCharsets;
+import java.util.List;
 import java.util.concurrent.BlockingQueue;
 import org.apache.qpid.jms.JmsConnectionFactory;
 import org.eclipse.paho.mqttv5.client.IMqttMessageListener;
@@ -56,7 +57,11 @@ abstract class GatewayTest {
     // ---- MQTT (Eclipse Paho, MQTT 5) ----
 
     static MqttClient mqttClient() throws Exception {
-        MqttClient mc = new MqttClient(gw.mqttURI(), "", new MemoryPersistence());
+        return mqttClient(gw);
+    }
+
+    static MqttClient mqttClient(Gateway g) throws Exception {
+        MqttClient mc = new MqttClient(g.mqttURI(), "", new MemoryPersistence());
         MqttConnectionOptions o = new MqttConnectionOptions();
         o.setCleanStart(true);
         mc.connect(o);
@@ -89,6 +94,16 @@ abstract class GatewayTest {
         }
         reply.setProperties(props);
         mc.publish(in.getResponseTopic(), reply);
+    }
+
+    /** Publishes text (payload format indicator 1) at QoS 1 with user properties. */
+    static void mqttPublishText(MqttClient mc, String topic, String text, UserProperty... user) throws Exception {
+        MqttMessage m = new MqttMessage(text.getBytes(StandardCharsets.UTF_8), 1, false, null);
+        MqttProperties props = new MqttProperties();
+        props.setPayloadFormat(true);
+        props.setUserProperties(List.of(user));
+        m.setProperties(props);
+        mc.publish(topic, m);
     }
 
     static void close(MqttClient mc) throws Exception {

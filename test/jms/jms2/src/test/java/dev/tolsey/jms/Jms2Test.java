@@ -30,7 +30,6 @@ import java.util.concurrent.TimeUnit;
 import org.apache.qpid.jms.JmsConnectionFactory;
 import org.eclipse.paho.mqttv5.client.MqttClient;
 import org.eclipse.paho.mqttv5.common.MqttMessage;
-import org.eclipse.paho.mqttv5.common.packet.MqttProperties;
 import org.eclipse.paho.mqttv5.common.packet.UserProperty;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestInfo;
@@ -204,12 +203,7 @@ class Jms2Test extends GatewayTest {
             MessageConsumer sub = s.createConsumer(s.createTopic(name(info)));
             MqttClient mc = mqttClient();
             try {
-                MqttMessage mm = new MqttMessage("from mqtt".getBytes(StandardCharsets.UTF_8), 1, false, null);
-                MqttProperties props = new MqttProperties();
-                props.setPayloadFormat(true);
-                props.setUserProperties(List.of(new UserProperty("k", "v")));
-                mm.setProperties(props);
-                mc.publish(name(info), mm);
+                mqttPublishText(mc, name(info), "from mqtt", new UserProperty("k", "v"));
             } finally {
                 close(mc);
             }

@@ -32,7 +32,11 @@ class SessionsTest extends GatewayTest {
     static final int INDIVIDUAL_ACKNOWLEDGE = 101; // Qpid JMS's own mode (JmsSession, not public)
 
     static Connection connectAs(String clientID) throws Exception {
-        Connection c = new JmsConnectionFactory(gw.uri()).createConnection();
+        return connectAs(gw, clientID);
+    }
+
+    static Connection connectAs(Gateway g, String clientID) throws Exception {
+        Connection c = new JmsConnectionFactory(g.uri()).createConnection();
         c.setClientID(clientID);
         c.start();
         return c;
