@@ -25,6 +25,7 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.AtomicReference;
 import org.apache.qpid.jms.JmsConnectionFactory;
 
@@ -52,7 +53,7 @@ public final class JmsBench {
     record Phase(String name, boolean queue, boolean persistent) {}
 
     record Result(Phase phase, Target target, int round, int sent, int delivered, long elapsedNanos,
-            long[] lat, long cpuNanos, boolean stalled) {
+            long[] lat, long cpuNanos, long clientCpuNanos, boolean stalled) {
         double rate() {
             return delivered / (elapsedNanos / 1e9);
         }
@@ -77,6 +78,7 @@ public final class JmsBench {
     static String profilePhase = ""; // a phase of the gateway to CPU-profile (its admin /debug/pprof)
     static int profileSeconds = 10;
     static String profileDir = ".";
+    static final long QUIET_NANOS = TimeUnit.SECONDS.toNanos(3);
 
     public static void main(String[] args) throws Exception {
         String artemisURI = "";
@@ -170,11 +172,16 @@ public final class JmsBench {
                     results.add(res);
                     System.out.printf(Locale.ROOT, "  round %d  %-21s %-8s %7d msgs/s  p50 %9s  p99 %9s  (%.1f s)%s%n", r, p.name,
                             t.name, Math.round(res.rate()), ms(pct(res.lat, 50)), ms(pct(res.lat, 99)), res.elapsedNanos / 1e9,
-                            res.stalled ? "  STALLED (" + res.delivered + " of " + expected(p, res.sent) + ")" : "");
+                            lostText(res) + (res.stalled ? "  STALLED at -timeout" : ""));
                 }
             }
         }
         summary(phases, targets, results);
+    }
+
+    static String lostText(Result r) {
+        int lost = expected(r.phase, r.sent) - r.delivered;
+        return lost > 0 ? "  lost " + lost : "";
     }
 
     static int expected(Phase p, int sent) {
@@ -187,6 +194,7 @@ public final class JmsBench {
         int expect = p.queue ? count : count * consumers;
         long[] lat = new long[expect];
         AtomicInteger got = new AtomicInteger();
+        AtomicLong last = new AtomicLong(); // nanoTime of the latest delivery
         CountDownLatch all = new CountDownLatch(1);
         AtomicReference<Throwable> failed = new AtomicReference<>();
         List<Connection> conns = new ArrayList<>();
@@ -201,6 +209,7 @@ public final class JmsBench {
                 mc.setMessageListener(m -> {
                     try {
                         long l = System.nanoTime() - m.getLongProperty("t");
+                        last.set(System.nanoTime());
                         int k = got.getAndIncrement();
                         if (k < lat.length) {
                             lat[k] = l;
@@ -223,6 +232,7 @@ public final class JmsBench {
                         HttpResponse.BodyHandlers.ofByteArray()).thenApply(HttpResponse::body);
             }
             long cpu0 = cpu(t.pid);
+            long ccpu0 = cpu(ProcessHandle.current().pid());
             long start = System.nanoTime();
             byte[] body = new byte[size];
             List<Thread> senders = new ArrayList<>();
@@ -251,9 +261,22 @@ public final class JmsBench {
                 senders.add(th);
                 th.start();
             }
-            boolean done = all.await(timeoutSec, TimeUnit.SECONDS);
-            long elapsed = System.nanoTime() - start;
+            // Every message, or (non-persistent messages may be dropped: the
+            // gateway drops at-most-once messages for a consumer whose link
+            // buffer is full, as for MQTT QoS 0) the producers done and
+            // nothing delivered for QUIET_NANOS; the rate counts to the last
+            // delivery either way.
+            long deadline = start + TimeUnit.SECONDS.toNanos(timeoutSec);
+            boolean done = false, quiet = false;
+            while (!done && !quiet && System.nanoTime() < deadline) {
+                done = all.await(100, TimeUnit.MILLISECONDS);
+                boolean sending = senders.stream().anyMatch(Thread::isAlive);
+                long since = System.nanoTime() - Math.max(last.get(), start);
+                quiet = !sending && since > QUIET_NANOS;
+            }
+            long elapsed = (done || quiet) && last.get() > start ? last.get() - start : System.nanoTime() - start;
             long cpu = cpu(t.pid) - cpu0;
+            long ccpu = cpu(ProcessHandle.current().pid()) - ccpu0;
             for (Thread th : senders) {
                 th.join(TimeUnit.SECONDS.toMillis(timeoutSec));
             }
@@ -266,7 +289,7 @@ public final class JmsBench {
                 System.out.println("  gateway CPU profile: " + f);
             }
             int d = Math.min(got.get(), expect);
-            return new Result(p, t, round, sent.get(), d, elapsed, Arrays.copyOf(lat, d), cpu, !done);
+            return new Result(p, t, round, sent.get(), d, elapsed, Arrays.copyOf(lat, d), cpu, ccpu, !done && !quiet);
         } finally {
             for (Connection c : conns) {
                 try {
@@ -306,19 +329,21 @@ public final class JmsBench {
     static void summary(List<Phase> phases, List<Target> targets, List<Result> results) {
         Map<String, String> goal = Map.of("topic non-persistent", "≥ 1.00", "queue persistent", "≥ 1.00");
         System.out.println();
-        System.out.printf(Locale.ROOT, "%-21s %-8s %9s %9s %7s %10s %10s %15s %16s %5s %7s%n", "phase", "target", "sent",
-                "delivered", "msgs/s", "p50", "p99", "server CPU/msg", "gateway/artemis", "goal", "verdict");
+        System.out.printf(Locale.ROOT, "%-21s %-8s %7s %9s %6s %7s %10s %10s %15s %15s %16s %6s %7s%n", "phase", "target", "sent",
+                "delivered", "lost", "msgs/s", "p50", "p99", "server CPU/msg", "client CPU/msg", "gateway/artemis", "goal", "verdict");
         for (Phase p : phases) {
             for (Target t : targets) {
-                long sent = 0, got = 0, el = 0, cpu = 0;
+                long sent = 0, got = 0, el = 0, cpu = 0, lost = 0, ccpu = 0;
                 List<long[]> lats = new ArrayList<>();
                 boolean stalled = false;
                 for (Result r : results) {
                     if (r.phase == p && r.target == t) {
                         sent += r.sent;
                         got += r.delivered;
+                        lost += expected(p, r.sent) - r.delivered;
                         el += r.elapsedNanos;
                         cpu += r.cpuNanos;
+                        ccpu += r.clientCpuNanos;
                         lats.add(r.lat);
                         stalled |= r.stalled;
                     }
@@ -339,9 +364,10 @@ public final class JmsBench {
                     g = goal.getOrDefault(p.name, "-");
                     verdict = g.equals("-") ? "-" : (q >= 1.0 ? "PASS" : "FAIL");
                 }
-                System.out.printf(Locale.ROOT, "%-21s %-8s %9d %9d %7d %10s %10s %15s %16s %5s %7s%s%n", p.name, t.name, sent, got,
+                System.out.printf(Locale.ROOT, "%-21s %-8s %7d %9d %6d %7d %10s %10s %15s %15s %16s %6s %7s%s%n", p.name, t.name, sent, got, lost,
                         Math.round(mps), ms(pct(lat, 50)), ms(pct(lat, 99)),
                         t.pid > 0 && got > 0 ? String.format(Locale.ROOT, "%.1f µs", cpu / 1e3 / got) : "-",
+                        got > 0 ? String.format(Locale.ROOT, "%.1f µs", ccpu / 1e3 / got) : "-",
                         ratio, g, verdict, stalled ? "  (stalled: cut at -timeout)" : "");
             }
         }
