@@ -5,7 +5,7 @@
 #
 #   test/bench/jms/run.sh [-n 20000] [-np 2000] [-size 1024] [-rounds 2]
 #                         [-producers 1] [-consumers 1] [-phases topic-non-persistent,...]
-#                         [-async-persistent] [-profile queue-persistent -profile-dir DIR]
+#                         [-async-persistent] [-gateway-arg --key=value] [-profile queue-persistent -profile-dir DIR]
 #
 # Flags go to the Java program (test/jms/bench, JmsBench.java). This script
 # downloads Artemis once (Maven Central, org.apache.activemq:apache-artemis
