@@ -113,6 +113,9 @@ public final class JmsBench {
                 }
             }
         }
+        // On ^C or SIGTERM the JVM skips the finally below: stop the gateway
+        // the harness started from a shutdown hook, so it is not left behind.
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> ProcessHandle.current().children().forEach(ProcessHandle::destroy)));
         List<Target> targets = new ArrayList<>();
         Gateway gw = null;
         try {
