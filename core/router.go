@@ -196,6 +196,8 @@ type Router struct {
 
 	published atomic.Uint64
 	delivered atomic.Uint64
+	// watch is the interest watcher (interest.go), nil without a cluster.
+	watch atomic.Pointer[func(string)]
 }
 
 type snode struct {
@@ -252,6 +254,12 @@ func (r *Router) Subscribe(filter string, s Subscriber, opts SubOptions) (*Subsc
 		opts.Group, filter = g, f
 	}
 	sub := &Subscription{Filter: filter, Subscriber: s, Options: opts}
+	if !opts.LocalOnly {
+		// Before it takes effect: another gateway learns it first.
+		if _, fs := s.(FilterSource); !fs {
+			r.FilterAdded(filter)
+		}
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	n := &r.root
@@ -298,6 +306,7 @@ func (r *Router) Unsubscribe(sub *Subscription) {
 	if sub == nil {
 		return
 	}
+	defer r.filterRemoved(sub.Options) // after the lock is released
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	n := sub.node

@@ -289,6 +289,14 @@ func (h *hook) OnSubscribe(cl *mochi.Client, pk packets.Packet) packets.Packet {
 	h.auth.subscribing(cl, pk.Filters)
 	h.except.subscribing(cl, pk.Filters)
 	h.replay.subscribing(cl, pk.Filters)
+	// Before mochi indexes the filters and answers SUBACK: a cluster's
+	// other gateways learn of them first (docs/cluster.md). A refused
+	// (empty) filter is not announced.
+	for _, f := range pk.Filters {
+		if f.Filter != "" {
+			h.s.opts.Router.FilterAdded(f.Filter)
+		}
+	}
 	return pk
 }
 
@@ -451,6 +459,22 @@ func (h *hook) OnPacketEncode(cl *mochi.Client, pk packets.Packet) packets.Packe
 }
 
 var _ core.Interest = (*hook)(nil)
+var _ core.FilterSource = (*hook)(nil)
+
+// Filters implements core.FilterSource: the filters of every MQTT session
+// mochi holds, connected or persistent and offline (a cluster's interest
+// summary, docs/cluster.md). One pass over the sessions; called every few
+// seconds and after unsubscriptions, not per message.
+func (h *hook) Filters(fn func(string)) {
+	for _, cl := range h.s.mochi.Clients.GetAll() {
+		for f := range cl.State.Subscriptions.GetAll() {
+			if _, plain, ok := core.SplitShared(f); ok {
+				f = plain
+			}
+			fn(f)
+		}
+	}
+}
 
 // Reaches implements core.Interest: whether m reaches an MQTT session
 // (connected, or persistent and offline: it is queued for it). mochi, not

@@ -41,6 +41,10 @@ type Options struct {
 	// FlushTimeout bounds the round trip that confirms NATS received a
 	// batch holding QoS ≥ 1 messages; 5 s when zero.
 	FlushTimeout time.Duration
+	// InterestPeriod is how often the interest summary is sent in full
+	// (interest.go); a gateway silent for three is forgotten. 5 s when
+	// zero.
+	InterestPeriod time.Duration
 }
 
 // Stats are the cluster's counters (GET /api/v1/cluster).
@@ -49,15 +53,22 @@ type Stats struct {
 	In      uint64 `json:"in"`      // messages from other gateways published here
 	Dropped uint64 `json:"dropped"` // QoS 0 dropped: queue full, NATS down, undecodable
 	Refused uint64 `json:"refused"` // QoS ≥ 1 refused to the publisher: queue full, NATS down
+	Skipped uint64 `json:"skipped"` // not sent: no other gateway's interest matched
+	// Filtering is false for one InterestPeriod after start and after a
+	// NATS reconnect, while every message is sent.
+	Filtering bool `json:"filtering"`
 }
 
 // Cluster sends what enters this gateway to the others and publishes what
 // they send here.
 type Cluster struct {
-	opts    Options
-	log     *slog.Logger
-	subject string // <prefix>.msg.<node>: what this gateway publishes
-	all     string // <prefix>.msg.>: what it subscribes to
+	opts     Options
+	log      *slog.Logger
+	subject  string // <prefix>.msg.<node>: what this gateway publishes
+	all      string // <prefix>.msg.>: what it subscribes to
+	isubject string // <prefix>.interest.<node>: its interest summary
+	in_      *interest
+	isub     *nats.Subscription
 
 	sub   *core.Subscription
 	nsub  *nats.Subscription
@@ -66,7 +77,7 @@ type Cluster struct {
 	wg    sync.WaitGroup
 	stop  sync.Once
 
-	out, in, dropped, refused atomic.Uint64
+	out, in, dropped, refused, skipped atomic.Uint64
 }
 
 // queued is one message on its way to the writer; acks is non-nil when
@@ -108,13 +119,18 @@ func New(opts Options) (*Cluster, error) {
 	if opts.FlushTimeout == 0 {
 		opts.FlushTimeout = 5 * time.Second
 	}
+	if opts.InterestPeriod == 0 {
+		opts.InterestPeriod = 5 * time.Second
+	}
 	return &Cluster{
-		opts:    opts,
-		log:     opts.Logger.With("part", "cluster"),
-		subject: opts.Prefix + ".msg." + opts.Node,
-		all:     opts.Prefix + ".msg.>",
-		queue:   make(chan queued, opts.QueueLen),
-		done:    make(chan struct{}),
+		opts:     opts,
+		log:      opts.Logger.With("part", "cluster"),
+		subject:  opts.Prefix + ".msg." + opts.Node,
+		all:      opts.Prefix + ".msg.>",
+		isubject: opts.Prefix + ".interest." + opts.Node,
+		in_:      newInterest(),
+		queue:    make(chan queued, opts.QueueLen),
+		done:     make(chan struct{}),
 	}, nil
 }
 
@@ -129,11 +145,18 @@ func (c *Cluster) Start(context.Context) error {
 	// burst beyond is a slow consumer, dropped by nats.go and counted by
 	// the bridge's error handler.
 	c.nsub = ns
+	// Before the router subscription: the first message sent already
+	// knows whether to (it sends everything for one period anyway).
+	if err := c.startInterest(); err != nil {
+		_ = ns.Unsubscribe()
+		return fmt.Errorf("cluster: interest: %w", err)
+	}
 	// "#" at QoS 2, so that a message keeps its own QoS; LocalOnly: what
 	// another gateway took in, that gateway sent (docs/cluster.md). "#"
 	// does not match "$" topics [MQTT-4.7.2-1]: they stay on their gateway.
 	sub, err := c.opts.Router.Subscribe("#", c, core.SubOptions{QoS: 2, LocalOnly: true})
 	if err != nil {
+		c.stopInterest()
 		_ = ns.Unsubscribe()
 		return fmt.Errorf("cluster: %w", err)
 	}
@@ -152,7 +175,7 @@ func (c *Cluster) Stop(ctx context.Context) error {
 	if c.nsub != nil {
 		_ = c.nsub.Unsubscribe()
 	}
-	c.stop.Do(func() { close(c.done) })
+	c.stopInterest()
 	c.wg.Wait()
 	// Whatever the writer left behind is answered: a publisher waiting
 	// on it must not wait for ever.
@@ -168,7 +191,8 @@ func (c *Cluster) Stop(ctx context.Context) error {
 
 // Stats returns the counters.
 func (c *Cluster) Stats() Stats {
-	return Stats{Out: c.out.Load(), In: c.in.Load(), Dropped: c.dropped.Load(), Refused: c.refused.Load()}
+	return Stats{Out: c.out.Load(), In: c.in.Load(), Dropped: c.dropped.Load(), Refused: c.refused.Load(),
+		Skipped: c.skipped.Load(), Filtering: time.Now().UnixNano() >= c.in_.openTill.Load()}
 }
 
 // ErrFull is the refusal of a QoS ≥ 1 message while the queue to NATS is
@@ -179,6 +203,10 @@ var ErrFull = errors.New("cluster: queue to NATS full")
 // 1 message's acknowledgement is held until NATS confirmed it received the
 // message (docs/cluster.md, "QoS 1").
 func (c *Cluster) Deliver(m *core.Message, d core.Delivery) error {
+	if !c.wanted(m.Topic) {
+		c.skipped.Add(1)
+		return nil
+	}
 	q := queued{m: m}
 	if d.QoS > 0 && d.Acks != nil {
 		q.acks = d.Acks

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -344,4 +345,106 @@ func TestClusterQoS1NATSDown(t *testing.T) {
 			return false
 		}
 	})
+}
+
+// natsCounter counts the messages each gateway publishes to the cluster,
+// as a plain NATS subscriber on <prefix>.msg.> sees them, and notes when
+// one carrying mark in its body has arrived.
+type natsCounter struct {
+	mu     sync.Mutex
+	bySubj map[string]int
+	marked map[string]int // bySubj when the last marked message arrived
+}
+
+func countClusterMsgs(t *testing.T, s *natsserver.Server, mark string) *natsCounter {
+	t.Helper()
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	c := &natsCounter{bySubj: map[string]int{}, marked: map[string]int{}}
+	if _, err := nc.Subscribe("gw.msg.>", func(m *nats.Msg) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.bySubj[m.Subject]++
+		if strings.Contains(string(m.Data), mark) {
+			c.marked[m.Subject] = c.bySubj[m.Subject]
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// countAtMark is the number of messages subj carried up to and including
+// the last marked one (0 before it arrives).
+func (c *natsCounter) countAtMark(subj string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.marked[subj]
+}
+
+// Interest-based forwarding: with disjoint subscriptions on three
+// gateways, a message goes to NATS only when another gateway has a
+// matching subscription, and a new subscription on another gateway
+// starts receiving at once.
+func TestClusterInterestForwarding(t *testing.T) {
+	s, gs := cluster3(t)
+	a, b, c := gs[0], gs[1], gs[2]
+	subB := connect5(t, b.MQTTAddr(), "subB")
+	subB.subscribe(t, paho.SubscribeOptions{Topic: "ib/#", QoS: 1})
+	recvC := collectAMQP(t, amqpReceiver(t, amqpSession(t, c), "ic/#"))
+	// One period after start each gateway sends everything (summaries
+	// may be missing); then it filters.
+	for _, g := range gs {
+		eventually(t, "filtering on "+clusterStatus(t, g).Node, func() bool { return clusterStatus(t, g).Stats.Filtering })
+	}
+	cnt := countClusterMsgs(t, s, "FENCE")
+	pubA := connect5(t, a.MQTTAddr(), "pubA")
+	const n = 20
+	for k := range n {
+		pubA.publish(t, &paho.Publish{Topic: "nobody/x", QoS: 1, Payload: []byte(fmt.Sprint("n", k))})
+		pubA.publish(t, &paho.Publish{Topic: "ib/x", QoS: 1, Payload: []byte(fmt.Sprint("b", k))})
+	}
+	// A fence after them, wanted by c: NATS keeps one publisher's order,
+	// so when it arrives everything a sent before it has.
+	pubA.publish(t, &paho.Publish{Topic: "ic/x", QoS: 1, Payload: []byte("FENCE")})
+	eventually(t, "fence on NATS", func() bool { return cnt.countAtMark("gw.msg.a") > 0 })
+	if got := cnt.countAtMark("gw.msg.a"); got != n+1 {
+		t.Fatalf("gateway a published %d messages to NATS, want %d (%d for b, the fence for c, none for nobody/x)", got, n+1, n)
+	}
+	if st := clusterStatus(t, a).Stats; st.Skipped < n {
+		t.Fatalf("skipped %d, want ≥ %d: %+v", st.Skipped, n, st)
+	}
+	eventually(t, "fence at c", func() bool { return recvC.count("FENCE") == 1 })
+	got := map[string]bool{}
+	for range n {
+		got[string(subB.next(t).Payload)] = true
+	}
+	if len(got) != n {
+		t.Fatalf("b got %d distinct messages, want %d", len(got), n)
+	}
+
+	// A new subscription on b receives what a publishes right after its
+	// SUBACK: poll, measuring from the SUBACK.
+	late := connect5(t, b.MQTTAddr(), "lateB")
+	late.subscribe(t, paho.SubscribeOptions{Topic: "late/#", QoS: 0})
+	suback := time.Now()
+	var first time.Duration
+	for k := 0; first == 0; k++ {
+		pubA.publish(t, &paho.Publish{Topic: "late/x", QoS: 1, Payload: []byte(fmt.Sprint(k))})
+		select {
+		case <-late.msgs:
+			first = time.Since(suback)
+		case <-time.After(5 * time.Millisecond):
+			if time.Since(suback) > 10*time.Second {
+				t.Fatal("the new subscription on b received nothing within 10 s")
+			}
+		}
+	}
+	t.Logf("new subscription on b: first message %v after its SUBACK", first)
 }

@@ -1,0 +1,273 @@
+package cluster
+
+// Interest-based forwarding (docs/cluster.md): each gateway announces the
+// filters its consumers hold on <prefix>.interest.<node>, and sends a
+// message to NATS only when another gateway's filters match its topic.
+//
+// Messages on <prefix>.interest.<node>:
+//
+//	'+' filter                    one filter about to be subscribed (at once)
+//	'=' filter \x00 filter …      the full summary (every period, on
+//	                              removals after a short delay, on request)
+//
+// <prefix>.interest.sync (empty) asks every gateway for its full summary.
+// \x00 cannot be in a filter [MQTT-4.7.3-2].
+//
+// The summary may be larger than the truth, never smaller: an added filter
+// is announced before it takes effect and stays in this gateway's
+// summaries for two periods whatever the index says (the index may not
+// have it yet when a summary is built); a summary from another gateway
+// replaces what was known of it; a gateway silent for three periods is
+// forgotten; for one period after start and after a NATS reconnect, while
+// summaries may be missing, every message is sent.
+
+import (
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/tolsey/tolsey/core"
+)
+
+// interest is the cluster's summary state. mu guards own and peers;
+// the index is the router of the other gateways' filters (one
+// subscription per gateway and filter), safe for concurrent use.
+type interest struct {
+	mu           sync.Mutex
+	recent, prev map[string]struct{} // own filters added this period and the one before
+	peers        map[string]*peer
+
+	index    *core.Router
+	openTill atomic.Int64  // unix ns: send everything until then (start, reconnect)
+	changed  chan struct{} // a removal or a sync request: summary soon
+	resync   chan struct{} // NATS reconnected
+}
+
+// peer is one other gateway's summary; it is its own core.Subscriber in
+// the index.
+type peer struct {
+	node  string
+	subs  map[string]*core.Subscription
+	heard time.Time
+}
+
+// Deliver is never called: the index is only asked Wants.
+func (*peer) Deliver(*core.Message, core.Delivery) error { return nil }
+
+// summaryDelay gathers a burst of removals into one summary.
+const summaryDelay = 100 * time.Millisecond
+
+func newInterest() *interest {
+	return &interest{
+		recent:  map[string]struct{}{},
+		prev:    map[string]struct{}{},
+		peers:   map[string]*peer{},
+		index:   core.NewRouter(core.RouterOptions{}),
+		changed: make(chan struct{}, 1),
+		resync:  make(chan struct{}, 1),
+	}
+}
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// wanted reports whether another gateway may want a message on topic.
+func (c *Cluster) wanted(topic string) bool {
+	if time.Now().UnixNano() < c.in_.openTill.Load() {
+		return true
+	}
+	return c.in_.index.Wants(topic, "")
+}
+
+// startInterest subscribes to the summaries, watches this gateway's
+// router and asks the others for theirs.
+func (c *Cluster) startInterest() error {
+	in := c.in_
+	in.openTill.Store(time.Now().Add(c.opts.InterestPeriod).UnixNano())
+	ns, err := c.opts.Conn.Subscribe(c.opts.Prefix+".interest.>", c.interestIn)
+	if err != nil {
+		return err
+	}
+	c.isub = ns
+	c.opts.Router.WatchFilters(c.filterChanged)
+	// Chained: the bridge owns the connection's handler.
+	prev := c.opts.Conn.Opts.ReconnectedCB
+	c.opts.Conn.SetReconnectHandler(func(nc *nats.Conn) {
+		if prev != nil {
+			prev(nc)
+		}
+		signal(in.resync)
+	})
+	c.wg.Add(1)
+	go c.interestLoop()
+	return nil
+}
+
+// stopInterest stops watching and announcing and ends the writer and
+// the interest loop (c.done).
+func (c *Cluster) stopInterest() {
+	c.opts.Router.WatchFilters(nil)
+	if c.isub != nil {
+		_ = c.isub.Unsubscribe()
+	}
+	c.stop.Do(func() { close(c.done) })
+}
+
+// filterChanged is the router's watcher: an added filter is announced at
+// once, on the subscriber's goroutine, before it takes effect.
+func (c *Cluster) filterChanged(filter string) {
+	in := c.in_
+	if filter == "" {
+		signal(in.changed)
+		return
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	// Under mu: a summary published after this announcement holds it.
+	in.recent[filter] = struct{}{}
+	_ = c.opts.Conn.Publish(c.isubject, append([]byte{'+'}, filter...))
+}
+
+// interestLoop publishes the summary every period, soon after changes and
+// on requests, and forgets silent gateways.
+func (c *Cluster) interestLoop() {
+	defer c.wg.Done()
+	in := c.in_
+	tick := time.NewTicker(c.opts.InterestPeriod)
+	defer tick.Stop()
+	syncSubj := c.opts.Prefix + ".interest.sync"
+	_ = c.opts.Conn.Publish(syncSubj, nil)
+	c.publishSummary(false)
+	var soon <-chan time.Time
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-tick.C:
+			c.expirePeers()
+			c.publishSummary(true)
+		case <-in.changed:
+			if soon == nil {
+				soon = time.After(summaryDelay)
+			}
+		case <-soon:
+			soon = nil
+			c.publishSummary(false)
+		case <-in.resync:
+			// Summaries sent while this gateway was away are lost.
+			in.openTill.Store(time.Now().Add(c.opts.InterestPeriod).UnixNano())
+			_ = c.opts.Conn.Publish(syncSubj, nil)
+			c.publishSummary(false)
+		}
+	}
+}
+
+// publishSummary sends the full summary; rotate ages the recent additions.
+func (c *Cluster) publishSummary(rotate bool) {
+	in := c.in_
+	set := map[string]struct{}{}
+	c.opts.Router.Filters(func(f string) { set[f] = struct{}{} })
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for f := range in.recent {
+		set[f] = struct{}{}
+	}
+	for f := range in.prev {
+		set[f] = struct{}{}
+	}
+	if rotate {
+		in.prev, in.recent = in.recent, map[string]struct{}{}
+	}
+	var b strings.Builder
+	b.WriteByte('=')
+	first := true
+	for f := range set {
+		if !first {
+			b.WriteByte(0)
+		}
+		first = false
+		b.WriteString(f)
+	}
+	_ = c.opts.Conn.Publish(c.isubject, []byte(b.String()))
+}
+
+// interestIn handles another gateway's announcement or a sync request.
+func (c *Cluster) interestIn(msg *nats.Msg) {
+	in := c.in_
+	node := strings.TrimPrefix(msg.Subject, c.opts.Prefix+".interest.")
+	if node == "sync" {
+		signal(in.changed)
+		return
+	}
+	if node == c.opts.Node || len(msg.Data) == 0 {
+		return
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	p := in.peers[node]
+	if p == nil {
+		p = &peer{node: node, subs: map[string]*core.Subscription{}, heard: time.Now()}
+		in.peers[node] = p
+	}
+	body := string(msg.Data[1:])
+	switch msg.Data[0] {
+	case '+':
+		c.addPeerFilter(p, body)
+	case '=':
+		p.heard = time.Now()
+		keep := map[string]struct{}{}
+		if body != "" {
+			for _, f := range strings.Split(body, "\x00") {
+				keep[f] = struct{}{}
+				c.addPeerFilter(p, f)
+			}
+		}
+		for f, s := range p.subs {
+			if _, ok := keep[f]; !ok {
+				in.index.Unsubscribe(s)
+				delete(p.subs, f)
+			}
+		}
+	}
+}
+
+// addPeerFilter indexes f for p; mu is held.
+func (c *Cluster) addPeerFilter(p *peer, f string) {
+	if _, ok := p.subs[f]; ok {
+		return
+	}
+	s, err := c.in_.index.Subscribe(f, p, core.SubOptions{})
+	if err != nil {
+		// Not a filter here (other topic limits): send p everything
+		// rather than nothing.
+		s, err = c.in_.index.Subscribe("#", p, core.SubOptions{})
+		if err != nil {
+			return
+		}
+	}
+	p.subs[f] = s
+}
+
+// expirePeers forgets gateways silent for three periods.
+func (c *Cluster) expirePeers() {
+	in := c.in_
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for node, p := range in.peers {
+		if time.Since(p.heard) < 3*c.opts.InterestPeriod {
+			continue
+		}
+		for _, s := range p.subs {
+			in.index.Unsubscribe(s)
+		}
+		delete(in.peers, node)
+		c.log.Info("cluster gateway forgotten: no interest summary", "node", node)
+	}
+}
