@@ -195,7 +195,13 @@ func (c *Cluster) publishSummary(rotate bool) {
 		first = false
 		b.WriteString(f)
 	}
-	_ = c.opts.Conn.Publish(c.isubject, []byte(b.String()))
+	data := []byte(b.String())
+	if int64(len(data)) > c.opts.Conn.MaxPayload() {
+		// Too many filters for one NATS message: everything, rather than
+		// being forgotten by the others.
+		data = []byte("=#")
+	}
+	_ = c.opts.Conn.Publish(c.isubject, data)
 }
 
 // interestIn handles another gateway's announcement or a sync request.
