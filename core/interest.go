@@ -81,9 +81,18 @@ func (r *Router) FilterAdded(filter string) {
 	}
 }
 
+// FiltersRemoved tells the watcher that consumers behind a FilterSource
+// subscriber dropped filters (after the fact: a late summary is larger
+// than the truth, never smaller).
+func (r *Router) FiltersRemoved() {
+	if w := r.watch.Load(); w != nil {
+		(*w)("")
+	}
+}
+
 // filterRemoved tells the watcher a consuming subscription went.
 func (r *Router) filterRemoved(opts SubOptions) {
-	if w := r.watch.Load(); w != nil && !opts.LocalOnly {
-		(*w)("")
+	if !opts.LocalOnly {
+		r.FiltersRemoved()
 	}
 }

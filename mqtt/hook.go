@@ -133,6 +133,8 @@ func (h *hook) OnUnsubscribed(cl *mochi.Client, pk packets.Packet) {
 	if !cl.Net.Inline {
 		h.queues.unsubscribed(cl, pk.Filters)
 		h.except.unsubscribed(cl, pk.Filters)
+		// A cluster's summary shrinks soon after, not at its next period.
+		h.s.opts.Router.FiltersRemoved()
 	}
 }
 

@@ -447,4 +447,16 @@ func TestClusterInterestForwarding(t *testing.T) {
 		}
 	}
 	t.Logf("new subscription on b: first message %v after its SUBACK", first)
+
+	// After b's last subscriber of ib/# leaves, a stops sending ib/x.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := subB.Unsubscribe(ctx, &paho.Unsubscribe{Topics: []string{"ib/#"}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "ib/x no longer sent after b unsubscribed", func() bool {
+		before := clusterStatus(t, a).Stats.Skipped
+		pubA.publish(t, &paho.Publish{Topic: "ib/x", QoS: 1, Payload: []byte("after")})
+		return clusterStatus(t, a).Stats.Skipped == before+1
+	})
 }
