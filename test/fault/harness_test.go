@@ -222,13 +222,10 @@ func drainQueue(t *testing.T, addr, name, fenceTopic string) map[string]int {
 	}
 }
 
-// amqpLink is an AMQP sender (go-amqp) over its own connection.
-type amqpLink struct{ snd *goamqp.Sender }
-
-func amqpSender(t *testing.T, addr, target string) *amqpLink {
+// amqpSession opens an AMQP connection (SASL ANONYMOUS), closed at the
+// test's end, and a session on it.
+func amqpSession(ctx context.Context, t *testing.T, addr string) (*goamqp.Conn, *goamqp.Session) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 	conn, err := goamqp.Dial(ctx, "amqp://"+addr, &goamqp.ConnOptions{SASLType: goamqp.SASLTypeAnonymous()})
 	if err != nil {
 		t.Fatal(err)
@@ -238,6 +235,17 @@ func amqpSender(t *testing.T, addr, target string) *amqpLink {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return conn, sess
+}
+
+// amqpLink is an AMQP sender (go-amqp) over its own connection.
+type amqpLink struct{ snd *goamqp.Sender }
+
+func amqpSender(t *testing.T, addr, target string) *amqpLink {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, sess := amqpSession(ctx, t, addr)
 	snd, err := sess.NewSender(ctx, target, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -220,14 +220,7 @@ func consumer(t *testing.T, addr string, mu *sync.Mutex, got map[string]int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	conn, err := goamqp.Dial(ctx, "amqp://"+addr, &goamqp.ConnOptions{SASLType: goamqp.SASLTypeAnonymous()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sess, err := conn.NewSession(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn, sess := amqpSession(ctx, t, addr)
 	rcv, err := sess.NewReceiver(ctx, "queue://drill", &goamqp.ReceiverOptions{Credit: 100})
 	if err != nil {
 		t.Fatal(err)
