@@ -57,13 +57,20 @@ type proc struct {
 // turn it on) and waits until it is ready.
 func start(t *testing.T, args ...string) *proc {
 	t.Helper()
+	p := gwproc.Start(t, gatewayBin(t), args...)
+	return &proc{Proc: p, mqtt: p.MQTT, admin: p.Admin, amqp: p.AMQP}
+}
+
+// gatewayBin builds the gateway binary once for the package and returns
+// its path.
+func gatewayBin(t *testing.T) string {
+	t.Helper()
 	bin := filepath.Join(binDir, "gateway")
 	binOnce.Do(func() { binErr = gwproc.BuildInto("../..", bin) }) // the module root, from test/fault
 	if binErr != nil {
 		t.Fatal(binErr)
 	}
-	p := gwproc.Start(t, bin, args...)
-	return &proc{Proc: p, mqtt: p.MQTT, admin: p.Admin, amqp: p.AMQP}
+	return bin
 }
 
 // readyz is the status of GET /readyz, or 0 when it cannot be asked.
@@ -87,16 +94,27 @@ type client struct {
 
 func dial5(t *testing.T, addr, id string, clean bool, buf int) *client {
 	t.Helper()
+	msgs := make(chan *paho.Publish, buf)
+	c := dialWith(t, addr, id, clean, func(p *paho.Publish) { msgs <- p })
+	c.msgs = msgs
+	return c
+}
+
+// dialWith is dial5 for a client that hands every PUBLISH to got (paho
+// acknowledges it once got returns) instead of a channel: a drill's
+// subscriber that counts more messages than a buffer should hold.
+func dialWith(t *testing.T, addr, id string, clean bool, got func(*paho.Publish)) *client {
+	t.Helper()
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatalf("dial %s: %v", addr, err)
 	}
-	c := &client{msgs: make(chan *paho.Publish, buf), gone: make(chan *paho.Disconnect, 1)}
+	c := &client{gone: make(chan *paho.Disconnect, 1)}
 	c.Client = paho.NewClient(paho.ClientConfig{
 		ClientID: id,
 		Conn:     conn,
 		OnPublishReceived: []func(paho.PublishReceived) (bool, error){func(pr paho.PublishReceived) (bool, error) {
-			c.msgs <- pr.Packet
+			got(pr.Packet)
 			return true, nil
 		}},
 		OnServerDisconnect: func(d *paho.Disconnect) {
@@ -204,13 +222,10 @@ func drainQueue(t *testing.T, addr, name, fenceTopic string) map[string]int {
 	}
 }
 
-// amqpLink is an AMQP sender (go-amqp) over its own connection.
-type amqpLink struct{ snd *goamqp.Sender }
-
-func amqpSender(t *testing.T, addr, target string) *amqpLink {
+// amqpSession opens an AMQP connection (SASL ANONYMOUS), closed at the
+// test's end, and a session on it.
+func amqpSession(ctx context.Context, t *testing.T, addr string) (*goamqp.Conn, *goamqp.Session) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 	conn, err := goamqp.Dial(ctx, "amqp://"+addr, &goamqp.ConnOptions{SASLType: goamqp.SASLTypeAnonymous()})
 	if err != nil {
 		t.Fatal(err)
@@ -220,6 +235,17 @@ func amqpSender(t *testing.T, addr, target string) *amqpLink {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return conn, sess
+}
+
+// amqpLink is an AMQP sender (go-amqp) over its own connection.
+type amqpLink struct{ snd *goamqp.Sender }
+
+func amqpSender(t *testing.T, addr, target string) *amqpLink {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, sess := amqpSession(ctx, t, addr)
 	snd, err := sess.NewSender(ctx, target, nil)
 	if err != nil {
 		t.Fatal(err)
