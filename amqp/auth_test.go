@@ -1,13 +1,8 @@
 package amqp
 
 import (
-	"crypto/hmac"
-	"crypto/pbkdf2"
-	"crypto/sha256"
 	"crypto/tls"
-	"encoding/base64"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 
@@ -17,6 +12,7 @@ import (
 	"github.com/tolsey/tolsey/amqp/internal/encoding"
 	"github.com/tolsey/tolsey/amqp/internal/frames"
 	"github.com/tolsey/tolsey/core/auth"
+	"github.com/tolsey/tolsey/core/auth/scramtest"
 	"github.com/tolsey/tolsey/core/tlsconf/tlstest"
 )
 
@@ -147,66 +143,6 @@ func TestAuthMechanisms(t *testing.T) {
 	}
 }
 
-// scramClient is the client side of SCRAM-SHA-256 (RFC 5802 §3, RFC 7677),
-// written from the RFC: go-amqp has no SCRAM.
-type scramClient struct {
-	user, password, nonce string
-	first, authMessage    string
-	serverKey             []byte
-}
-
-func (s *scramClient) clientFirst() []byte {
-	s.first = "n=" + s.user + ",r=" + s.nonce
-	return []byte("n,," + s.first)
-}
-
-func (s *scramClient) clientFinal(t *testing.T, serverFirst string) []byte {
-	var nonce, salt string
-	iter := 0
-	for _, a := range strings.Split(serverFirst, ",") {
-		switch {
-		case strings.HasPrefix(a, "r="):
-			nonce = a[2:]
-		case strings.HasPrefix(a, "s="):
-			salt = a[2:]
-		case strings.HasPrefix(a, "i="):
-			fmt.Sscan(a[2:], &iter)
-		}
-	}
-	if !strings.HasPrefix(nonce, s.nonce) {
-		t.Fatalf("server-first %q does not extend our nonce", serverFirst)
-	}
-	raw, err := base64.StdEncoding.DecodeString(salt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	salted, err := pbkdf2.Key(sha256.New, s.password, raw, iter, 32)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mac := func(key []byte, msg string) []byte {
-		h := hmac.New(sha256.New, key)
-		h.Write([]byte(msg))
-		return h.Sum(nil)
-	}
-	clientKey := mac(salted, "Client Key")
-	stored := sha256.Sum256(clientKey)
-	without := "c=biws,r=" + nonce
-	s.authMessage = s.first + "," + serverFirst + "," + without
-	sig := mac(stored[:], s.authMessage)
-	for i := range clientKey {
-		clientKey[i] ^= sig[i]
-	}
-	s.serverKey = mac(salted, "Server Key")
-	return []byte(without + ",p=" + base64.StdEncoding.EncodeToString(clientKey))
-}
-
-func (s *scramClient) serverFinal() string {
-	h := hmac.New(sha256.New, s.serverKey)
-	h.Write([]byte(s.authMessage))
-	return "v=" + base64.StdEncoding.EncodeToString(h.Sum(nil))
-}
-
 // TestAuthScram: SCRAM-SHA-256 over raw frames; the server-final message
 // comes in the successful outcome's additional-data, as Qpid JMS reads it.
 func TestAuthScram(t *testing.T) {
@@ -219,10 +155,14 @@ func TestAuthScram(t *testing.T) {
 		c.header(frames.HeaderSASL)
 		c.readHeader()
 		expectFrame[*frames.SASLMechanisms](c)
-		cl := &scramClient{user: tc.user, password: tc.password, nonce: "rOprNGfwEbeRWgbNEkqO"}
-		c.send(0, &frames.SASLInit{Mechanism: "SCRAM-SHA-256", InitialResponse: cl.clientFirst()}, nil)
+		cl := &scramtest.Client{User: tc.user, Password: tc.password, Nonce: "rOprNGfwEbeRWgbNEkqO"}
+		c.send(0, &frames.SASLInit{Mechanism: "SCRAM-SHA-256", InitialResponse: []byte(cl.First())}, nil)
 		ch := expectFrame[*frames.SASLChallenge](c)
-		c.send(0, &frames.SASLResponse{Response: cl.clientFinal(t, string(ch.Challenge))}, nil)
+		final, err := cl.Final(string(ch.Challenge))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.send(0, &frames.SASLResponse{Response: []byte(final)}, nil)
 		o := expectFrame[*frames.SASLOutcome](c)
 		if !tc.ok {
 			if o.Code != frames.SASLCodeAuth {
@@ -234,7 +174,7 @@ func TestAuthScram(t *testing.T) {
 		if o.Code != frames.SASLCodeOK {
 			t.Fatalf("%s: code %d, want ok", tc.user, o.Code)
 		}
-		if got, want := string(o.AdditionalData), cl.serverFinal(); got != want {
+		if got, want := string(o.AdditionalData), cl.ServerFinal(); got != want {
 			t.Fatalf("additional-data %q, want server-final %q", got, want)
 		}
 		c.open(nil) // the AMQP header and open, as alice

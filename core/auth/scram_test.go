@@ -1,14 +1,13 @@
 package auth
 
 import (
-	"crypto/hmac"
-	"crypto/pbkdf2"
-	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/tolsey/tolsey/core/auth/scramtest"
 )
 
 // The exchange of RFC 7677 §3: user "user", password "pencil".
@@ -51,67 +50,14 @@ func TestScramRFC7677Vector(t *testing.T) {
 	}
 }
 
-// scramClient is the client side of RFC 5802 §3, written from the RFC.
-type scramClient struct {
-	user, password, nonce string
-	first, authMessage    string
-	serverKey             []byte
-}
-
-func (c *scramClient) clientFirst() string {
-	c.first = "n=" + strings.NewReplacer("=", "=3D", ",", "=2C").Replace(c.user) + ",r=" + c.nonce
-	return "n,," + c.first
-}
-
-func (c *scramClient) clientFinal(serverFirst string) (string, error) {
-	var nonce, salt string
-	iter := 0
-	for _, a := range strings.Split(serverFirst, ",") {
-		switch {
-		case strings.HasPrefix(a, "r="):
-			nonce = a[2:]
-		case strings.HasPrefix(a, "s="):
-			salt = a[2:]
-		case strings.HasPrefix(a, "i="):
-			fmt.Sscan(a[2:], &iter)
-		}
-	}
-	if !strings.HasPrefix(nonce, c.nonce) {
-		return "", errors.New("server nonce does not extend ours")
-	}
-	rawSalt, err := base64.StdEncoding.DecodeString(salt)
-	if err != nil {
-		return "", err
-	}
-	salted, err := pbkdf2.Key(sha256.New, c.password, rawSalt, iter, 32)
-	if err != nil {
-		return "", err
-	}
-	clientKey := hmacSHA256(salted, "Client Key")
-	stored := sha256.Sum256(clientKey)
-	withoutProof := "c=biws,r=" + nonce
-	c.authMessage = c.first + "," + serverFirst + "," + withoutProof
-	sig := hmacSHA256(stored[:], c.authMessage)
-	for i := range clientKey {
-		clientKey[i] ^= sig[i]
-	}
-	c.serverKey = hmacSHA256(salted, "Server Key")
-	return withoutProof + ",p=" + base64.StdEncoding.EncodeToString(clientKey), nil
-}
-
-func (c *scramClient) verify(serverFinal string) bool {
-	want := "v=" + base64.StdEncoding.EncodeToString(hmacSHA256(c.serverKey, c.authMessage))
-	return hmac.Equal([]byte(serverFinal), []byte(want))
-}
-
 func exchange(s *Store, user, password string) (*ScramServer, bool, error) {
-	c := &scramClient{user: user, password: password, nonce: "fyko+d2lbbFgONRv9qkxdawL"}
+	c := &scramtest.Client{User: user, Password: password, Nonce: "fyko+d2lbbFgONRv9qkxdawL"}
 	x := s.NewScramServer()
-	sf, err := x.Step([]byte(c.clientFirst()))
+	sf, err := x.Step([]byte(c.First()))
 	if err != nil {
 		return x, false, err
 	}
-	cf, err := c.clientFinal(string(sf))
+	cf, err := c.Final(string(sf))
 	if err != nil {
 		return x, false, err
 	}
@@ -122,7 +68,7 @@ func exchange(s *Store, user, password string) (*ScramServer, bool, error) {
 		}
 		return x, false, err
 	}
-	return x, c.verify(string(fin)), nil
+	return x, c.Verify(string(fin)), nil
 }
 
 func TestScramExchange(t *testing.T) {

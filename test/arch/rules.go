@@ -112,8 +112,8 @@ var Rules = []Rule{
 	{
 		Name:     "test helpers are for tests",
 		From:     []string{"..."},
-		Except:   []string{"test/...", "retain/redistest", "retain/retaintest", "core/coretest", "core/queue/queuetest", "core/tlsconf/tlstest", "core/auth/httpauth/httpauthtest"},
-		Deny:     []string{"retain/redistest", "retain/retaintest", "core/coretest", "core/queue/queuetest", "core/tlsconf/tlstest", "core/auth/httpauth/httpauthtest"},
+		Except:   []string{"test/...", "retain/redistest", "retain/retaintest", "core/coretest", "core/queue/queuetest", "core/tlsconf/tlstest", "core/auth/httpauth/httpauthtest", "core/auth/scramtest"},
+		Deny:     []string{"retain/redistest", "retain/retaintest", "core/coretest", "core/queue/queuetest", "core/tlsconf/tlstest", "core/auth/httpauth/httpauthtest", "core/auth/scramtest"},
 		TestsMay: true,
 	},
 }
