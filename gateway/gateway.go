@@ -63,7 +63,19 @@ func New(cfg *Config, log *slog.Logger) *Gateway {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Gateway{cfg: cfg, log: log, metrics: metrics.New()}
+	m := metrics.New()
+	m.Registry.MustRegister(buildInfoGauge(Build()))
+	g := &Gateway{cfg: cfg, log: log, metrics: m}
+	// What /readyz answers, for alerting on a store outage or a failed
+	// listener without probing (deploy/prometheus/alerts.yaml).
+	m.GaugeFunc("tolsey_ready", "1 while /readyz answers 200 (started, listeners accepting, store reachable), else 0.",
+		func() float64 {
+			if g.Ready() != nil {
+				return 0
+			}
+			return 1
+		})
+	return g
 }
 
 // NewLogger builds the logger the config asks for.
