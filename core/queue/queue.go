@@ -63,7 +63,17 @@ type entry struct {
 	delivered bool      // delivered at least once
 	skip      []*Consumer
 	expires   time.Time // zero: never
+	prio      uint8     // the message's priority band, 0..MaxPriority (fixed: redeliveries keep it)
 }
+
+// MaxPriority is the highest priority band. A queue delivers its ready
+// messages highest band first, and within a band in ID (arrival) order
+// (docs/queues.md, "Priority"). Ten bands, 0 to 9, as JMS's JMSPriority
+// and ActiveMQ Artemis; an AMQP header priority above 9 counts as 9.
+const MaxPriority = 9
+
+// band is m's priority band.
+func band(m *core.Message) uint8 { return min(m.Priority(), MaxPriority) }
 
 func newQueue(e *Engine, cfg Config, log Log) *Queue {
 	ol, ok := log.(OrderedLog)
@@ -277,7 +287,7 @@ func (q *Queue) load() {
 
 // addLocked puts a record into the window, ready.
 func (q *Queue) addLocked(r Record) {
-	e := &entry{rec: r, expires: r.Msg.Expiry}
+	e := &entry{rec: r, expires: r.Msg.Expiry, prio: band(r.Msg)}
 	if ttl := time.Duration(q.config.TTL); ttl > 0 {
 		if t := r.Msg.Created.Add(ttl); e.expires.IsZero() || t.Before(e.expires) {
 			e.expires = t
@@ -388,14 +398,20 @@ func (q *Queue) deadLetterLocked(e *entry) {
 	q.mu.Lock()
 }
 
-// idHeap orders ready entries by ID: a released message goes back ahead
-// of newer ones.
+// idHeap orders ready entries by priority band, highest first, then by
+// ID: within a band a released message goes back ahead of newer ones, and
+// a redelivered one keeps its band.
 type idHeap []*entry
 
-func (h idHeap) Len() int           { return len(h) }
-func (h idHeap) Less(i, j int) bool { return h[i].rec.ID < h[j].rec.ID }
-func (h idHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *idHeap) Push(x any)        { *h = append(*h, x.(*entry)) }
+func (h idHeap) Len() int { return len(h) }
+func (h idHeap) Less(i, j int) bool {
+	if h[i].prio != h[j].prio {
+		return h[i].prio > h[j].prio
+	}
+	return h[i].rec.ID < h[j].rec.ID
+}
+func (h idHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *idHeap) Push(x any)   { *h = append(*h, x.(*entry)) }
 func (h *idHeap) Pop() any {
 	old := *h
 	n := len(old)

@@ -493,6 +493,7 @@ func Run(t *testing.T, open Factory, opts ...Option) {
 			t.Fatalf("other queue after drop: %v", payloads(got))
 		}
 	})
+	runEngine(t, open)
 }
 
 func cmpString(a, b string) int {
