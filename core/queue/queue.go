@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,6 +22,8 @@ type Queue struct {
 	// direct: the Log is an OrderedLog, so an appended message may go
 	// straight into the window (Put).
 	direct bool
+	// states: the Log keeps delivery states (StateLog); nil if it does not.
+	states StateLog
 	// intake: what Deliver asks of a message beyond the subscriptions
 	// (intake.go); nil for most queues. Set by Declare.
 	intake atomic.Pointer[intake]
@@ -58,12 +61,18 @@ type Counters struct {
 
 type entry struct {
 	rec       Record
-	count     uint32    // deliveries that failed (AMQP delivery-count)
-	owner     *Consumer // the consumer it is in flight to; nil when ready
-	delivered bool      // delivered at least once
-	skip      []*Consumer
-	expires   time.Time // zero: never
-	prio      uint8     // the message's priority band, 0..MaxPriority (fixed: redeliveries keep it)
+	count     uint32      // deliveries that failed (AMQP delivery-count)
+	owner     *Consumer   // the consumer it is in flight to; nil when ready
+	delivered bool        // delivered at least once
+	skip      []*Consumer // undeliverable-here for these (unnamed) consumers
+	skipNames []string    // undeliverable-here for consumers of these names (ConsumerOptions.Name); stored
+	expires   time.Time   // zero: never
+	prio      uint8       // the message's priority band, 0..MaxPriority (fixed: redeliveries keep it)
+}
+
+// skips reports whether c gave e back as undeliverable-here.
+func (e *entry) skips(c *Consumer) bool {
+	return slices.Contains(e.skip, c) || c.opts.Name != "" && slices.Contains(e.skipNames, c.opts.Name)
 }
 
 // MaxPriority is the highest priority band. A queue delivers its ready
@@ -77,7 +86,8 @@ func band(m *core.Message) uint8 { return min(m.Priority(), MaxPriority) }
 
 func newQueue(e *Engine, cfg Config, log Log) *Queue {
 	ol, ok := log.(OrderedLog)
-	return &Queue{e: e, name: cfg.Name, log: log, direct: ok && ol.AppendsInOrder(), config: cfg, entries: map[uint64]*entry{}}
+	sl, _ := log.(StateLog)
+	return &Queue{e: e, name: cfg.Name, log: log, direct: ok && ol.AppendsInOrder(), states: sl, config: cfg, entries: map[uint64]*entry{}}
 }
 
 // Name is the queue's name.
@@ -288,6 +298,10 @@ func (q *Queue) load() {
 // addLocked puts a record into the window, ready.
 func (q *Queue) addLocked(r Record) {
 	e := &entry{rec: r, expires: r.Msg.Expiry, prio: band(r.Msg)}
+	if st := r.State; st.Count > 0 || len(st.Skip) > 0 {
+		// Given back before a restart: it was delivered.
+		e.count, e.skipNames, e.delivered = st.Count, st.Skip, true
+	}
 	if ttl := time.Duration(q.config.TTL); ttl > 0 {
 		if t := r.Msg.Created.Add(ttl); e.expires.IsZero() || t.Before(e.expires) {
 			e.expires = t

@@ -14,6 +14,8 @@
 //	                      encoding; IDs come from the bucket's sequence,
 //	                      which bbolt keeps in the file, so they are never
 //	                      reused after a reopen
+//	queues/<name>/d/<id>  the delivery state of a record given back
+//	                      (queue.DeliveryState), deleted with the record
 package embedded
 
 import (
@@ -48,6 +50,7 @@ var (
 	bucketQueues  = []byte("queues")
 	keyCounts     = []byte("n")
 	bucketRecords = []byte("m")
+	bucketStates  = []byte("d")
 )
 
 // errDropped answers an Append to a queue dropped since its Log was opened.
@@ -78,14 +81,16 @@ type Backend struct {
 	touched map[*qlog]*txQueue
 }
 
-// op is one Append (data set) or Remove (ids set) queued to the writer.
+// op is one Append (data set), Remove (ids set) or SetState (state set)
+// queued to the writer.
 type op struct {
-	log  *qlog
-	data []byte // Append: the encoded message
-	size int64  // Append: core.Message.Size
-	done func(id uint64, err error)
-	ids  []uint64 // Remove: the IDs, or nil for the single one in rm
-	rm   uint64
+	log   *qlog
+	data  []byte // Append: the encoded message
+	size  int64  // Append: core.Message.Size
+	done  func(id uint64, err error)
+	ids   []uint64 // Remove: the IDs, or nil for the single one in rm
+	rm    uint64   // Remove, SetState: the ID
+	state []byte   // SetState: the encoded queue.DeliveryState
 
 	id  uint64 // the writer's answer to an Append
 	err error
@@ -97,11 +102,16 @@ type txQueue struct {
 	bucket         *bolt.Bucket
 	counts         *bolt.Bucket // the queue's bucket, which holds keyCounts
 	records, bytes int64
+	// states is the queue's states bucket, nil while it has none (most
+	// queues: nothing given back), so that a removal looks for a state
+	// only where there may be one.
+	states *bolt.Bucket
 }
 
 var (
 	_ queue.Backend    = (*Backend)(nil)
 	_ queue.OrderedLog = (*qlog)(nil)
+	_ queue.StateLog   = (*qlog)(nil)
 )
 
 // Open opens (creating it if needed) the bbolt file at path.
@@ -292,6 +302,11 @@ func (b *Backend) apply(queues *bolt.Bucket, o *op) error {
 			return nil
 		}
 		q = &txQueue{bucket: qb.Bucket(bucketRecords), counts: qb}
+		if d := qb.Bucket(bucketStates); d != nil {
+			if k, _ := d.Cursor().First(); k != nil {
+				q.states = d
+			}
+		}
 		q.records, q.bytes = readCounts(qb)
 		// Keys only ever grow: full pages instead of half-full ones on split.
 		q.bucket.FillPercent = 1.0
@@ -312,6 +327,20 @@ func (b *Backend) apply(queues *bolt.Bucket, o *op) error {
 		o.id = id
 		return nil
 	}
+	if o.state != nil {
+		binary.BigEndian.PutUint64(key[:], o.rm)
+		if q.bucket.Get(key[:]) == nil {
+			return nil // removed meanwhile: its state goes with it
+		}
+		if q.states == nil {
+			d, err := q.counts.CreateBucketIfNotExists(bucketStates)
+			if err != nil {
+				return err
+			}
+			q.states = d
+		}
+		return q.states.Put(key[:], o.state)
+	}
 	ids := o.ids
 	if ids == nil {
 		ids = []uint64{o.rm} // does not escape: no allocation
@@ -328,6 +357,11 @@ func (b *Backend) apply(queues *bolt.Bucket, o *op) error {
 		}
 		if err := q.bucket.Delete(key[:]); err != nil {
 			return err
+		}
+		if q.states != nil {
+			if err := q.states.Delete(key[:]); err != nil {
+				return err
+			}
 		}
 		q.records--
 		q.bytes -= int64(meta.Size)
@@ -373,13 +407,31 @@ func (l *qlog) Read(_ context.Context, after uint64, max int) ([]queue.Record, e
 		var from [8]byte
 		binary.BigEndian.PutUint64(from[:], after+1)
 		c := qb.Bucket(bucketRecords).Cursor()
+		// States walk beside the records (both ordered by ID): one seek,
+		// not a lookup per record.
+		var sc *bolt.Cursor
+		var sk, sv []byte
+		if d := qb.Bucket(bucketStates); d != nil {
+			sc = d.Cursor()
+			sk, sv = sc.Seek(from[:])
+		}
 		for k, v := c.Seek(from[:]); k != nil && len(out) < max; k, v = c.Next() {
+			id := binary.BigEndian.Uint64(k)
 			// Decode copies: v lives only as long as the transaction.
 			m, err := codec.Decode(v)
 			if err != nil {
-				return fmt.Errorf("queue %q record %d: %w", l.name, binary.BigEndian.Uint64(k), err)
+				return fmt.Errorf("queue %q record %d: %w", l.name, id, err)
 			}
-			out = append(out, queue.Record{ID: binary.BigEndian.Uint64(k), Msg: m})
+			r := queue.Record{ID: id, Msg: m}
+			for sk != nil && binary.BigEndian.Uint64(sk) < id {
+				sk, sv = sc.Next()
+			}
+			if sk != nil && binary.BigEndian.Uint64(sk) == id {
+				if err := r.State.UnmarshalBinary(sv); err != nil {
+					return fmt.Errorf("queue %q record %d: %w", l.name, id, err)
+				}
+			}
+			out = append(out, r)
 		}
 		return nil
 	})
@@ -400,6 +452,13 @@ func (l *qlog) Remove(ids ...uint64) {
 	default:
 		l.b.loop.Add(op{log: l, ids: append([]uint64(nil), ids...)})
 	}
+}
+
+// SetState implements queue.StateLog: queued to the writer, committed
+// with the next batch.
+func (l *qlog) SetState(id uint64, st queue.DeliveryState) {
+	b, _ := st.AppendBinary(nil)
+	l.b.loop.Add(op{log: l, rm: id, state: b})
 }
 
 // AppendsInOrder implements queue.OrderedLog: the writer answers the

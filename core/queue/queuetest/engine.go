@@ -141,3 +141,83 @@ func runEngine(t *testing.T, open Factory) {
 		}
 	})
 }
+
+// consumeNamed is Consume with a ConsumerOptions.Name.
+func consumeNamed(t testing.TB, q *queue.Queue, name string) (*queue.Consumer, chan struct{}) {
+	t.Helper()
+	wake := make(chan struct{}, 1)
+	c, err := q.Consume(queue.ConsumerOptions{Name: name, Notify: func() {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, wake
+}
+
+// want checks a delivery's message, count and redelivered flag.
+func want(t testing.TB, d queue.Delivery, payload string, count uint32) {
+	t.Helper()
+	if string(d.Msg.Payload) != payload || d.DeliveryCount != count || d.Redelivered != (count > 0) {
+		t.Fatalf("delivered %s count %d redelivered %v, want %s count %d", d.Msg.Payload, d.DeliveryCount, d.Redelivered, payload, count)
+	}
+}
+
+func runDeliveryState(t *testing.T, open Factory) {
+	t.Run("delivery state", func(t *testing.T) {
+		ctx := context.Background()
+		b, reopen := open(t)
+		e := Engine(t, b)
+		if _, err := e.Declare(ctx, queue.Config{Name: "ds"}); err != nil {
+			t.Fatal(err)
+		}
+		Put(t, e, "ds", Msg("t", 0))
+		Put(t, e, "ds", Msg("t", 1))
+		q, _ := e.Queue("ds")
+		a, wake := consumeNamed(t, q, "link-a")
+		d := Next(t, a, wake)
+		want(t, d, "m0", 0)
+		a.Modify(d.ID, true, true) // failed, and undeliverable here
+		d = Next(t, a, wake)
+		want(t, d, "m1", 0) // m0 is not for link-a
+		a.Modify(d.ID, true, false)
+		d = Next(t, a, wake)
+		want(t, d, "m1", 1)
+		a.Close() // m1 unsettled: a second failed delivery
+		// The mark is link-a's, not the closed consumer's: a consumer of
+		// that name attaching again does not get m0.
+		a, wake = consumeNamed(t, q, "link-a")
+		d = Next(t, a, wake)
+		want(t, d, "m1", 2)
+		a.Release(d.ID) // not a failure: not counted
+		a.Close()
+		if reopen == nil {
+			return
+		}
+		// Across a restart: the counts and the mark come back with the
+		// records.
+		e.Close()
+		b = reopen(b)
+		e = Engine(t, b)
+		q, _ = e.Queue("ds")
+		a, wake = consumeNamed(t, q, "link-a")
+		defer a.Close()
+		d = Next(t, a, wake)
+		want(t, d, "m1", 2)
+		a.Ack(d.ID)
+		if d, ok := a.Next(); ok { // both were read into the window at once
+			t.Fatalf("link-a got %s, which it gave back as undeliverable-here before the restart", d.Msg.Payload)
+		}
+		other, owake := consumeNamed(t, q, "link-b")
+		defer other.Close()
+		d = Next(t, other, owake)
+		want(t, d, "m0", 1)
+		other.Ack(d.ID)
+		if i := q.Info(); i.Messages != 0 {
+			t.Fatalf("%d messages left", i.Messages)
+		}
+	})
+}

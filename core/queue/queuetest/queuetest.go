@@ -494,6 +494,7 @@ func Run(t *testing.T, open Factory, opts ...Option) {
 		}
 	})
 	runEngine(t, open)
+	runDeliveryState(t, open)
 }
 
 func cmpString(a, b string) int {
