@@ -369,7 +369,7 @@ func (l *outLink) consumeAlternates() {
 		return
 	}
 	for _, q := range e.AlternatesMatching(l.filter) {
-		qc, err := q.Consume(queue.ConsumerOptions{Filter: l.filter, Select: selectFunc(l.sel), Notify: l.wake})
+		qc, err := q.Consume(queue.ConsumerOptions{Filter: l.filter, Except: l.except, Select: selectFunc(l.sel), Notify: l.wake})
 		if err != nil {
 			continue // deleted meanwhile: nothing to drain
 		}

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/tolsey/tolsey/core"
+	"github.com/tolsey/tolsey/core/queue/match"
 )
 
 // ConsumerOptions configure a Consumer.
@@ -34,6 +35,11 @@ type ConsumerOptions struct {
 	// queue's other consumers (a topic subscriber draining an alternate
 	// queue; docs/queues.md, "Alternate destinations").
 	Filter string
+	// Except, beside Filter, are exceptions (core/queue/match, parsed
+	// without their '!'): the consumer does not take a message whose topic
+	// one of them matches, as the topic subscriber it drains for does not
+	// receive it live (an AMQP link's tolsey:except-filter).
+	Except []match.Filter
 	// Fallback: the consumer takes a message only while no other consumer
 	// of the queue that is neither a fallback nor a browser would take it
 	// (an AMQP qd.fallback link).
@@ -55,12 +61,15 @@ type ConsumerOptions struct {
 // messages (Filter, Fallback): such a consumer is outside an exclusive
 // queue's order of active and standby consumers, so that one that does
 // not want a message never holds it back from the others.
-func (o *ConsumerOptions) selective() bool { return o.Filter != "" || o.Fallback || o.Select != nil }
+func (o *ConsumerOptions) selective() bool {
+	return o.Filter != "" || len(o.Except) > 0 || o.Fallback || o.Select != nil
+}
 
 // wants reports whether a consumer with these options would take m,
 // Fallback aside.
 func (o *ConsumerOptions) wants(m *core.Message) bool {
-	return (o.Filter == "" || core.Match(o.Filter, m.Topic)) && (o.Select == nil || o.Select(m))
+	return (o.Filter == "" || core.Match(o.Filter, m.Topic)) && !match.AnyMatches(o.Except, m.Topic) &&
+		(o.Select == nil || o.Select(m))
 }
 
 // takes reports whether c may take e, alternates-wise: its filter matches,
