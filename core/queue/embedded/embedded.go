@@ -79,6 +79,13 @@ type Backend struct {
 
 	// Owned by the writer goroutine (the loop's commit).
 	touched map[*qlog]*txQueue
+
+	// Lazy operations (lazy.go): between Remove/SetState and the writer.
+	lazyMu    sync.Mutex
+	lazy      []op
+	lazySpare []op // the list the writer applied last, for reuse
+	lazyArmed bool // a timer will ask for a commit
+	lazyDelay time.Duration
 }
 
 // op is one Append (data set), Remove (ids set) or SetState (state set)
@@ -91,6 +98,9 @@ type op struct {
 	ids   []uint64 // Remove: the IDs, or nil for the single one in rm
 	rm    uint64   // Remove, SetState: the ID
 	state []byte   // SetState: the encoded queue.DeliveryState
+	// A flush (log nil) only makes the writer commit the lazy operations
+	// (lazy.go); flushed, when set, is closed once they are committed.
+	flushed chan struct{}
 
 	id  uint64 // the writer's answer to an Append
 	err error
@@ -141,7 +151,7 @@ func Open(path string, o Options) (*Backend, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("queue: embedded: %s: %w", path, err)
 	}
-	b := &Backend{db: db, path: path, logs: map[string]*qlog{}, touched: map[*qlog]*txQueue{}}
+	b := &Backend{db: db, path: path, logs: map[string]*qlog{}, touched: map[*qlog]*txQueue{}, lazyDelay: lazyDelay}
 	b.loop = groupcommit.Start(maxBatch, b.commit)
 	return b, nil
 }
@@ -236,6 +246,7 @@ func (b *Backend) Drop(_ context.Context, name string) error {
 
 // Close commits what is queued and closes the file.
 func (b *Backend) Close() error {
+	b.loop.Add(op{}) // the lazy operations too
 	b.loop.Close()
 	return b.db.Close()
 }
@@ -250,9 +261,22 @@ func (b *Backend) unavailable(err error) error {
 // commit applies batch in one transaction, then answers its appends in
 // order. On the writer goroutine.
 func (b *Backend) commit(batch []op) {
+	lazy := b.takeLazy()
+	defer b.giveLazy(lazy)
+	if len(lazy) == 0 && onlyFlushes(batch) {
+		answerFlushes(batch)
+		return // nothing to write: no transaction, no fsync
+	}
 	clear(b.touched)
 	err := b.db.Update(func(tx *bolt.Tx) error {
 		queues := tx.Bucket(bucketQueues)
+		// The lazy ones first: each was queued after the commit of the
+		// record it names, so none names an append of this batch.
+		for i := range lazy {
+			if err := b.apply(queues, &lazy[i]); err != nil {
+				return err
+			}
+		}
 		for i := range batch {
 			if err := b.apply(queues, &batch[i]); err != nil {
 				return err
@@ -276,10 +300,11 @@ func (b *Backend) commit(batch []op) {
 	} else {
 		err = b.unavailable(err)
 	}
+	answerFlushes(batch)
 	for i := range batch {
 		o := &batch[i]
 		if o.done == nil {
-			continue // a Remove: lost with a failed commit, delivered again (at least once)
+			continue // a flush
 		}
 		if err != nil {
 			o.id, o.err = 0, err
@@ -292,6 +317,9 @@ func (b *Backend) commit(batch []op) {
 // the whole transaction; a dropped queue fails the append alone.
 func (b *Backend) apply(queues *bolt.Bucket, o *op) error {
 	o.id, o.err = 0, nil
+	if o.log == nil {
+		return nil // a flush
+	}
 	q := b.touched[o.log]
 	if q == nil {
 		qb := queues.Bucket(o.log.key)
@@ -394,6 +422,10 @@ func (l *qlog) Append(m *core.Message, done func(uint64, error)) {
 // Read implements queue.Log.
 // Browse implements queue.Log: one engine reads this Log, so it is Read.
 func (l *qlog) Browse(ctx context.Context, after uint64, max int) ([]queue.Record, error) {
+	if after == 0 {
+		// A browse starts: what was acknowledged must not be listed.
+		l.b.flush()
+	}
 	return l.Read(ctx, after, max)
 }
 
@@ -441,24 +473,23 @@ func (l *qlog) Read(_ context.Context, after uint64, max int) ([]queue.Record, e
 	return out, nil
 }
 
-// Remove implements queue.Log: queued to the writer, committed with the
-// next batch.
+// Remove implements queue.Log: committed with the next append's batch,
+// or within lazyDelay (lazy.go).
 func (l *qlog) Remove(ids ...uint64) {
 	switch len(ids) {
 	case 0:
 	case 1:
 		// A consumer's Ack: one ID, carried without a slice of its own.
-		l.b.loop.Add(op{log: l, rm: ids[0]})
+		l.b.addLazy(op{log: l, rm: ids[0]})
 	default:
-		l.b.loop.Add(op{log: l, ids: append([]uint64(nil), ids...)})
+		l.b.addLazy(op{log: l, ids: append([]uint64(nil), ids...)})
 	}
 }
 
-// SetState implements queue.StateLog: queued to the writer, committed
-// with the next batch.
+// SetState implements queue.StateLog: committed as a Remove is.
 func (l *qlog) SetState(id uint64, st queue.DeliveryState) {
 	b, _ := st.AppendBinary(nil)
-	l.b.loop.Add(op{log: l, rm: id, state: b})
+	l.b.addLazy(op{log: l, rm: id, state: b})
 }
 
 // AppendsInOrder implements queue.OrderedLog: the writer answers the
