@@ -462,6 +462,12 @@ func (l *rlog) Read(ctx context.Context, _ uint64, max int) ([]queue.Record, err
 			return nil, err
 		}
 	}
+	// Only records read before (by this gateway before a restart, or by
+	// another that left them) can have been given back with a state: new
+	// ones cost no HMGET.
+	if err := l.readStates(ctx, out); err != nil {
+		return nil, err
+	}
 	if len(out) < max {
 		msgs, err := l.readGroup(ctx, ">", max-len(out))
 		if err != nil {
@@ -470,9 +476,6 @@ func (l *rlog) Read(ctx context.Context, _ uint64, max int) ([]queue.Record, err
 		if out, err = l.records(ctx, out, msgs); err != nil {
 			return nil, err
 		}
-	}
-	if err := l.readStates(ctx, out); err != nil {
-		return nil, err
 	}
 	slices.SortFunc(out, func(a, b queue.Record) int {
 		switch {
