@@ -235,16 +235,7 @@ func TestConsumerExcept(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wake := make(chan struct{}, 1)
-	c, err := q.Consume(ConsumerOptions{Filter: "orders/#", Except: except, Notify: func() {
-		select {
-		case wake <- struct{}{}:
-		default:
-		}
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, wake := consumerWith(t, q, ConsumerOptions{Filter: "orders/#", Except: except})
 	defer c.Close()
 	if got := take(t, c, wake, 2); got != "[orders/1 orders/2]" {
 		t.Fatalf("filtered consumer took %s", got)

@@ -145,17 +145,7 @@ func runEngine(t *testing.T, open Factory) {
 // consumeNamed is Consume with a ConsumerOptions.Name.
 func consumeNamed(t testing.TB, q *queue.Queue, name string) (*queue.Consumer, chan struct{}) {
 	t.Helper()
-	wake := make(chan struct{}, 1)
-	c, err := q.Consume(queue.ConsumerOptions{Name: name, Notify: func() {
-		select {
-		case wake <- struct{}{}:
-		default:
-		}
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c, wake
+	return ConsumeWith(t, q, queue.ConsumerOptions{Name: name})
 }
 
 // want checks a delivery's message, count and redelivered flag.
