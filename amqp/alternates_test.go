@@ -135,3 +135,37 @@ func TestAlternateNotUsedWithSubscriber(t *testing.T) {
 		t.Fatalf("the alternate took %d messages with a subscriber present", in)
 	}
 }
+
+// TestAlternateDrainAppliesExceptions: a topic receiver with an except
+// filter drains from the alternate only what it would have received live:
+// the parked message its exception matches stays for other consumers.
+func TestAlternateDrainAppliesExceptions(t *testing.T) {
+	e, parked := parking(t)
+	s := e.session(t)
+	for _, topic := range []string{"orders/eu/1", "orders/eu/fox", "orders/eu/2"} {
+		sendTopic(t, newSender(t, s, topic, nil), topic)
+	}
+	if n := messages(parked); n != 3 {
+		t.Fatalf("the alternate holds %d, want 3", n)
+	}
+	opts := exceptOpts("drain", "orders/eu/fox")
+	opts.SourceCapabilities = []string{"topic"}
+	r, err := s.NewReceiver(ctx5(t), "orders/eu/#", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close(ctx5(t)) })
+	// In ID order, the fox would be second: the first two are the others.
+	for _, want := range []string{"orders/eu/1", "orders/eu/2"} {
+		if b := body(receive(t, r)); b != want {
+			t.Fatalf("drained %q, want %q (orders/eu/fox is excepted)", b, want)
+		}
+	}
+	eventually(t, "the fox alone left parked, delivered to nobody", func() bool {
+		i := parked.Info()
+		return i.Messages == 1 && i.InFlight == 0
+	})
+	if m := receive(t, newReceiver(t, s, "queue://parked", nil)); body(m) != "orders/eu/fox" {
+		t.Fatalf("the alternate kept %q, want orders/eu/fox", body(m))
+	}
+}

@@ -172,6 +172,10 @@ func (s *session) attachQueueOut(l *outLink, reply *frames.Attach, sc *frames.So
 	l.browse = sc.DistributionMode == distCopy && !opts.Fallback
 	opts.Browse, opts.Notify, opts.Deleted = l.browse, l.wake, l.queueDeleted
 	opts.Select = selectFunc(f.sel)
+	// A link is its name and its container (AMQP 1.0 part 2 §2.6.1): its
+	// undeliverable-here marks hold for it when it attaches again, also
+	// after a restart (docs/queues.md, "What a restart keeps").
+	opts.Name = s.c.containerID + "\x00" + l.name
 	qc, err := q.Consume(opts)
 	if err != nil {
 		return s.refuse(l, reply, linkErr(queueCond(err), "%v", err))
@@ -365,7 +369,7 @@ func (l *outLink) consumeAlternates() {
 		return
 	}
 	for _, q := range e.AlternatesMatching(l.filter) {
-		qc, err := q.Consume(queue.ConsumerOptions{Filter: l.filter, Select: selectFunc(l.sel), Notify: l.wake})
+		qc, err := q.Consume(queue.ConsumerOptions{Filter: l.filter, Except: l.except, Select: selectFunc(l.sel), Notify: l.wake})
 		if err != nil {
 			continue // deleted meanwhile: nothing to drain
 		}

@@ -142,6 +142,28 @@ func (m *Message) Clone() *Message {
 	return &c
 }
 
+// DefaultPriority is the priority of a message that names none: AMQP's
+// header default (AMQP 1.0 part 3 §3.2.1) and JMS's (JMSPriority 4). MQTT
+// publishes have it unless they carry PropPriority.
+const DefaultPriority = 4
+
+// Priority is the message's priority: its first PropPriority user property
+// when that parses (the AMQP front-end writes it for a header priority
+// other than 4), DefaultPriority otherwise. Selectors (JMSPriority) and
+// queues (which deliver higher priorities first) read it here, so both
+// agree on what a message's priority is.
+func (m *Message) Priority() uint8 {
+	for _, u := range m.UserProperties {
+		if u.Key == PropPriority {
+			if n, ok := ParsePriority(u.Value); ok {
+				return n
+			}
+			break
+		}
+	}
+	return DefaultPriority
+}
+
 // ParsePriority reads a PropPriority value: decimal digits, 0..255.
 func ParsePriority(v string) (uint8, bool) {
 	if !allDigits(v) { // first: a failed ParseUint allocates its error

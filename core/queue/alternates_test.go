@@ -9,6 +9,7 @@ import (
 
 	"github.com/tolsey/tolsey/core"
 	"github.com/tolsey/tolsey/core/coretest"
+	"github.com/tolsey/tolsey/core/queue/match"
 )
 
 // listener is a plain router subscriber: a live consumer.
@@ -214,5 +215,37 @@ func TestFilterAndFallbackConsumers(t *testing.T) {
 	d = next(t, fb, fbWake)
 	if d.Msg.Topic != "orders/eu/1" {
 		t.Fatalf("fallback got %s once the ordinary consumer left", d.Msg.Topic)
+	}
+}
+
+// TestConsumerExcept: a consumer with a Filter and Except takes only the
+// messages its filter matches and no exception does; the others stay for
+// the queue's other consumers.
+func TestConsumerExcept(t *testing.T) {
+	e, _ := newEngine(t, Options{})
+	q := declare(t, e, Config{Name: "parked"})
+	for _, topic := range []string{"orders/1", "orders/fox", "orders/2", "other/3"} {
+		ch := make(chan error, 1)
+		e.Put("parked", &core.Message{Topic: topic, Payload: []byte(topic), QoS: 1}, func(err error) { ch <- err })
+		if err := <-ch; err != nil {
+			t.Fatal(err)
+		}
+	}
+	except, err := match.ParseAll([]string{"orders/fox"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, wake := consumerWith(t, q, ConsumerOptions{Filter: "orders/#", Except: except})
+	defer c.Close()
+	if got := take(t, c, wake, 2); got != "[orders/1 orders/2]" {
+		t.Fatalf("filtered consumer took %s", got)
+	}
+	if d, ok := c.Next(); ok {
+		t.Fatalf("filtered consumer took %s too", d.Msg.Payload)
+	}
+	all, aw := consumer(t, q, false)
+	defer all.Close()
+	if got := take(t, all, aw, 2); got != "[orders/fox other/3]" {
+		t.Fatalf("the other consumer took %s", got)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/tolsey/tolsey/core"
+	"github.com/tolsey/tolsey/core/queue/match"
 )
 
 // ConsumerOptions configure a Consumer.
@@ -21,11 +22,24 @@ type ConsumerOptions struct {
 	Notify func()
 	// Deleted is called when the queue is deleted under the consumer.
 	Deleted func()
+	// Name identifies the consumer beyond its attachment: AMQP identifies
+	// a link by its name and its container (AMQP 1.0 part 2 §2.6.1), which
+	// a client that reconnects gives again. A message the consumer gives
+	// back as undeliverable-here is then kept from every consumer of that
+	// name, also after this one closed and after a restart (the mark is
+	// stored with the message where the Log is a StateLog). "": the mark
+	// holds for this consumer while it is attached.
+	Name string
 	// Filter, when set, is an MQTT topic filter: the consumer takes only
 	// the messages whose topic matches it, and leaves the others for the
 	// queue's other consumers (a topic subscriber draining an alternate
 	// queue; docs/queues.md, "Alternate destinations").
 	Filter string
+	// Except, beside Filter, are exceptions (core/queue/match, parsed
+	// without their '!'): the consumer does not take a message whose topic
+	// one of them matches, as the topic subscriber it drains for does not
+	// receive it live (an AMQP link's tolsey:except-filter).
+	Except []match.Filter
 	// Fallback: the consumer takes a message only while no other consumer
 	// of the queue that is neither a fallback nor a browser would take it
 	// (an AMQP qd.fallback link).
@@ -47,12 +61,15 @@ type ConsumerOptions struct {
 // messages (Filter, Fallback): such a consumer is outside an exclusive
 // queue's order of active and standby consumers, so that one that does
 // not want a message never holds it back from the others.
-func (o *ConsumerOptions) selective() bool { return o.Filter != "" || o.Fallback || o.Select != nil }
+func (o *ConsumerOptions) selective() bool {
+	return o.Filter != "" || len(o.Except) > 0 || o.Fallback || o.Select != nil
+}
 
 // wants reports whether a consumer with these options would take m,
 // Fallback aside.
 func (o *ConsumerOptions) wants(m *core.Message) bool {
-	return (o.Filter == "" || core.Match(o.Filter, m.Topic)) && (o.Select == nil || o.Select(m))
+	return (o.Filter == "" || core.Match(o.Filter, m.Topic)) && !match.AnyMatches(o.Except, m.Topic) &&
+		(o.Select == nil || o.Select(m))
 }
 
 // takes reports whether c may take e, alternates-wise: its filter matches,
@@ -151,7 +168,7 @@ func (c *Consumer) Next() (Delivery, bool) {
 			expired = append(expired, e.rec.ID)
 			continue
 		}
-		if slices.Contains(e.skip, c) || !c.takesLocked(e) {
+		if e.skips(c) || !c.takesLocked(e) {
 			skipped = append(skipped, e)
 			continue
 		}
@@ -282,18 +299,28 @@ func (c *Consumer) requeue(id uint64, failed, undeliverableHere bool) {
 		q.mu.Unlock()
 		return
 	}
+	marked := false
 	if undeliverableHere {
-		e.skip = append(e.skip, c)
+		if n := c.opts.Name; n == "" {
+			e.skip = append(e.skip, c)
+		} else if !slices.Contains(e.skipNames, n) && len(e.skipNames) < maxSkipNames {
+			e.skipNames = append(e.skipNames, n)
+			marked = true
+		}
 	}
-	wake := q.backLocked(e, failed)
+	wake := q.backLocked(e, failed, marked)
 	q.mu.Unlock()
 	notify(wake)
 	q.fill() // a dead-lettered message made room in the window
 }
 
 // backLocked puts e back among the ready ones (or dead-letters it at
-// maxDeliveries) and says whom to wake.
-func (q *Queue) backLocked(e *entry, failed bool) []*Consumer {
+// maxDeliveries) and says whom to wake. A failed delivery or a new
+// undeliverable-here mark (marked) is stored with the record when the
+// Log keeps delivery states, as Artemis stores a delivery count when a
+// message goes back (not at each delivery: a message in flight at a
+// crash comes back with the count of its last return).
+func (q *Queue) backLocked(e *entry, failed, marked bool) []*Consumer {
 	if failed {
 		e.count++
 		if max := q.config.MaxDeliveries; max > 0 && int(e.count) >= max {
@@ -303,6 +330,10 @@ func (q *Queue) backLocked(e *entry, failed bool) []*Consumer {
 	}
 	if q.deleted {
 		return nil
+	}
+	if sl := q.states; sl != nil && (failed || marked) {
+		// Queued to the Log's writer, which never blocks: fine under q.mu.
+		sl.SetState(e.rec.ID, DeliveryState{Count: e.count, Skip: e.skipNames})
 	}
 	heap.Push(&q.ready, e)
 	return q.wakeLocked()
@@ -332,7 +363,7 @@ func (c *Consumer) Close() {
 		back[i] = c.settleLocked(id)
 	}
 	for _, e := range back {
-		q.backLocked(e, true)
+		q.backLocked(e, true, false)
 	}
 	for _, e := range q.entries { // it no longer needs skipping
 		e.skip = slices.DeleteFunc(e.skip, func(x *Consumer) bool { return x == c })

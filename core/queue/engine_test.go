@@ -47,13 +47,21 @@ func publish(r *core.Router, topic, payload string) core.PublishResult {
 // consumer attaches a consumer whose notifications land in a channel.
 func consumer(t *testing.T, q *Queue, browse bool) (*Consumer, chan struct{}) {
 	t.Helper()
+	return consumerWith(t, q, ConsumerOptions{Browse: browse})
+}
+
+// consumerWith attaches a consumer with opts, its notifications (opts'
+// Notify replaced) landing in a channel.
+func consumerWith(t *testing.T, q *Queue, opts ConsumerOptions) (*Consumer, chan struct{}) {
+	t.Helper()
 	ch := make(chan struct{}, 1)
-	c, err := q.Consume(ConsumerOptions{Browse: browse, Notify: func() {
+	opts.Notify = func() {
 		select {
 		case ch <- struct{}{}:
 		default:
 		}
-	}})
+	}
+	c, err := q.Consume(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,6 +22,8 @@ type Queue struct {
 	// direct: the Log is an OrderedLog, so an appended message may go
 	// straight into the window (Put).
 	direct bool
+	// states: the Log keeps delivery states (StateLog); nil if it does not.
+	states StateLog
 	// intake: what Deliver asks of a message beyond the subscriptions
 	// (intake.go); nil for most queues. Set by Declare.
 	intake atomic.Pointer[intake]
@@ -58,16 +61,33 @@ type Counters struct {
 
 type entry struct {
 	rec       Record
-	count     uint32    // deliveries that failed (AMQP delivery-count)
-	owner     *Consumer // the consumer it is in flight to; nil when ready
-	delivered bool      // delivered at least once
-	skip      []*Consumer
-	expires   time.Time // zero: never
+	count     uint32      // deliveries that failed (AMQP delivery-count)
+	owner     *Consumer   // the consumer it is in flight to; nil when ready
+	delivered bool        // delivered at least once
+	skip      []*Consumer // undeliverable-here for these (unnamed) consumers
+	skipNames []string    // undeliverable-here for consumers of these names (ConsumerOptions.Name); stored
+	expires   time.Time   // zero: never
+	prio      uint8       // the message's priority band, 0..MaxPriority (fixed: redeliveries keep it)
 }
+
+// skips reports whether c gave e back as undeliverable-here.
+func (e *entry) skips(c *Consumer) bool {
+	return slices.Contains(e.skip, c) || c.opts.Name != "" && slices.Contains(e.skipNames, c.opts.Name)
+}
+
+// MaxPriority is the highest priority band. A queue delivers its ready
+// messages highest band first, and within a band in ID (arrival) order
+// (docs/queues.md, "Priority"). Ten bands, 0 to 9, as JMS's JMSPriority
+// and ActiveMQ Artemis; an AMQP header priority above 9 counts as 9.
+const MaxPriority = 9
+
+// band is m's priority band.
+func band(m *core.Message) uint8 { return min(m.Priority(), MaxPriority) }
 
 func newQueue(e *Engine, cfg Config, log Log) *Queue {
 	ol, ok := log.(OrderedLog)
-	return &Queue{e: e, name: cfg.Name, log: log, direct: ok && ol.AppendsInOrder(), config: cfg, entries: map[uint64]*entry{}}
+	sl, _ := log.(StateLog)
+	return &Queue{e: e, name: cfg.Name, log: log, direct: ok && ol.AppendsInOrder(), states: sl, config: cfg, entries: map[uint64]*entry{}}
 }
 
 // Name is the queue's name.
@@ -277,7 +297,11 @@ func (q *Queue) load() {
 
 // addLocked puts a record into the window, ready.
 func (q *Queue) addLocked(r Record) {
-	e := &entry{rec: r, expires: r.Msg.Expiry}
+	e := &entry{rec: r, expires: r.Msg.Expiry, prio: band(r.Msg)}
+	if st := r.State; st.Count > 0 || len(st.Skip) > 0 {
+		// Given back before a restart: it was delivered.
+		e.count, e.skipNames, e.delivered = st.Count, st.Skip, true
+	}
 	if ttl := time.Duration(q.config.TTL); ttl > 0 {
 		if t := r.Msg.Created.Add(ttl); e.expires.IsZero() || t.Before(e.expires) {
 			e.expires = t
@@ -388,14 +412,20 @@ func (q *Queue) deadLetterLocked(e *entry) {
 	q.mu.Lock()
 }
 
-// idHeap orders ready entries by ID: a released message goes back ahead
-// of newer ones.
+// idHeap orders ready entries by priority band, highest first, then by
+// ID: within a band a released message goes back ahead of newer ones, and
+// a redelivered one keeps its band.
 type idHeap []*entry
 
-func (h idHeap) Len() int           { return len(h) }
-func (h idHeap) Less(i, j int) bool { return h[i].rec.ID < h[j].rec.ID }
-func (h idHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *idHeap) Push(x any)        { *h = append(*h, x.(*entry)) }
+func (h idHeap) Len() int { return len(h) }
+func (h idHeap) Less(i, j int) bool {
+	if h[i].prio != h[j].prio {
+		return h[i].prio > h[j].prio
+	}
+	return h[i].rec.ID < h[j].rec.ID
+}
+func (h idHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *idHeap) Push(x any)   { *h = append(*h, x.(*entry)) }
 func (h *idHeap) Pop() any {
 	old := *h
 	n := len(old)

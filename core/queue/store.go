@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"time"
 
@@ -18,6 +19,56 @@ import (
 type Record struct {
 	ID  uint64 // given by the Log at Append: increasing in call order, never reused
 	Msg *core.Message
+	// State is what a StateLog kept of the record's past deliveries; zero
+	// for a record never given back, and from a Log that keeps none.
+	State DeliveryState
+}
+
+// DeliveryState is what the engine keeps of a message's past deliveries
+// beyond the message itself, so that a restart does not reset it
+// (docs/queues.md, "What a restart keeps").
+type DeliveryState struct {
+	// Count is the failed deliveries (AMQP delivery-count, JMSXDeliveryCount
+	// - 1): a message given back with delivery-failed, or left unsettled by
+	// a consumer that went away.
+	Count uint32
+	// Skip names the consumers (ConsumerOptions.Name) that gave the
+	// message back as undeliverable-here: it is not delivered to them again.
+	Skip []string
+}
+
+// maxSkipNames bounds the marks kept per message: a message every
+// consumer refuses is dead-lettered by maxDeliveries long before, and a
+// decoded state cannot make the engine allocate without bound.
+const maxSkipNames = 64
+
+// AppendBinary appends s's encoding, which StateLogs store: the count as
+// a big-endian uint32, then each name as a uvarint length and its bytes.
+func (s DeliveryState) AppendBinary(b []byte) ([]byte, error) {
+	b = binary.BigEndian.AppendUint32(b, s.Count)
+	for _, n := range s.Skip {
+		b = binary.AppendUvarint(b, uint64(len(n)))
+		b = append(b, n...)
+	}
+	return b, nil
+}
+
+// UnmarshalBinary reads AppendBinary's encoding.
+func (s *DeliveryState) UnmarshalBinary(b []byte) error {
+	if len(b) < 4 {
+		return errors.New("queue: delivery state: short")
+	}
+	*s = DeliveryState{Count: binary.BigEndian.Uint32(b)}
+	b = b[4:]
+	for len(b) > 0 {
+		n, k := binary.Uvarint(b)
+		if k <= 0 || n > uint64(len(b)-k) || len(s.Skip) == maxSkipNames {
+			return errors.New("queue: delivery state: bad name")
+		}
+		s.Skip = append(s.Skip, string(b[k:k+int(n)]))
+		b = b[k+int(n):]
+	}
+	return nil
 }
 
 // Backend stores durable queues: each queue's configuration and its Log.
@@ -87,6 +138,18 @@ type SharedLog interface {
 type OrderedLog interface {
 	Log
 	AppendsInOrder() bool
+}
+
+// StateLog is a Log that keeps records' DeliveryState, so that delivery
+// counts and undeliverable-here marks survive a restart: Read fills
+// Record.State from what SetState stored.
+type StateLog interface {
+	Log
+	// SetState stores s as id's state, replacing the previous one. Like
+	// Remove, it is queued and returns at once; a state lost in a crash
+	// leaves the earlier one (a smaller count). Removing the record
+	// removes its state. A state for a record removed already is dropped.
+	SetState(id uint64, s DeliveryState)
 }
 
 // ErrUnavailable wraps a backend failure (disk, Redis down).

@@ -48,12 +48,7 @@ func (m *message) Header(h Header) Value {
 		}
 		return Value{}
 	case JMSPriority:
-		if v, ok := m.userProperty(core.PropPriority); ok {
-			if n, ok := core.ParsePriority(v); ok {
-				return LongValue(int64(n))
-			}
-		}
-		return LongValue(4)
+		return LongValue(int64((*core.Message)(m).Priority()))
 	case JMSTimestamp:
 		if v, ok := m.userProperty(core.PropCreationTime); ok {
 			if ms, ok := core.ParseCreationTime(v); ok {

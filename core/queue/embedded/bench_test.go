@@ -37,3 +37,18 @@ func benchAppend(b *testing.B, remove bool) {
 		})
 	}
 }
+
+// BenchmarkAppendSync: one appender that waits for each append before the
+// next (a JMS producer's synchronous PERSISTENT send): every record is a
+// commit of its own, so this is the commit's latency, fsyncs included.
+//
+//	go test -run '^$' -bench AppendSync -benchtime 2s ./core/queue/embedded/
+func BenchmarkAppendSync(b *testing.B) {
+	be := open(b, filepath.Join(b.TempDir(), FileName))
+	defer be.Close()
+	l, err := be.Open(context.Background(), queue.Config{Name: "q"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	queuetest.BenchAppend(b, l, 1, 1, true)
+}

@@ -14,6 +14,8 @@
 //	                      encoding; IDs come from the bucket's sequence,
 //	                      which bbolt keeps in the file, so they are never
 //	                      reused after a reopen
+//	queues/<name>/d/<id>  the delivery state of a record given back
+//	                      (queue.DeliveryState), deleted with the record
 package embedded
 
 import (
@@ -48,6 +50,7 @@ var (
 	bucketQueues  = []byte("queues")
 	keyCounts     = []byte("n")
 	bucketRecords = []byte("m")
+	bucketStates  = []byte("d")
 )
 
 // errDropped answers an Append to a queue dropped since its Log was opened.
@@ -76,16 +79,28 @@ type Backend struct {
 
 	// Owned by the writer goroutine (the loop's commit).
 	touched map[*qlog]*txQueue
+
+	// Lazy operations (lazy.go): between Remove/SetState and the writer.
+	lazyMu    sync.Mutex
+	lazy      []op
+	lazySpare []op // the list the writer applied last, for reuse
+	lazyArmed bool // a timer will ask for a commit
+	lazyDelay time.Duration
 }
 
-// op is one Append (data set) or Remove (ids set) queued to the writer.
+// op is one Append (data set), Remove (ids set) or SetState (state set)
+// queued to the writer.
 type op struct {
-	log  *qlog
-	data []byte // Append: the encoded message
-	size int64  // Append: core.Message.Size
-	done func(id uint64, err error)
-	ids  []uint64 // Remove: the IDs, or nil for the single one in rm
-	rm   uint64
+	log   *qlog
+	data  []byte // Append: the encoded message
+	size  int64  // Append: core.Message.Size
+	done  func(id uint64, err error)
+	ids   []uint64 // Remove: the IDs, or nil for the single one in rm
+	rm    uint64   // Remove, SetState: the ID
+	state []byte   // SetState: the encoded queue.DeliveryState
+	// A flush (log nil) only makes the writer commit the lazy operations
+	// (lazy.go); flushed, when set, is closed once they are committed.
+	flushed chan struct{}
 
 	id  uint64 // the writer's answer to an Append
 	err error
@@ -97,11 +112,16 @@ type txQueue struct {
 	bucket         *bolt.Bucket
 	counts         *bolt.Bucket // the queue's bucket, which holds keyCounts
 	records, bytes int64
+	// states is the queue's states bucket, nil while it has none (most
+	// queues: nothing given back), so that a removal looks for a state
+	// only where there may be one.
+	states *bolt.Bucket
 }
 
 var (
 	_ queue.Backend    = (*Backend)(nil)
 	_ queue.OrderedLog = (*qlog)(nil)
+	_ queue.StateLog   = (*qlog)(nil)
 )
 
 // Open opens (creating it if needed) the bbolt file at path.
@@ -131,7 +151,7 @@ func Open(path string, o Options) (*Backend, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("queue: embedded: %s: %w", path, err)
 	}
-	b := &Backend{db: db, path: path, logs: map[string]*qlog{}, touched: map[*qlog]*txQueue{}}
+	b := &Backend{db: db, path: path, logs: map[string]*qlog{}, touched: map[*qlog]*txQueue{}, lazyDelay: lazyDelay}
 	b.loop = groupcommit.Start(maxBatch, b.commit)
 	return b, nil
 }
@@ -226,6 +246,7 @@ func (b *Backend) Drop(_ context.Context, name string) error {
 
 // Close commits what is queued and closes the file.
 func (b *Backend) Close() error {
+	b.loop.Add(op{}) // the lazy operations too
 	b.loop.Close()
 	return b.db.Close()
 }
@@ -240,9 +261,22 @@ func (b *Backend) unavailable(err error) error {
 // commit applies batch in one transaction, then answers its appends in
 // order. On the writer goroutine.
 func (b *Backend) commit(batch []op) {
+	lazy := b.takeLazy()
+	defer b.giveLazy(lazy)
+	if len(lazy) == 0 && onlyFlushes(batch) {
+		answerFlushes(batch)
+		return // nothing to write: no transaction, no fsync
+	}
 	clear(b.touched)
 	err := b.db.Update(func(tx *bolt.Tx) error {
 		queues := tx.Bucket(bucketQueues)
+		// The lazy ones first: each was queued after the commit of the
+		// record it names, so none names an append of this batch.
+		for i := range lazy {
+			if err := b.apply(queues, &lazy[i]); err != nil {
+				return err
+			}
+		}
 		for i := range batch {
 			if err := b.apply(queues, &batch[i]); err != nil {
 				return err
@@ -266,10 +300,11 @@ func (b *Backend) commit(batch []op) {
 	} else {
 		err = b.unavailable(err)
 	}
+	answerFlushes(batch)
 	for i := range batch {
 		o := &batch[i]
 		if o.done == nil {
-			continue // a Remove: lost with a failed commit, delivered again (at least once)
+			continue // a flush
 		}
 		if err != nil {
 			o.id, o.err = 0, err
@@ -282,6 +317,9 @@ func (b *Backend) commit(batch []op) {
 // the whole transaction; a dropped queue fails the append alone.
 func (b *Backend) apply(queues *bolt.Bucket, o *op) error {
 	o.id, o.err = 0, nil
+	if o.log == nil {
+		return nil // a flush
+	}
 	q := b.touched[o.log]
 	if q == nil {
 		qb := queues.Bucket(o.log.key)
@@ -292,6 +330,11 @@ func (b *Backend) apply(queues *bolt.Bucket, o *op) error {
 			return nil
 		}
 		q = &txQueue{bucket: qb.Bucket(bucketRecords), counts: qb}
+		if d := qb.Bucket(bucketStates); d != nil {
+			if k, _ := d.Cursor().First(); k != nil {
+				q.states = d
+			}
+		}
 		q.records, q.bytes = readCounts(qb)
 		// Keys only ever grow: full pages instead of half-full ones on split.
 		q.bucket.FillPercent = 1.0
@@ -312,6 +355,20 @@ func (b *Backend) apply(queues *bolt.Bucket, o *op) error {
 		o.id = id
 		return nil
 	}
+	if o.state != nil {
+		binary.BigEndian.PutUint64(key[:], o.rm)
+		if q.bucket.Get(key[:]) == nil {
+			return nil // removed meanwhile: its state goes with it
+		}
+		if q.states == nil {
+			d, err := q.counts.CreateBucketIfNotExists(bucketStates)
+			if err != nil {
+				return err
+			}
+			q.states = d
+		}
+		return q.states.Put(key[:], o.state)
+	}
 	ids := o.ids
 	if ids == nil {
 		ids = []uint64{o.rm} // does not escape: no allocation
@@ -328,6 +385,11 @@ func (b *Backend) apply(queues *bolt.Bucket, o *op) error {
 		}
 		if err := q.bucket.Delete(key[:]); err != nil {
 			return err
+		}
+		if q.states != nil {
+			if err := q.states.Delete(key[:]); err != nil {
+				return err
+			}
 		}
 		q.records--
 		q.bytes -= int64(meta.Size)
@@ -360,6 +422,10 @@ func (l *qlog) Append(m *core.Message, done func(uint64, error)) {
 // Read implements queue.Log.
 // Browse implements queue.Log: one engine reads this Log, so it is Read.
 func (l *qlog) Browse(ctx context.Context, after uint64, max int) ([]queue.Record, error) {
+	if after == 0 {
+		// A browse starts: what was acknowledged must not be listed.
+		l.b.flush()
+	}
 	return l.Read(ctx, after, max)
 }
 
@@ -373,13 +439,31 @@ func (l *qlog) Read(_ context.Context, after uint64, max int) ([]queue.Record, e
 		var from [8]byte
 		binary.BigEndian.PutUint64(from[:], after+1)
 		c := qb.Bucket(bucketRecords).Cursor()
+		// States walk beside the records (both ordered by ID): one seek,
+		// not a lookup per record.
+		var sc *bolt.Cursor
+		var sk, sv []byte
+		if d := qb.Bucket(bucketStates); d != nil {
+			sc = d.Cursor()
+			sk, sv = sc.Seek(from[:])
+		}
 		for k, v := c.Seek(from[:]); k != nil && len(out) < max; k, v = c.Next() {
+			id := binary.BigEndian.Uint64(k)
 			// Decode copies: v lives only as long as the transaction.
 			m, err := codec.Decode(v)
 			if err != nil {
-				return fmt.Errorf("queue %q record %d: %w", l.name, binary.BigEndian.Uint64(k), err)
+				return fmt.Errorf("queue %q record %d: %w", l.name, id, err)
 			}
-			out = append(out, queue.Record{ID: binary.BigEndian.Uint64(k), Msg: m})
+			r := queue.Record{ID: id, Msg: m}
+			for sk != nil && binary.BigEndian.Uint64(sk) < id {
+				sk, sv = sc.Next()
+			}
+			if sk != nil && binary.BigEndian.Uint64(sk) == id {
+				if err := r.State.UnmarshalBinary(sv); err != nil {
+					return fmt.Errorf("queue %q record %d: %w", l.name, id, err)
+				}
+			}
+			out = append(out, r)
 		}
 		return nil
 	})
@@ -389,17 +473,23 @@ func (l *qlog) Read(_ context.Context, after uint64, max int) ([]queue.Record, e
 	return out, nil
 }
 
-// Remove implements queue.Log: queued to the writer, committed with the
-// next batch.
+// Remove implements queue.Log: committed with the next append's batch,
+// or within lazyDelay (lazy.go).
 func (l *qlog) Remove(ids ...uint64) {
 	switch len(ids) {
 	case 0:
 	case 1:
 		// A consumer's Ack: one ID, carried without a slice of its own.
-		l.b.loop.Add(op{log: l, rm: ids[0]})
+		l.b.addLazy(op{log: l, rm: ids[0]})
 	default:
-		l.b.loop.Add(op{log: l, ids: append([]uint64(nil), ids...)})
+		l.b.addLazy(op{log: l, ids: append([]uint64(nil), ids...)})
 	}
+}
+
+// SetState implements queue.StateLog: committed as a Remove is.
+func (l *qlog) SetState(id uint64, st queue.DeliveryState) {
+	b, _ := st.AppendBinary(nil)
+	l.b.addLazy(op{log: l, rm: id, state: b})
 }
 
 // AppendsInOrder implements queue.OrderedLog: the writer answers the

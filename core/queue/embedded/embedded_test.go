@@ -10,6 +10,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 	"go.uber.org/goleak"
 
+	"github.com/tolsey/tolsey/core/coretest"
 	"github.com/tolsey/tolsey/core/queue"
 	"github.com/tolsey/tolsey/core/queue/queuetest"
 )
@@ -170,5 +171,52 @@ func TestConcurrentDropAndAppend(t *testing.T) {
 			t.Error(err)
 		}
 		return nil
+	})
+}
+
+// TestRemovalsRideTheNextAppend: a removal starts no commit (two
+// fdatasyncs) of its own: it rides the next append's, so that a consumer's
+// acknowledgement does not hold a synchronous producer's next send behind
+// a commit; a browse commits the waiting removals first, so it never
+// lists an acknowledged record; and without appends they are committed
+// within lazyDelay.
+func TestRemovalsRideTheNextAppend(t *testing.T) {
+	ctx := context.Background()
+	b := open(t, filepath.Join(t.TempDir(), FileName))
+	defer b.Close()
+	b.lazyDelay = time.Hour // only an append or a browse commits them here
+	l, err := b.Open(ctx, queue.Config{Name: "q"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id1 := queuetest.Append(t, l, queuetest.Msg("t", 1))
+	before := b.Commits()
+	l.Remove(id1)
+	l.(queue.StateLog).SetState(id1, queue.DeliveryState{Count: 1}) // removed meanwhile: dropped
+	queuetest.Append(t, l, queuetest.Msg("t", 2))
+	if c := b.Commits() - before; c != 1 {
+		t.Fatalf("a removal and an append took %d commits, want 1", c)
+	}
+	if n, _, _ := l.Stats(ctx); n != 1 {
+		t.Fatalf("%d records after the commit, want 1: the removal rode it", n)
+	}
+	id3 := queuetest.Append(t, l, queuetest.Msg("t", 3))
+	l.Remove(id3)
+	recs, err := l.Browse(ctx, 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 1 || string(recs[0].Msg.Payload) != "m2" {
+		t.Fatalf("browse lists %d records, want m2 alone", len(recs))
+	}
+	if len(recs[0].State.Skip) != 0 || recs[0].State.Count != 0 {
+		t.Fatalf("m2 has a state: %+v", recs[0].State)
+	}
+
+	b.lazyDelay = time.Millisecond
+	l.Remove(recs[0].ID)
+	coretest.Eventually(t, "the removal committed without an append", 10*time.Second, func() bool {
+		n, _, _ := l.Stats(ctx)
+		return n == 0
 	})
 }

@@ -493,6 +493,8 @@ func Run(t *testing.T, open Factory, opts ...Option) {
 			t.Fatalf("other queue after drop: %v", payloads(got))
 		}
 	})
+	runEngine(t, open)
+	runDeliveryState(t, open)
 }
 
 func cmpString(a, b string) int {
@@ -551,13 +553,20 @@ func BenchAppend(b *testing.B, l queue.Log, appenders, window int, remove bool) 
 // closes it.
 func Consume(t testing.TB, q *queue.Queue) (*queue.Consumer, chan struct{}) {
 	t.Helper()
+	return ConsumeWith(t, q, queue.ConsumerOptions{})
+}
+
+// ConsumeWith is Consume with opts (their Notify replaced).
+func ConsumeWith(t testing.TB, q *queue.Queue, opts queue.ConsumerOptions) (*queue.Consumer, chan struct{}) {
+	t.Helper()
 	wake := make(chan struct{}, 1)
-	c, err := q.Consume(queue.ConsumerOptions{Notify: func() {
+	opts.Notify = func() {
 		select {
 		case wake <- struct{}{}:
 		default:
 		}
-	}})
+	}
+	c, err := q.Consume(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

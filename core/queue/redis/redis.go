@@ -90,13 +90,15 @@ type Backend struct {
 	order []*rlog
 }
 
-// op is one Append (data set) or Remove (ids set) queued to the writer.
+// op is one Append (data set), Remove (ids set) or SetState (state set)
+// queued to the writer.
 type op struct {
-	log  *rlog
-	data string // Append: the encoded message
-	size int
-	done func(id uint64, err error)
-	ids  []uint64 // Remove
+	log   *rlog
+	data  string // Append: the encoded message
+	size  int
+	done  func(id uint64, err error)
+	ids   []uint64 // Remove; SetState: the one ID
+	state []byte   // SetState: the encoded queue.DeliveryState
 
 	id  uint64
 	err error
@@ -108,10 +110,14 @@ type txQueue struct {
 	appends    []int // indexes in the batch
 	appendArgs []any
 	removeArgs []any
+	stateArgs  []any // field, value pairs for the states hash
 	cmd        *goredis.Cmd
 }
 
-var _ queue.Backend = (*Backend)(nil)
+var (
+	_ queue.Backend  = (*Backend)(nil)
+	_ queue.StateLog = (*rlog)(nil)
+)
 
 // Open connects to Redis (and checks it answers).
 func Open(ctx context.Context, o Options) (*Backend, error) {
@@ -170,7 +176,7 @@ func (b *Backend) Open(ctx context.Context, cfg queue.Config) (queue.Log, error)
 	l := b.logs[cfg.Name]
 	if l == nil {
 		key := b.opts.Prefix + "{" + cfg.Name + "}:"
-		l = &rlog{b: b, name: cfg.Name, stream: key + "s", bytes: key + "b", history: true, claimFrom: "-"}
+		l = &rlog{b: b, name: cfg.Name, stream: key + "s", bytes: key + "b", states: key + "d", history: true, claimFrom: "-"}
 	}
 	if err := b.client.HSet(ctx, b.cfgKey, cfg.Name, js).Err(); err != nil {
 		return nil, unavailable(err)
@@ -193,7 +199,7 @@ func (b *Backend) Drop(ctx context.Context, name string) error {
 	key := b.opts.Prefix + "{" + name + "}:"
 	_, err := b.client.TxPipelined(ctx, func(p goredis.Pipeliner) error {
 		p.HDel(ctx, b.cfgKey, name)
-		p.Del(ctx, key+"s", key+"b")
+		p.Del(ctx, key+"s", key+"b", key+"d")
 		return nil
 	})
 	if err != nil {
@@ -244,9 +250,21 @@ for i = 2, #ARGV do
     redis.call('XDEL', KEYS[1], ARGV[i])
   end
   redis.call('XACK', KEYS[1], ARGV[1], ARGV[i])
+  redis.call('HDEL', KEYS[3], ARGV[i])
 end
 if freed > 0 then redis.call('DECRBY', KEYS[2], freed) end
 return freed`
+
+// stateScript stores delivery states (ARGV: stream ID, state pairs) in
+// the hash KEYS[3], for the records still in the stream KEYS[1]: a state
+// never outlives its record (removed by this or another gateway).
+var stateScript = `
+for i = 1, #ARGV, 2 do
+  if #redis.call('XRANGE', KEYS[1], ARGV[i], ARGV[i]) > 0 then
+    redis.call('HSET', KEYS[3], ARGV[i], ARGV[i+1])
+  end
+end
+return 0`
 
 // commit sends batch in one pipeline, one script call per queue for its
 // appends and one for its removals, then answers the appends in order. On
@@ -268,6 +286,10 @@ func (b *Backend) commit(batch []op) {
 			q.appendArgs = append(q.appendArgs, o.size, o.data)
 			continue
 		}
+		if o.state != nil {
+			q.stateArgs = append(q.stateArgs, streamID(o.ids[0]), o.state)
+			continue
+		}
 		if q.removeArgs == nil {
 			q.removeArgs = append(q.removeArgs, group)
 		}
@@ -280,9 +302,13 @@ func (b *Backend) commit(batch []op) {
 	pipe := b.client.Pipeline()
 	for _, l := range b.order {
 		q := b.per[l]
-		keys := []string{l.stream, l.bytes}
+		keys := []string{l.stream, l.bytes, l.states}
 		if len(q.appends) > 0 {
 			q.cmd = pipe.Eval(ctx, appendScript, keys, q.appendArgs...)
+		}
+		if len(q.stateArgs) > 0 {
+			// Before the removals of the same batch, which delete it again.
+			pipe.Eval(ctx, stateScript, keys, q.stateArgs...)
 		}
 		if len(q.removeArgs) > 0 {
 			pipe.Eval(ctx, removeScript, keys, q.removeArgs...)
@@ -352,6 +378,7 @@ func streamID(id uint64) string {
 type rlog struct {
 	b                   *Backend
 	name, stream, bytes string
+	states              string // the hash of delivery states: stream ID → queue.DeliveryState
 
 	// Owned by Read (readMu).
 	readMu    sync.Mutex
@@ -373,6 +400,15 @@ func (l *rlog) Append(m *core.Message, done func(uint64, error)) {
 // Remove implements queue.Log: XACK and XDEL, queued to the writer.
 // Shared implements queue.SharedLog: other gateways append to the stream.
 func (l *rlog) Shared() bool { return true }
+
+// SetState implements queue.StateLog: HSET in the states hash, queued
+// to the writer. The hash, not XPENDING's delivery counter: that one
+// counts reads by the group (a claim, a read back after a restart), not
+// the deliveries that failed, and cannot hold undeliverable-here marks.
+func (l *rlog) SetState(id uint64, st queue.DeliveryState) {
+	b, _ := st.AppendBinary(nil)
+	l.b.loop.Add(op{log: l, ids: []uint64{id}, state: b})
+}
 
 func (l *rlog) Remove(ids ...uint64) {
 	if len(ids) == 0 {
@@ -426,6 +462,12 @@ func (l *rlog) Read(ctx context.Context, _ uint64, max int) ([]queue.Record, err
 			return nil, err
 		}
 	}
+	// Only records read before (by this gateway before a restart, or by
+	// another that left them) can have been given back with a state: new
+	// ones cost no HMGET.
+	if err := l.readStates(ctx, out); err != nil {
+		return nil, err
+	}
 	if len(out) < max {
 		msgs, err := l.readGroup(ctx, ">", max-len(out))
 		if err != nil {
@@ -445,6 +487,29 @@ func (l *rlog) Read(ctx context.Context, _ uint64, max int) ([]queue.Record, err
 		return 0
 	})
 	return out, nil
+}
+
+// readStates fills the State of the records that have one: one HMGET.
+func (l *rlog) readStates(ctx context.Context, out []queue.Record) error {
+	if len(out) == 0 {
+		return nil
+	}
+	fields := make([]string, len(out))
+	for i, r := range out {
+		fields[i] = streamID(r.ID)
+	}
+	vals, err := l.b.client.HMGet(ctx, l.states, fields...).Result()
+	if err != nil {
+		return unavailable(err)
+	}
+	for i, v := range vals {
+		if s, ok := v.(string); ok {
+			if err := out[i].State.UnmarshalBinary([]byte(s)); err != nil {
+				return fmt.Errorf("queue %q record %s: %w", l.name, fields[i], err)
+			}
+		}
+	}
+	return nil
 }
 
 // Browse implements queue.Log: XRANGE from after, which hands the records
