@@ -32,6 +32,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
@@ -62,6 +63,7 @@ type figures struct {
 	Duplicates       int     `json:"duplicates"`
 	DeliverSeconds   float64 `json:"deliverSeconds"` // window start to the last queued message
 	Missing          []int   `json:"missing,omitempty"`
+	StormCPUSeconds  float64 `json:"stormCPUSeconds"` // the gateway's CPU time (user+system) from the window's start to the last client's result
 	PeakRSS1         int64   `json:"peakRSSBefore"` // VmHWM of the first gateway process, bytes
 	PeakRSS2         int64   `json:"peakRSSAfter"`  // VmHWM of the restarted one, over the storm
 }
@@ -74,6 +76,7 @@ func main() {
 	sources := flag.Int("sources", 8, "client source addresses 127.0.0.2 … (each has its own ephemeral ports)")
 	deliverWait := flag.Duration("deliverWait", 60*time.Second, "how long after the window to wait for the queued messages")
 	gateway := flag.String("gateway", "", "gateway binary (default: build ./cmd/gateway)")
+	profile := flag.String("cpuprofile", "", "write the restarted gateway's CPU profile over the reconnect window to this file")
 	isWorker := flag.Bool("worker", false, "internal: run as a client process")
 	addr := flag.String("addr", "", "internal: the gateway's MQTT address (-worker)")
 	from := flag.Int("from", 0, "internal: first client (-worker)")
@@ -90,7 +93,7 @@ func main() {
 		}
 		return
 	}
-	f, err := run(*n, *procs, *msgs, *sources, *window, *deliverWait, *gateway)
+	f, err := run(*n, *procs, *msgs, *sources, *window, *deliverWait, *gateway, *profile)
 	if f != nil {
 		report(f)
 	}
@@ -115,12 +118,13 @@ func report(f *figures) {
 	if len(f.Missing) > 0 {
 		fmt.Printf("clients short of messages (first few): %v\n", f.Missing)
 	}
-	fmt.Printf("gateway peak RSS after the restart (VmHWM): %s\n", mib(f.PeakRSS2))
+	fmt.Printf("gateway CPU over the storm %.1f s (%.0f µs per client); peak RSS after the restart (VmHWM): %s\n",
+		f.StormCPUSeconds, f.StormCPUSeconds*1e6/float64(f.Clients), mib(f.PeakRSS2))
 	b, _ := json.Marshal(f)
 	fmt.Printf("storm-figures: %s\n", b)
 }
 
-func run(n, procs, msgs, sources int, window, deliverWait time.Duration, bin string) (*figures, error) {
+func run(n, procs, msgs, sources int, window, deliverWait time.Duration, bin, profile string) (*figures, error) {
 	if _, err := rig.RaiseNoFile(); err != nil {
 		return nil, err
 	}
@@ -190,6 +194,11 @@ func run(n, procs, msgs, sources int, window, deliverWait time.Duration, bin str
 	f.PublishSeconds = time.Since(t3).Seconds()
 
 	start := time.Now().Add(100 * time.Millisecond)
+	cpu0, _ := g.CPU()
+	if profile != "" {
+		done := cpuProfile(g.Admin, profile, window+5*time.Second)
+		defer func() { <-done }()
+	}
 	for _, w := range ws {
 		if _, err := fmt.Fprintf(w.stdin, "reconnect %d %d\n", start.UnixNano(), window.Nanoseconds()); err != nil {
 			return f, err
@@ -214,6 +223,8 @@ func run(n, procs, msgs, sources int, window, deliverWait time.Duration, bin str
 		f.Missing = append(f.Missing, wr.Missing...)
 	}
 	f.PeakRSS2, _ = g.HWM()
+	cpu1, _ := g.CPU()
+	f.StormCPUSeconds = (cpu1 - cpu0).Seconds()
 	return f, nil
 }
 
@@ -344,4 +355,27 @@ func (w *workerProc) stop() {
 	_ = w.stdin.Close()
 	_ = w.cmd.Process.Kill()
 	_ = w.cmd.Wait()
+}
+
+// cpuProfile saves the gateway's CPU profile over d (its admin API's
+// /debug/pprof/profile) to file; the channel closes when it is written.
+func cpuProfile(admin, file string, d time.Duration) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", admin, int(d.Seconds())))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "storm: profile:", err)
+			return
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err == nil {
+			err = os.WriteFile(file, b, 0o644)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "storm: profile:", err)
+		}
+	}()
+	return done
 }
