@@ -64,8 +64,8 @@ type figures struct {
 	DeliverSeconds   float64 `json:"deliverSeconds"` // window start to the last queued message
 	Missing          []int   `json:"missing,omitempty"`
 	StormCPUSeconds  float64 `json:"stormCPUSeconds"` // the gateway's CPU time (user+system) from the window's start to the last client's result
-	PeakRSS1         int64   `json:"peakRSSBefore"` // VmHWM of the first gateway process, bytes
-	PeakRSS2         int64   `json:"peakRSSAfter"`  // VmHWM of the restarted one, over the storm
+	PeakRSS1         int64   `json:"peakRSSBefore"`   // VmHWM of the first gateway process, bytes
+	PeakRSS2         int64   `json:"peakRSSAfter"`    // VmHWM of the restarted one, over the storm
 }
 
 func main() {
