@@ -76,16 +76,7 @@ func (p *Packet) Dup() bool { return p.Flags&8 != 0 }
 // Dial connects, sends CONNECT and waits for a successful CONNACK, all
 // bounded by ctx.
 func Dial(ctx context.Context, addr string, o Options) (*Conn, error) {
-	d := net.Dialer{LocalAddr: o.LocalAddr}
-	if o.ReadBuffer > 0 {
-		d.Control = func(_, _ string, rc syscall.RawConn) error {
-			var serr error
-			err := rc.Control(func(fd uintptr) {
-				serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, o.ReadBuffer)
-			})
-			return errors.Join(err, serr)
-		}
-	}
+	d := Dialer(o.LocalAddr, o.ReadBuffer)
 	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err
@@ -121,6 +112,23 @@ func Dial(ctx context.Context, addr string, o Options) (*Conn, error) {
 	c.SessionPresent = p.Codes[0]&1 == 1
 	_ = nc.SetDeadline(time.Time{})
 	return c, nil
+}
+
+// Dialer dials from local (nil: any) with SO_RCVBUF set to rcvbuf before
+// the connect (0: the system's default), for any protocol: a client that
+// stops reading then stalls its server's writes after a few KiB.
+func Dialer(local net.Addr, rcvbuf int) *net.Dialer {
+	d := &net.Dialer{LocalAddr: local}
+	if rcvbuf > 0 {
+		d.Control = func(_, _ string, rc syscall.RawConn) error {
+			var serr error
+			err := rc.Control(func(fd uintptr) {
+				serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, rcvbuf)
+			})
+			return errors.Join(err, serr)
+		}
+	}
+	return d
 }
 
 // Subscribe sends SUBSCRIBE for filters at qos with packet id id and reads
