@@ -78,7 +78,6 @@ func TestSlowAndStuckConsumers(t *testing.T) {
 		"--amqp.linkBuffer="+strconv.Itoa(d.linkBuffer))
 	rss0 := procKB(t, gw.Cmd.Process.Pid, "VmRSS:")
 
-
 	// The fast subscriber reads everything and records the QoS 1 sequence
 	// numbers it got.
 	fast := leanDial(t, gw.mqtt, "fast", 0)
