@@ -50,7 +50,7 @@ var (
 		disconnectedDeadline: time.Minute}
 	slowLong = slowDrill{stuck: 1000, slow: 10, amqpStuck: 100, amqpHeld: 100, rate0: 20000, rate1: 2000, payload: 2048, topics: 50,
 		slowTopics: 10, slowBytesPerSecond: 2 << 20, window: 10 * time.Second, writeTimeout: 10 * time.Second,
-		pending: 256, inflight: 256, linkBuffer: 1000, rcvbuf: 4096, amqpStuckCredit: 5000, amqpHeldCredit: 100,
+		pending: 256, inflight: 1024, linkBuffer: 1000, rcvbuf: 4096, amqpStuckCredit: 5000, amqpHeldCredit: 100,
 		disconnectedDeadline: 3 * time.Minute}
 )
 
