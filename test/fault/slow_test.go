@@ -12,7 +12,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -510,8 +509,6 @@ func waitFor(limit time.Duration, cond func() bool) error {
 	}
 	return nil
 }
-
-func isReset(err error) bool { return errors.Is(err, syscall.ECONNRESET) }
 
 // procStatusKB reads a "kB" field of /proc/pid/status.
 func procStatusKB(pid int, field string) (int64, error) {
