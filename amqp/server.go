@@ -100,6 +100,11 @@ type Options struct {
 	// the MQTT front-end makes the total one number. nil: none.
 	Admission *limits.Admission
 
+	// SendBuffer is SO_SNDBUF of each client connection (limits.sendBuffer;
+	// 0: the kernel's autotuning): what a client that stops reading holds
+	// in the kernel before WriteTimeout runs (core/accept.SetSendBuffer).
+	SendBuffer int
+
 	// Queues is the queue engine (docs/queues.md, "AMQP"); nil: no queues,
 	// and a queue address is refused with amqp:not-found.
 	Queues *queue.Engine
@@ -230,8 +235,10 @@ func (s *Server) Start() error {
 			return fmt.Errorf("amqp.tls.listen %s: %w", s.opts.TLSListen, err)
 		}
 		s.tlsLn = accept.New(tln, "amqp-tls", s.log)
+		s.tlsLn.SetSendBuffer(s.opts.SendBuffer)
 	}
 	s.ln = accept.New(ln, "amqp", s.log)
+	s.ln.SetSendBuffer(s.opts.SendBuffer)
 	if !s.spawn(func() { s.accept(s.ln, nil, s.opts.TLS != nil) }) {
 		ln.Close()
 		if tln != nil {

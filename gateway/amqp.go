@@ -41,6 +41,7 @@ func (g *Gateway) startAMQP(context.Context) error {
 		Users:                 g.cfg.AMQP.Users,
 		LinkBuffer:            g.cfg.AMQP.LinkBuffer,
 		WriteTimeout:          g.cfg.AMQP.WriteTimeout,
+		SendBuffer:            g.cfg.Limits.SendBuffer,
 		MaxSessions:           g.cfg.AMQP.MaxSessions,
 		MaxLinksPerConnection: g.cfg.AMQP.MaxLinks,
 		MaxSelectorLength:     g.cfg.AMQP.MaxSelector,

@@ -104,6 +104,7 @@ var keyDefs = []keyDef{
 	{name: "limits.maxConnections", def: "0", kind: kindInt, max: 1 << 30, help: "open client connections in all, over every MQTT (TCP, WebSocket, TLS, WSS) and AMQP listener; beyond it: MQTT 5 CONNACK 0x97, 3.1.1 code 3, AMQP close amqp:resource-limit-exceeded (docs/security.md, \"Limits\"); 0 = no limit"},
 	{name: "limits.maxConnectionsPerAddress", def: "0", kind: kindInt, max: 1 << 30, help: "open client connections from one source address (IPv4 address, IPv6 /64), every listener together; refused as for limits.maxConnections; 0 = no limit"},
 	{name: "limits.connectRate", def: "0", kind: kindFloat, help: "new connections per second one source address may open (a token bucket of limits.connectBurst; fractions allowed, 0.1 = one per 10 s); beyond it: MQTT 5 CONNACK 0x9F, 3.1.1 code 3, AMQP amqp:resource-limit-exceeded; 0 = no limit"},
+	{name: "limits.sendBuffer", def: "256KiB", kind: kindBytes, max: 1 << 30, help: "kernel send buffer (SO_SNDBUF) of each MQTT and AMQP client connection, bytes: what a client that stops reading can hold of the gateway's writes in the kernel before mqtt.writeTimeout / amqp.writeTimeout starts to run (Linux doubles it); 0 = the kernel's autotuning, up to net.ipv4.tcp_wmem's maximum (4 MiB) per connection, outside the gateway's memory limits (docs/reliability.md, drill 5)"},
 	{name: "limits.connectBurst", def: "0", kind: kindInt, max: 1 << 30, help: "connections one source address may open at once before limits.connectRate applies; 0 = max(1, connectRate rounded up)"},
 	{name: "amqp.maxTransactionMessages", def: "1000", kind: kindInt, max: 1 << 20, help: "messages one AMQP transaction (JMS transacted session) holds until commit; a send beyond it is rejected with amqp:resource-limit-exceeded and the commit then rolls back (docs/jms.md)"},
 	{name: "auth.file", def: "", kind: kindString, optional: true, help: "users file (users, password hashes, groups, ACL rules; docs/security.md) for MQTT and AMQP; re-read on SIGHUP and POST /api/v1/reload; empty = no users"},
@@ -234,6 +235,7 @@ type LimitsConfig struct {
 	MaxPerAddress  int
 	ConnectRate    float64
 	ConnectBurst   int
+	SendBuffer     int // limits.sendBuffer, bytes; 0: the kernel's autotuning
 }
 
 // BridgeConfig is bridge.*.
@@ -473,6 +475,7 @@ func buildConfig(k *koanf.Koanf, byName map[string]*keyDef) (*Config, error) {
 	c.MQTT.MaxSubscriptions = int(num("mqtt.maxSubscriptions"))
 	c.Limits.MaxConnections = int(num("limits.maxConnections"))
 	c.Limits.MaxPerAddress = int(num("limits.maxConnectionsPerAddress"))
+	c.Limits.SendBuffer = int(num("limits.sendBuffer"))
 	c.Limits.ConnectRate, _ = strconv.ParseFloat(get("limits.connectRate"), 64)
 	c.Limits.ConnectBurst = int(num("limits.connectBurst"))
 	c.AMQP.Listen = get("amqp.listen")

@@ -178,6 +178,7 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 		MaxSessionExpiry: g.cfg.MQTT.MaxSessionExpiry,
 		MaxKeepAlive:     g.cfg.MQTT.MaxKeepAlive,
 		WriteTimeout:     writeTimeout(g.cfg.MQTT.WriteTimeout),
+		SendBuffer:       g.cfg.Limits.SendBuffer,
 		ConnectTimeout:   g.cfg.MQTT.ConnectTimeout,
 		Queues:           g.queues.Load(),
 		AutoCreateQueues: g.cfg.Queues.AutoCreate,

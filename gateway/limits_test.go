@@ -72,12 +72,12 @@ func TestConnectionLimitSpansProtocols(t *testing.T) {
 
 func TestConfigLimits(t *testing.T) {
 	c := DefaultConfig()
-	if c.Limits != (LimitsConfig{}) || c.MQTT.MaxSubscriptions != 10000 {
+	if c.Limits != (LimitsConfig{SendBuffer: 256 << 10}) || c.MQTT.MaxSubscriptions != 10000 {
 		t.Fatalf("defaults: %+v, mqtt.maxSubscriptions %d", c.Limits, c.MQTT.MaxSubscriptions)
 	}
 	c, err := LoadConfig([]string{"--limits.connectRate=0.5", "--limits.connectBurst=3", "--limits.maxConnections=100",
 		"--limits.maxConnectionsPerAddress=10"}, nil, nil)
-	if err != nil || c.Limits != (LimitsConfig{MaxConnections: 100, MaxPerAddress: 10, ConnectRate: 0.5, ConnectBurst: 3}) {
+	if err != nil || c.Limits != (LimitsConfig{MaxConnections: 100, MaxPerAddress: 10, ConnectRate: 0.5, ConnectBurst: 3, SendBuffer: 256 << 10}) {
 		t.Fatalf("%v %+v", err, c)
 	}
 	for _, tc := range []struct {

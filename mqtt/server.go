@@ -90,6 +90,11 @@ type Options struct {
 	// maxConnectionsPerAddress, connectRate: admission.go); one shared
 	// with the AMQP front-end makes the total one number. nil: none.
 	Admission *limits.Admission
+
+	// SendBuffer is SO_SNDBUF of each client connection (limits.sendBuffer;
+	// 0: the kernel's autotuning): what a client that stops reading holds
+	// in the kernel before WriteTimeout runs (core/accept.SetSendBuffer).
+	SendBuffer int
 	// MaxSubscriptions bounds the subscriptions one client holds
 	// (mqtt.maxSubscriptions: subquota.go); 0: no limit.
 	MaxSubscriptions int
@@ -226,6 +231,7 @@ func (s *Server) Start() (err error) {
 		}
 		bound = append(bound, ln)
 		cs.id, cs.ln = id, accept.New(ln, id, s.log)
+		cs.ln.SetSendBuffer(s.opts.SendBuffer)
 		cs.closeClients, cs.connectTimeout, cs.adm = s.disconnectListener, s.opts.ConnectTimeout, s.adm
 		return nil
 	}

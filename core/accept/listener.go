@@ -61,6 +61,9 @@ type Listener struct {
 
 	failures atomic.Uint64 // temporary failures, ever (a metric)
 
+	// Set by SetSendBuffer before the accept loop starts; read by Accept.
+	sendBuffer int
+
 	mu  sync.Mutex
 	err error // why it stopped accepting while not closed
 }
@@ -74,6 +77,16 @@ func New(ln net.Listener, name string, log *slog.Logger) *Listener {
 	return &Listener{Listener: ln, name: name, log: log, closed: make(chan struct{})}
 }
 
+// SetSendBuffer sets SO_SNDBUF to n bytes on every connection accepted from
+// now on (0: the kernel's autotuning, as before). Linux grows an
+// autotuned send buffer up to net.ipv4.tcp_wmem's maximum (4 MiB by
+// default) for a client that does not read, and that memory is the
+// kernel's, outside the gateway's RSS and its limits: a thousand stuck
+// subscribers took the whole machine past net.ipv4.tcp_mem's pressure
+// mark, and every TCP connection on it crawled (drill 5,
+// docs/reliability.md). Call it before the accept loop starts.
+func (l *Listener) SetSendBuffer(n int) { l.sendBuffer = n }
+
 // Name is the name given to New.
 func (l *Listener) Name() string { return l.name }
 
@@ -86,6 +99,9 @@ func (l *Listener) Accept() (net.Conn, error) {
 		c, err := l.Listener.Accept()
 		if err == nil {
 			l.accepted()
+			if tc, ok := c.(*net.TCPConn); ok && l.sendBuffer > 0 {
+				_ = tc.SetWriteBuffer(l.sendBuffer) // a failure leaves the kernel's default: nothing to refuse the client for
+			}
 			return c, nil
 		}
 		if l.isClosed() {
