@@ -15,6 +15,8 @@
 // the order Redis applied them and converges on Redis's own last value. A
 // gateway applies its own changes through the same event stream (Set waits
 // for its event), so its index never disagrees with the order in Redis.
+// Concurrent Sets share round trips: their script calls go to Redis as one
+// pipeline per batch (pipeline.go), each caller getting its own reply.
 //
 // Outages: Open never fails because Redis is down. While the store is not
 // connected, or is rebuilding its index, every call returns an error wrapping
@@ -24,6 +26,7 @@
 package redis
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -121,15 +124,19 @@ type Store struct {
 	cat atomic.Pointer[catalog.Catalog[codec.Meta]]
 
 	mu      sync.Mutex
-	ready   bool          // connected, subscribed, index rebuilt
-	reason  error         // why not ready
-	session uint64        // counts (re)connections; seqs compare within one
-	applied int64         // highest event seq applied in this session
-	waiters int           // Sets waiting on changed
-	changed chan struct{} // closed and replaced when the above change
+	ready   bool    // connected, subscribed, index rebuilt
+	reason  error   // why not ready
+	session uint64  // counts (re)connections; seqs compare within one
+	applied int64   // highest event seq applied in this session
+	waitq   seqHeap // Sets and Deletes waiting for their event
 	ps      *goredis.PubSub
 	closed  bool
 	wg      sync.WaitGroup
+
+	// Between Set's callers and the writer goroutine (pipeline.go).
+	wmu    sync.Mutex
+	wqueue []*setCall
+	wake   chan struct{} // 1-buffered: the queue has calls
 }
 
 var (
@@ -159,7 +166,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		lifetime: lifetime,
 		cancel:   cancel,
 		reason:   errors.New("connecting"),
-		changed:  make(chan struct{}),
+		wake:     make(chan struct{}, 1),
 	}
 	s.cat.Store(newCatalog())
 	ps, err := s.connect(ctx)
@@ -169,6 +176,9 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	}
 	s.goroutine(func() { s.run(ps) })
 	s.goroutine(s.sweeper)
+	for range writers {
+		s.goroutine(s.writer)
+	}
 	return s, nil
 }
 
@@ -245,13 +255,6 @@ func (s *Store) setUnready(reason error) {
 	defer s.mu.Unlock()
 	s.ready, s.reason = false, reason
 	s.broadcastLocked()
-}
-
-func (s *Store) broadcastLocked() {
-	if s.waiters > 0 {
-		close(s.changed)
-		s.changed = make(chan struct{})
-	}
 }
 
 // fail classifies a command error: Redis replies are plain errors, anything
@@ -367,9 +370,13 @@ func (s *Store) Set(ctx context.Context, m *core.Message) error {
 	}
 	defer release() // after our event has put the topic in the index
 	meta := codec.MetaOf(m)
-	seq, err := setScript.Run(ctx, s.client, []string{s.keys + m.Topic, s.seqKey},
-		codec.Encode(m), expireAtMillis(meta.Expiry), s.channel,
-		strconv.FormatInt(meta.Expiry, 10), strconv.Itoa(int(meta.Size)), m.Topic).Int64()
+	seq, err := s.enqueue(&setCall{
+		ctx:  ctx,
+		keys: []string{s.keys + m.Topic, s.seqKey},
+		args: []any{codec.Encode(m), expireAtMillis(meta.Expiry), s.channel,
+			strconv.FormatInt(meta.Expiry, 10), strconv.Itoa(int(meta.Size)), m.Topic},
+		done: make(chan struct{}),
+	})
 	if err != nil {
 		return s.fail(ctx, "set", err)
 	}
@@ -385,14 +392,13 @@ func (s *Store) await(ctx context.Context, session uint64, seq int64) {
 	defer timer.Stop()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.waiters++
-	defer func() { s.waiters-- }()
 	for s.session == session && s.ready && s.applied < seq {
-		ch := s.changed
+		w := &seqWaiter{seq: seq, ch: make(chan struct{})}
+		heap.Push(&s.waitq, w)
 		s.mu.Unlock()
 		stop := false
 		select {
-		case <-ch:
+		case <-w.ch:
 		case <-ctx.Done():
 			stop = true
 		case <-timer.C:
@@ -401,6 +407,9 @@ func (s *Store) await(ctx context.Context, session uint64, seq int64) {
 		}
 		s.mu.Lock()
 		if stop {
+			if w.index >= 0 {
+				heap.Remove(&s.waitq, w.index)
+			}
 			return
 		}
 	}

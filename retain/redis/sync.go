@@ -198,7 +198,7 @@ func (s *Store) apply(ev string) error {
 	}
 	s.mu.Lock()
 	s.applied = max(s.applied, seq)
-	s.broadcastLocked()
+	s.wakeAppliedLocked()
 	s.mu.Unlock()
 	return nil
 }
