@@ -36,9 +36,11 @@ const writers = 2
 
 // setCall is one Set's script call waiting for the writer.
 type setCall struct {
-	ctx  context.Context // the caller's: a call it gave up on is not sent
-	keys []string
-	args []any
+	ctx context.Context // the caller's: a call it gave up on is not sent
+	key string          // the message's
+	// value, PEXPIREAT ms or "0", expiry ns, size, topic: setScript's
+	// arguments for one message.
+	args [5]any
 	// Written by the writer before done is closed.
 	seq  int64
 	err  error
@@ -136,26 +138,51 @@ func (s *Store) flush(batch []*setCall) {
 // returns the calls Redis answered NOSCRIPT.
 func (s *Store) exec(calls []*setCall) (noscript []*setCall) {
 	pipe := s.client.Pipeline()
-	cmds := make([]*goredis.Cmd, len(calls))
-	for i, c := range calls {
-		cmds[i] = setScript.EvalSha(s.lifetime, pipe, c.keys, c.args...)
+	type chunk struct {
+		cmd   *goredis.Cmd
+		calls []*setCall
 	}
-	// Exec's error is the first failed command's; each call reads its own.
+	var chunks []chunk
+	for rest := calls; len(rest) > 0; {
+		part := rest[:min(len(rest), perScript)]
+		rest = rest[len(part):]
+		keys := make([]string, 0, len(part)+1)
+		args := make([]any, 0, 5*len(part)+1)
+		keys = append(keys, s.seqKey)
+		args = append(args, s.channel)
+		for _, c := range part {
+			keys = append(keys, c.key)
+			args = append(args, c.args[:]...)
+		}
+		chunks = append(chunks, chunk{setScript.EvalSha(s.lifetime, pipe, keys, args...), part})
+	}
+	// Exec's error is the first failed command's; each chunk reads its own.
 	_, _ = pipe.Exec(s.lifetime)
-	for i, c := range calls {
-		c.seq, c.err = cmds[i].Int64()
-		if c.err != nil && strings.HasPrefix(c.err.Error(), "NOSCRIPT") {
-			noscript = append(noscript, c)
+	for _, ch := range chunks {
+		last, err := ch.cmd.Int64()
+		for i, c := range ch.calls {
+			// One script's messages take consecutive seqs, in order.
+			c.seq, c.err = last-int64(len(ch.calls)-1-i), err
+		}
+		if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+			noscript = append(noscript, ch.calls...)
 		}
 	}
 	return noscript
 }
 
+// perScript bounds the messages one script call stores: Redis runs one
+// script at a time, and one call per message cost Redis more in script
+// set-up than in the writes.
+const perScript = 32
+
 // seqWaiter is one Set or Delete waiting for its event to be applied.
 type seqWaiter struct {
-	seq   int64
-	ch    chan struct{} // closed when woken
-	index int           // in Store.waitq, -1 once removed
+	seq      int64
+	deadline int64         // unix ns: EventWait from the start of the wait
+	ch       chan struct{} // closed when woken
+	index    int           // in Store.waitq, -1 once removed
+	late     bool          // woken by the deadline, not the event
 }
 
 // seqHeap orders waiters by seq, so that applying an event wakes exactly
@@ -187,6 +214,23 @@ func (h *seqHeap) Pop() any {
 func (s *Store) wakeAppliedLocked() {
 	for len(s.waitq) > 0 && s.waitq[0].seq <= s.applied {
 		close(heap.Pop(&s.waitq).(*seqWaiter).ch)
+	}
+}
+
+// wakeLate wakes the waiters whose deadline has passed at now.
+func (s *Store) wakeLate(now int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var late []*seqWaiter
+	for _, w := range s.waitq {
+		if w.deadline <= now {
+			late = append(late, w)
+		}
+	}
+	for _, w := range late {
+		heap.Remove(&s.waitq, w.index)
+		w.late = true
+		close(w.ch)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -135,4 +136,41 @@ func TestEachSetGetsItsOwnAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	retaintest.Set(t, s, retaintest.Msg("after", "x"))
+}
+
+// TestAwaitGivesUpAfterEventWait: a Set whose event never comes back (the
+// events connection lost it) returns after about EventWait, woken by the
+// sweeper, and leaves no waiter behind.
+func TestAwaitGivesUpAfterEventWait(t *testing.T) {
+	srv := redistest.Start(t)
+	s, err := Open(context.Background(), Options{
+		URL:           srv.URL(),
+		Prefix:        newPrefix(),
+		Logger:        quietLogger(),
+		SweepInterval: 20 * time.Millisecond,
+		EventWait:     50 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	session, err := s.available()
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.await(context.Background(), session, 1<<62) // a seq nobody takes
+	}()
+	select {
+	case <-done:
+	case <-retaintest.Ctx(t).Done():
+		t.Fatal("await did not give up")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.waitq) != 0 {
+		t.Fatalf("%d waiters left", len(s.waitq))
+	}
 }
