@@ -3,6 +3,7 @@ package redis
 import (
 	"container/heap"
 	"context"
+	"slices"
 	"strings"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -17,89 +18,128 @@ import (
 // delivered (retain.Retainer), so one Set is one round trip to Redis on the
 // publisher's critical path, and at one script per round trip the store
 // capped a bulk load (a bridge, many MQTT publishers) at the round-trip
-// rate. Concurrent Sets now queue their script call; one writer sends
-// whatever has queued as a single pipeline (one write, one read) and hands
-// each caller the reply to its own command, so that a publisher is told
-// when Redis refused or failed its message, whatever happened to the
-// others. While a pipeline is in flight the next batch gathers, so the
-// batch grows with the load and a lone publisher pays no wait for a batch
-// to fill.
+// rate. Concurrent Sets now share round trips, group-commit style: a Set
+// that finds a flusher's place free sends the queue itself, as one
+// pipeline (one write, one read); Sets that arrive meanwhile queue, and
+// when a flusher is done it hands its place to the first of them, which
+// sends everything queued behind it. Each caller gets the reply to its
+// own command, so a publisher is told when Redis refused or failed its
+// message. The batch grows with the load; a lone publisher waits for no
+// batch to fill and no other goroutine to wake.
 
-// maxPipeline bounds the commands of one pipeline: a larger batch would
+// maxPipeline bounds the messages of one pipeline: a larger batch would
 // hold Redis (one script at a time) and the reply buffer for longer
 // without saving a round trip that matters.
 const maxPipeline = 512
 
-// writers is the number of pipelines in flight at once: while Redis runs
+// flushers is the number of pipelines in flight at once: while Redis runs
 // one batch, the next is being sent.
-const writers = 2
+const flushers = 2
 
-// setCall is one Set's script call waiting for the writer.
+// setCall is one Set's script call.
 type setCall struct {
 	ctx context.Context // the caller's: a call it gave up on is not sent
 	key string          // the message's
 	// value, PEXPIREAT ms or "0", expiry ns, size, topic: setScript's
 	// arguments for one message.
 	args [5]any
-	// Written by the writer before done is closed.
+	// Written by the flusher before done is closed.
 	seq  int64
 	err  error
 	done chan struct{}
+	// lead is closed when this call is handed a flusher's place: it must
+	// flush once, whatever happened to its own call.
+	lead chan struct{}
+	// Under Store.wmu.
+	queued bool // in wqueue
+	leader bool // lead was closed
 }
 
-// enqueue hands c to the writer and waits for its reply, for ctx, or for
-// Close.
+// enqueue sends c, or queues it for a flusher, and waits for its reply,
+// for ctx, or for Close.
 func (s *Store) enqueue(c *setCall) (int64, error) {
 	s.wmu.Lock()
 	s.wqueue = append(s.wqueue, c)
-	s.wmu.Unlock()
-	select {
-	case s.wake <- struct{}{}:
-	default: // the writer is already due to look
+	c.queued = true
+	free := s.wflushers < flushers
+	if free {
+		s.wflushers++
 	}
-	select {
-	case <-c.done:
-		return c.seq, c.err
-	case <-c.ctx.Done():
-		return 0, c.ctx.Err()
-	case <-s.lifetime.Done():
-		return 0, retain.ErrClosed
+	s.wmu.Unlock()
+	if free {
+		// The queue holds at most the calls handed a place ahead of c
+		// (a flusher hands its place on while it finds calls queued):
+		// c goes in this batch.
+		s.flushOne()
+	}
+	lead := c.lead
+	for {
+		select {
+		case <-c.done:
+			if lead != nil {
+				select {
+				case <-lead: // handed a place before another flusher took c
+					s.flushOne()
+				default:
+				}
+			}
+			return c.seq, c.err
+		case <-lead:
+			lead = nil
+			s.flushOne() // sends c too, unless another flusher did
+		case <-c.ctx.Done():
+			return 0, s.abandon(c, lead != nil, c.ctx.Err())
+		case <-s.lifetime.Done():
+			return 0, s.abandon(c, lead != nil, retain.ErrClosed)
+		}
 	}
 }
 
-// writer sends the queued calls, one pipeline per batch, until Close.
-func (s *Store) writer() {
-	var batch []*setCall
-	for {
-		select {
-		case <-s.lifetime.Done():
-			s.wmu.Lock()
-			for _, c := range s.wqueue {
-				c.err = retain.ErrClosed
-				close(c.done)
-			}
-			s.wqueue = nil
-			s.wmu.Unlock()
+// abandon takes c out of the queue for a caller that stops waiting, and
+// returns err. A call handed a flusher's place (and that has not flushed:
+// mayLead) flushes first: the calls queued behind it count on that.
+func (s *Store) abandon(c *setCall, mayLead bool, err error) error {
+	s.wmu.Lock()
+	lead := mayLead && c.leader
+	if c.queued && !lead {
+		i := slices.Index(s.wqueue, c)
+		s.wqueue = slices.Delete(s.wqueue, i, i+1)
+		c.queued = false
+	}
+	s.wmu.Unlock()
+	if lead {
+		s.flushOne()
+	}
+	return err
+}
+
+// flushOne sends one batch from the head of the queue, then hands this
+// flusher's place to the first queued call that has none, or gives it
+// back (the queued calls, if any, hold places already).
+func (s *Store) flushOne() {
+	s.wmu.Lock()
+	n := min(len(s.wqueue), maxPipeline)
+	batch := slices.Clone(s.wqueue[:n])
+	rest := copy(s.wqueue, s.wqueue[n:]) // shift: the array is reused
+	clear(s.wqueue[rest:])
+	s.wqueue = s.wqueue[:rest]
+	for _, c := range batch {
+		c.queued = false
+	}
+	s.wmu.Unlock()
+	if n > 0 {
+		s.flush(batch)
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	for _, c := range s.wqueue {
+		if !c.leader {
+			c.leader = true
+			close(c.lead)
 			return
-		case <-s.wake:
-		}
-		for {
-			s.wmu.Lock()
-			n := min(len(s.wqueue), maxPipeline)
-			batch = append(batch[:0], s.wqueue[:n]...)
-			// Shift rather than reslice, so the queue's array is reused
-			// instead of growing for ever.
-			rest := copy(s.wqueue, s.wqueue[n:])
-			clear(s.wqueue[rest:])
-			s.wqueue = s.wqueue[:rest]
-			s.wmu.Unlock()
-			if n == 0 {
-				break
-			}
-			s.flush(batch)
-			clear(batch) // let the callers' messages go
 		}
 	}
+	s.wflushers--
 }
 
 // flush runs one batch as a pipeline and answers every call in it.

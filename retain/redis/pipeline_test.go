@@ -174,3 +174,49 @@ func TestAwaitGivesUpAfterEventWait(t *testing.T) {
 		t.Fatalf("%d waiters left", len(s.waitq))
 	}
 }
+
+// TestSetsGivenUpWhileQueued: callers that stop waiting (their context
+// ends) while queued or while handed a flusher's place neither lose the
+// calls queued behind them nor keep a place: every other Set is stored,
+// and the queue ends empty with every place given back.
+func TestSetsGivenUpWhileQueued(t *testing.T) {
+	srv := redistest.Start(t)
+	s := open(t, srv.URL(), newPrefix(), retain.Limits{})
+	const n = 400
+	var wg sync.WaitGroup
+	var stored sync.Map
+	for i := range n {
+		wg.Go(func() {
+			ctx := retaintest.Ctx(t)
+			if i%2 == 1 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, time.Duration(i%7)*50*time.Microsecond)
+				defer cancel()
+			}
+			topic := fmt.Sprintf("give-up/%d", i)
+			err := s.Set(ctx, retaintest.Msg(topic, "x"))
+			switch {
+			case err == nil:
+				stored.Store(topic, true)
+			case i%2 == 0 || !errors.Is(err, context.DeadlineExceeded):
+				t.Errorf("Set %d: %v", i, err)
+			}
+		})
+	}
+	wg.Wait()
+	s.wmu.Lock()
+	queued, places := len(s.wqueue), s.wflushers
+	s.wmu.Unlock()
+	if queued != 0 || places != 0 {
+		t.Fatalf("after every Set returned: %d queued, %d places taken", queued, places)
+	}
+	// A Set whose context ended after its command went out may be stored
+	// though it failed; every success must be.
+	for i := range n {
+		topic := fmt.Sprintf("give-up/%d", i)
+		if _, ok := stored.Load(topic); ok && retaintest.Get(t, s, topic) == nil {
+			t.Fatalf("%s reported stored, not in Redis", topic)
+		}
+	}
+	retaintest.Set(t, s, retaintest.Msg("after", "x"))
+}

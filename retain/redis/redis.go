@@ -133,10 +133,10 @@ type Store struct {
 	closed  bool
 	wg      sync.WaitGroup
 
-	// Between Set's callers and the writer goroutine (pipeline.go).
-	wmu    sync.Mutex
-	wqueue []*setCall
-	wake   chan struct{} // 1-buffered: the queue has calls
+	// Between Set's callers (pipeline.go).
+	wmu       sync.Mutex
+	wqueue    []*setCall // calls waiting for a flusher
+	wflushers int        // places taken, of flushers
 }
 
 var (
@@ -166,7 +166,6 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		lifetime: lifetime,
 		cancel:   cancel,
 		reason:   errors.New("connecting"),
-		wake:     make(chan struct{}, 1),
 	}
 	s.cat.Store(newCatalog())
 	ps, err := s.connect(ctx)
@@ -176,9 +175,6 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	}
 	s.goroutine(func() { s.run(ps) })
 	s.goroutine(s.sweeper)
-	for range writers {
-		s.goroutine(s.writer)
-	}
 	return s, nil
 }
 
@@ -387,6 +383,7 @@ func (s *Store) Set(ctx context.Context, m *core.Message) error {
 		args: [5]any{codec.Encode(m), expireAtMillis(meta.Expiry),
 			strconv.FormatInt(meta.Expiry, 10), strconv.Itoa(int(meta.Size)), m.Topic},
 		done: make(chan struct{}),
+		lead: make(chan struct{}),
 	})
 	if err != nil {
 		return s.fail(ctx, "set", err)
