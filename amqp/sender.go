@@ -98,7 +98,8 @@ var (
 // queued is one message waiting for credit.
 type queued struct {
 	m        *core.Message
-	retained bool // a stored copy for a late subscriber: x-opt-retain = true
+	retained bool            // a stored copy for a late subscriber: x-opt-retain = true
+	enc      *sharedEncoding // m's encoding shared with the publish's other links, or nil (fanout.go)
 }
 
 // msgQueue is a FIFO of messages.
@@ -331,7 +332,7 @@ func (l *outLink) Deliver(m *core.Message, _ core.Delivery) error {
 	if match.AnyMatches(l.except, m.Topic) || !l.sel.MatchMessage(m) || !l.mayRead(m.Topic) {
 		return nil
 	}
-	if ok, closed := l.offer(queued{m: m}, true); !ok && !closed {
+	if ok, closed := l.offer(queued{m: m, enc: l.c.s.fan.share(m)}, true); !ok && !closed {
 		l.c.s.opts.Metrics.Drop("amqp", "slow_consumer")
 	}
 	return nil

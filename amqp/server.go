@@ -159,6 +159,7 @@ type Server struct {
 	tlsLn    *accept.Listener // the same for TLSListen; nil when disabled
 	counters counters
 	out      *metrics.Outlet // messages out and their latency, resolved once: counted per delivery
+	fan      fanOut          // the publish being handed to receiving links (fanout.go)
 
 	mu       sync.Mutex
 	closing  bool          // Shutdown has begun: spawn refuses
