@@ -52,6 +52,7 @@ import (
 
 type config struct {
 	pubs, subs, n, size, rounds int
+	fanout                      bool // every subscriber gets every message
 	rate                        int // per publisher, msgs/s; 0 = as fast as possible
 	idle                        time.Duration
 }
@@ -104,6 +105,7 @@ func main() {
 	flag.DurationVar(&c.idle, "idle", 2*time.Second, "a phase ends when subscribers get nothing for this long")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the load clients here (the gateway's: its admin API's /debug/pprof/profile, address printed at start)")
 	gatewayArgs := flag.String("gateway-args", "", "extra gateway flags, space-separated")
+	flag.BoolVar(&c.fanout, "fanout", false, "every subscriber subscribes to every publisher's topics (amqpload/<flow>/#): each message is delivered -subs times")
 	only := flag.String("flows", "", "run only these flows, comma-separated, from mm, ma, am, aa (M = MQTT, A = AMQP; publisher first), e.g. to profile one: the first listed is the baseline of the ratios")
 	flag.Parse()
 	if *only != "" {
@@ -251,6 +253,9 @@ func runPhase(g *target, c config, f flow, round int) (result, error) {
 	var wg sync.WaitGroup
 	for j := range c.subs {
 		filter := fmt.Sprintf("%s/+/s%d", prefix, j)
+		if c.fanout {
+			filter = prefix + "/#"
+		}
 		if f.subAMQP {
 			conn, sess, err := amqpConn(ctx, g)
 			if err != nil {
@@ -355,6 +360,9 @@ func runPhase(g *target, c config, f flow, round int) (result, error) {
 		}
 	}
 	want := int64(c.pubs * c.n)
+	if c.fanout {
+		want *= int64(c.subs)
+	}
 	for s.got.Load() < want {
 		last := time.Unix(0, s.last.Load())
 		if s.last.Load() == 0 {
@@ -375,7 +383,11 @@ func runPhase(g *target, c config, f flow, round int) (result, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	slices.Sort(s.lats)
-	r := result{sent: sent.Load(), got: s.got.Load(), elapsed: end.Sub(start), cpu: cpu1 - cpu0}
+	expected := sent.Load() // deliveries due
+	if c.fanout {
+		expected *= int64(c.subs)
+	}
+	r := result{sent: expected, got: s.got.Load(), elapsed: end.Sub(start), cpu: cpu1 - cpu0}
 	if n := len(s.lats); n > 0 {
 		r.p50, r.p99 = s.lats[n/2], s.lats[n*99/100]
 	}
