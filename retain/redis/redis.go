@@ -15,8 +15,9 @@
 // the order Redis applied them and converges on Redis's own last value. A
 // gateway applies its own changes through the same event stream (Set waits
 // for its event), so its index never disagrees with the order in Redis.
-// Concurrent Sets share round trips: their script calls go to Redis as one
-// pipeline per batch (pipeline.go), each caller getting its own reply.
+// Concurrent Sets share round trips: they go to Redis as one pipeline per
+// batch, up to 32 messages per script call, each message with its own
+// event and seq and each caller with its own reply (pipeline.go).
 //
 // Outages: Open never fails because Redis is down. While the store is not
 // connected, or is rebuilding its index, every call returns an error wrapping
