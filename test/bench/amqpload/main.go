@@ -53,7 +53,7 @@ import (
 type config struct {
 	pubs, subs, n, size, rounds int
 	fanout                      bool // every subscriber gets every message
-	rate                        int // per publisher, msgs/s; 0 = as fast as possible
+	rate                        int  // per publisher, msgs/s; 0 = as fast as possible
 	idle                        time.Duration
 }
 
