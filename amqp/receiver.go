@@ -318,6 +318,15 @@ func (l *inLink) deliver(payload []byte) {
 		l.outcome(l.result(m, res))
 		return
 	}
+	if l.curSettled && m.QoS == 0 {
+		// Presettled at most once: no outcome goes back and no subscriber
+		// holds a QoS 0 message, so the held-outcome machinery (a slot,
+		// the held record, the router's acknowledgement set: three
+		// allocations per message) has nothing to wait for. result still
+		// counts what the retained store refused.
+		l.result(m, opts.Router.Publish(context.Background(), m))
+		return
+	}
 	// A subscriber may hold the outcome while it writes durably (a bridge
 	// buffer, a queue): the reader goes on meanwhile.
 	l.hold(func(h *heldPublish) {

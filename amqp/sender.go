@@ -18,8 +18,9 @@ import (
 
 // outLink is a link the client receives on and the gateway sends on: one
 // router subscription (it is the core.Subscriber) with a bounded queue.
-// Deliver runs on publishers' goroutines and never blocks: when the queue
-// is full the message is dropped and counted. The writer goroutine sends
+// Deliver runs on publishers' goroutines: when the queue is full the
+// message is dropped and counted, or, on a link that blocks on overflow,
+// the publisher waits a bounded time for room first. The writer goroutine sends
 // from the queue as the link credit and the session window allow.
 type outLink struct {
 	linkBase
@@ -33,6 +34,7 @@ type outLink struct {
 	second    bool                    // the peer's rcv-settle-mode is second
 	aclFilter string                  // what the ACL decided the attach on; "" when exempt (a temporary address)
 	aclWhole  bool                    // the link needs aclFilter allowed whole (a queue, a fallback consumer)
+	block     bool                    // a full buffer holds the publisher (Options.BlockOnOverflow)
 
 	// Set at attach, and by a reload's recheck (revoke.go); read by
 	// publishers (Deliver) and the writer.
@@ -71,6 +73,9 @@ type outLink struct {
 	closed       bool
 	cancelFeed   context.CancelFunc
 	space        chan struct{} // cap 1: the writer took a retained copy
+	room         chan struct{} // cap 1: the writer took a live message while a publisher waited
+	waiting      int           // publishers waiting for room (block)
+	stalled      bool          // a wait for room timed out: drop without waiting until half drained
 	done         chan struct{} // closed with the link
 
 	// Owned by the writer goroutine.
@@ -93,7 +98,8 @@ var (
 // queued is one message waiting for credit.
 type queued struct {
 	m        *core.Message
-	retained bool // a stored copy for a late subscriber: x-opt-retain = true
+	retained bool            // a stored copy for a late subscriber: x-opt-retain = true
+	enc      *sharedEncoding // m's encoding shared with the publish's other links, or nil (fanout.go)
 }
 
 // msgQueue is a FIFO of messages.
@@ -168,6 +174,10 @@ func (s *session) attachOut(a *frames.Attach) error {
 		second:   a.RcvSettleMode != nil && *a.RcvSettleMode == frames.ReceiverSettleModeSecond,
 		space:    make(chan struct{}, 1),
 		done:     make(chan struct{}),
+		block:    linkBlocks(a.Properties, c.s.opts.BlockOnOverflow),
+	}
+	if l.block {
+		l.room = make(chan struct{}, 1)
 	}
 	if a.SndSettleMode != nil {
 		l.sndMode = *a.SndSettleMode
@@ -314,27 +324,61 @@ func (s *session) attachOut(a *frames.Attach) error {
 	return nil
 }
 
-// Deliver implements core.Subscriber. It must not block.
+// Deliver implements core.Subscriber. It does not block on the network:
+// it queues, or drops when the link's buffer is full; a link that blocks
+// on overflow (Options.BlockOnOverflow) waits for room first, bounded by
+// OverflowWait and at most once until the link drains (offer).
 func (l *outLink) Deliver(m *core.Message, _ core.Delivery) error {
 	if match.AnyMatches(l.except, m.Topic) || !l.sel.MatchMessage(m) || !l.mayRead(m.Topic) {
 		return nil
 	}
-	if ok, closed := l.offer(queued{m: m}); !ok && !closed {
+	if ok, closed := l.offer(queued{m: m, enc: l.c.s.fan.share(m)}, true); !ok && !closed {
 		l.c.s.opts.Metrics.Drop("amqp", "slow_consumer")
 	}
 	return nil
 }
 
-// offer queues q unless the link is closed or its queue is full.
-func (l *outLink) offer(q queued) (ok, closed bool) {
+// offer queues q unless the link is closed or its queue is full. With
+// mayWait, a link that blocks on overflow first waits (on the publisher's
+// goroutine) up to OverflowWait for the writer to make room; a wait in
+// vain stalls the link: it then drops without waiting until the writer
+// has drained half of it. A shared or durable subscription offers to its
+// members without waiting: it tries the next one instead.
+func (l *outLink) offer(q queued, mayWait bool) (ok, closed bool) {
+	var timer *time.Timer
 	l.mu.Lock()
-	if l.closed {
+	for {
+		if l.closed {
+			l.mu.Unlock()
+			return false, true
+		}
+		if l.live.len() < l.c.s.opts.LinkBuffer {
+			break
+		}
+		if !mayWait || !l.block || l.stalled {
+			l.mu.Unlock()
+			return false, false
+		}
+		if timer == nil {
+			timer = time.NewTimer(l.c.s.opts.OverflowWait)
+			defer timer.Stop()
+		}
+		l.waiting++
 		l.mu.Unlock()
-		return false, true
-	}
-	if l.live.len() >= l.c.s.opts.LinkBuffer {
-		l.mu.Unlock()
-		return false, false
+		timedOut := false
+		select {
+		case <-l.room:
+		case <-l.done:
+		case <-timer.C:
+			timedOut = true
+		}
+		l.mu.Lock()
+		l.waiting--
+		if timedOut {
+			l.stalled = true
+			l.mu.Unlock()
+			return false, false
+		}
 	}
 	l.live.push(q)
 	wake := !l.ready
@@ -344,6 +388,29 @@ func (l *outLink) offer(q queued) (ok, closed bool) {
 		l.c.markReady(l)
 	}
 	return true, false
+}
+
+// linkOverflowProp is the attach property by which a client chooses, for
+// one receiving link, what a full buffer does: "drop" or "block"
+// (Options.BlockOnOverflow). Anything else leaves the server's choice.
+const linkOverflowProp encoding.Symbol = "tolsey:link-overflow"
+
+func linkBlocks(props encoding.Fields, def bool) bool {
+	v, _ := props.Get(linkOverflowProp)
+	var s string
+	switch v := v.(type) {
+	case string:
+		s = v
+	case encoding.Symbol:
+		s = string(v)
+	}
+	switch s {
+	case "block":
+		return true
+	case "drop":
+		return false
+	}
+	return def
 }
 
 // feedRetained queues the stored copies due to this late subscriber
@@ -413,7 +480,19 @@ func (l *outLink) pop() (queued, bool) {
 	if !l.retainedDone {
 		return queued{}, false
 	}
-	return l.live.pop()
+	q, ok := l.live.pop()
+	if l.block {
+		if l.waiting > 0 {
+			select {
+			case l.room <- struct{}{}:
+			default:
+			}
+		}
+		if l.stalled && l.live.len() <= l.c.s.opts.LinkBuffer/2 {
+			l.stalled = false
+		}
+	}
+	return q, ok
 }
 
 // queuedLen is the number of messages waiting (flow "available").

@@ -67,6 +67,17 @@ type Options struct {
 	// (default 1000). Beyond it new messages for that link are dropped and
 	// counted (tolsey_messages_dropped_total{reason="slow_consumer"}).
 	LinkBuffer int
+	// BlockOnOverflow makes a receiving link whose LinkBuffer is full
+	// hold the publisher (Deliver waits) for up to OverflowWait for room,
+	// instead of dropping at once: a consumer that keeps up with bursts
+	// loses nothing, as NATS stalls a producer. A link that made a
+	// publisher wait in vain drops (counted) without waiting until it has
+	// drained to half its buffer, so a stuck consumer costs each
+	// publisher at most one wait. A client chooses per link with the
+	// attach property "tolsey:link-overflow" = "drop" or "block".
+	BlockOnOverflow bool
+	// OverflowWait bounds one wait for room (default 100 ms).
+	OverflowWait time.Duration
 	// MaxSessions bounds the sessions of one connection (default 256, at
 	// most 65536): announced as channel-max = MaxSessions-1 in open, and a
 	// begin on a higher channel closes the connection with
@@ -124,6 +135,7 @@ type Options struct {
 const (
 	defaultMaxFrameSize = 65536
 	defaultLinkBuffer   = 1000
+	defaultOverflowWait = 100 * time.Millisecond
 	defaultMaxSessions  = 256  // channel-max 255
 	defaultMaxLinks     = 1000 // per connection; handle-max 1999
 	defaultMaxTxnMsgs   = 1000
@@ -152,6 +164,7 @@ type Server struct {
 	tlsLn    *accept.Listener // the same for TLSListen; nil when disabled
 	counters counters
 	out      *metrics.Outlet // messages out and their latency, resolved once: counted per delivery
+	fan      fanOut          // the publish being handed to receiving links (fanout.go)
 
 	mu       sync.Mutex
 	closing  bool          // Shutdown has begun: spawn refuses
@@ -190,6 +203,9 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.LinkBuffer <= 0 {
 		opts.LinkBuffer = defaultLinkBuffer
+	}
+	if opts.OverflowWait <= 0 {
+		opts.OverflowWait = defaultOverflowWait
 	}
 	if opts.MaxSessions <= 0 {
 		opts.MaxSessions = defaultMaxSessions

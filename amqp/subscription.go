@@ -117,7 +117,7 @@ func (s *subscription) Deliver(m *core.Message, _ core.Delivery) error {
 				continue
 			}
 			readers++
-			ok, c := l.offer(q)
+			ok, c := l.offer(q, false)
 			if ok {
 				return nil
 			}

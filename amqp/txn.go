@@ -303,7 +303,7 @@ func (c *conn) rollbackAcks(t *txn) {
 		case l.group != nil:
 			l.group.requeue([]queued{a.p.q}) // to the subscription: a member, or its backlog
 		default:
-			l.offer(a.p.q) // behind what the link holds; dropped if it is closed or full
+			l.offer(a.p.q, false) // behind what the link holds; dropped if it is closed or full
 		}
 	}
 	t.acks = nil

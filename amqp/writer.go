@@ -524,8 +524,22 @@ func (w *writer) sendDelivery(l *outLink, q queued, d *queue.Delivery, qc *queue
 	} else {
 		settled = l.presettle(m)
 	}
-	w.msg.Reset()
-	if err := w.enc.encode(&w.msg, m, q.retained, srv.jmsKindFor(m.Topic), replyKind, h, w.now); err != nil {
+	var payload []byte
+	var err error
+	encode := func() error {
+		if encodeHook != nil {
+			encodeHook()
+		}
+		return w.enc.encode(&w.msg, m, q.retained, srv.jmsKindFor(m.Topic), replyKind, h, w.now)
+	}
+	if q.enc != nil && d == nil {
+		payload, err = w.sharedBytes(q.enc, encode)
+	} else {
+		w.msg.Reset()
+		err = encode()
+		payload = w.msg.Written()
+	}
+	if err != nil {
 		w.c.log.Warn("amqp message not encodable", "topic", m.Topic, "error", err)
 		srv.opts.Metrics.Drop("amqp", "encode")
 		if d != nil && !l.browse {
@@ -554,7 +568,7 @@ func (w *writer) sendDelivery(l *outLink, q queued, d *queue.Delivery, qc *queue
 		srv.out.Out(m.Created)
 	}
 	l.partialMsg = q
-	w.transfers(l, id, true, w.msg.Written(), settled, false)
+	w.transfers(l, id, true, payload, settled, false)
 	if l.partial == nil {
 		l.partialMsg = queued{}
 	}

@@ -40,6 +40,8 @@ func (g *Gateway) startAMQP(context.Context) error {
 		AllowAnonymous:        g.cfg.AMQP.AllowAnonymous,
 		Users:                 g.cfg.AMQP.Users,
 		LinkBuffer:            g.cfg.AMQP.LinkBuffer,
+		BlockOnOverflow:       g.cfg.AMQP.LinkBlock,
+		OverflowWait:          g.cfg.AMQP.LinkBlockWait,
 		WriteTimeout:          g.cfg.AMQP.WriteTimeout,
 		SendBuffer:            g.cfg.Limits.SendBuffer,
 		MaxSessions:           g.cfg.AMQP.MaxSessions,

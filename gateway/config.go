@@ -96,6 +96,8 @@ var keyDefs = []keyDef{
 	{name: "amqp.allowAnonymous", def: "true", kind: kindBool, help: "accept SASL ANONYMOUS and clients that skip SASL"},
 	{name: "amqp.users", def: "", kind: kindString, optional: true, help: "SASL PLAIN users as user:password,user2:password2 (until an auth issue lands)"},
 	{name: "amqp.linkBuffer", def: "1000", kind: kindInt, max: 1 << 20, help: "messages queued per AMQP receiving link before new ones are dropped and counted (slow consumer)"},
+	{name: "amqp.linkOverflow", def: "drop", kind: kindEnum, enum: []string{"drop", "block"}, help: "what a message finds when an AMQP receiving link's amqp.linkBuffer is full: drop (counted, slow_consumer) or block (the publisher waits up to amqp.linkOverflowWait for room, then drops and counts; docs/amqp-frontend.md); a link may choose with the attach property tolsey:link-overflow"},
+	{name: "amqp.linkOverflowWait", def: "100ms", kind: kindDuration, help: "with amqp.linkOverflow=block, the longest a publisher waits for room on one full link; a link that made one wait in vain drops without waiting until it has drained to half"},
 	{name: "amqp.writeTimeout", def: "30s", kind: kindDuration, help: "a client that does not take what the gateway writes to it for this long (a stuck socket, heartbeats included) is disconnected and counted; 0 disables"},
 	{name: "amqp.maxSessions", def: "256", kind: kindInt, max: 1 << 16, help: "sessions per AMQP connection (announced as channel-max; a begin above it closes the connection with framing-error)"},
 	{name: "amqp.bareAddress", def: "topic", kind: kindEnum, enum: []string{"topic", "queue"}, help: "what an AMQP address with neither prefix (topic://, queue://) nor capability names when no queue of that name exists: topic, or queue (created on first use with queues.autoCreate, as ActiveMQ Artemis, RabbitMQ and Qpid Broker-J do); addresses with MQTT wildcards stay topic filters"},
@@ -196,6 +198,8 @@ type Config struct {
 		AllowAnonymous bool
 		Users          map[string]string
 		LinkBuffer     int
+		LinkBlock      bool          // amqp.linkOverflow = block
+		LinkBlockWait  time.Duration // amqp.linkOverflowWait
 		MaxSessions    int
 		MaxLinks       int
 		MaxSelector    int // amqp.maxSelectorLength
@@ -484,6 +488,8 @@ func buildConfig(k *koanf.Koanf, byName map[string]*keyDef) (*Config, error) {
 	c.AMQP.IdleTimeout = dur("amqp.idleTimeout")
 	c.AMQP.AllowAnonymous = get("amqp.allowAnonymous") == "true"
 	c.AMQP.LinkBuffer = int(num("amqp.linkBuffer"))
+	c.AMQP.LinkBlock = get("amqp.linkOverflow") == "block"
+	c.AMQP.LinkBlockWait = dur("amqp.linkOverflowWait")
 	c.AMQP.WriteTimeout = dur("amqp.writeTimeout")
 	c.AMQP.MaxSessions = int(num("amqp.maxSessions"))
 	c.AMQP.MaxLinks = int(num("amqp.maxLinksPerConnection"))

@@ -198,13 +198,14 @@ func (s *Store) apply(ev string) error {
 	}
 	s.mu.Lock()
 	s.applied = max(s.applied, seq)
-	s.broadcastLocked()
+	s.wakeAppliedLocked()
 	s.mu.Unlock()
 	return nil
 }
 
-// sweeper removes expired topics from the index on a timer. Redis has
-// already dropped (or will drop) the keys.
+// sweeper removes expired topics from the index on a timer (Redis has
+// already dropped, or will drop, the keys) and wakes Sets that have waited
+// EventWait for their event.
 func (s *Store) sweeper() {
 	t := time.NewTicker(s.opts.SweepInterval)
 	defer t.Stop()
@@ -214,7 +215,9 @@ func (s *Store) sweeper() {
 			return
 		case <-t.C:
 		}
-		s.cat.Load().Expire(codec.ExpiryNanos(s.now()), math.MaxInt)
+		now := s.now()
+		s.cat.Load().Expire(codec.ExpiryNanos(now), math.MaxInt)
+		s.wakeLate(now.UnixNano())
 	}
 }
 

@@ -4,8 +4,11 @@
 //
 //	go run ./test/bench/amqpload [-pubs 4 -subs 4 -n 20000 -size 64 -rounds 2]
 //
-// It starts one gateway in-process (retain.backend=memory, every listener on
-// a free port). Per round and flow it connects fresh clients: P publishers
+// It builds cmd/gateway and runs it as a child process (retain.backend=
+// memory, every listener on a free port), so that the gateway's own CPU
+// per delivered message (utime+stime from /proc/PID/stat, before and after
+// each phase) is printed apart from the clients'; -gateway-args adds
+// flags (e.g. "--amqp.linkBuffer=4096"). Per round and flow it connects fresh clients: P publishers
 // and S subscribers; paho.golang MQTT 5 clients for MQTT, go-amqp for AMQP.
 // Publisher i sends n messages round-robin on amqpload/<flow>/p{i}/s{j};
 // subscriber j listens on amqpload/<flow>/+/s{j}, so each message is
@@ -30,12 +33,12 @@ import (
 	"encoding/binary"
 	"flag"
 	"fmt"
-	"io"
-	"log/slog"
 	"net"
 	"os"
+	"regexp"
 	"runtime/pprof"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"text/tabwriter"
@@ -44,12 +47,13 @@ import (
 	goamqp "github.com/Azure/go-amqp"
 	"github.com/eclipse/paho.golang/paho"
 
-	"github.com/tolsey/tolsey/gateway"
+	"github.com/tolsey/tolsey/test/bench/internal/rig"
 )
 
 type config struct {
 	pubs, subs, n, size, rounds int
-	rate                        int // per publisher, msgs/s; 0 = as fast as possible
+	fanout                      bool // every subscriber gets every message
+	rate                        int  // per publisher, msgs/s; 0 = as fast as possible
 	idle                        time.Duration
 }
 
@@ -71,9 +75,24 @@ type result struct {
 	sent, got int64
 	elapsed   time.Duration
 	p50, p99  time.Duration
+	cpu       time.Duration // the gateway's, during the phase
 }
 
 func (r result) rate() float64 { return float64(r.got) / r.elapsed.Seconds() }
+
+// cpuPerMsg is the gateway's CPU per delivered message, in µs.
+func (r result) cpuPerMsg() float64 {
+	return float64(r.cpu) / float64(time.Microsecond) / float64(max(r.got, 1))
+}
+
+// target is the gateway under load: a child process.
+type target struct {
+	child      *rig.Child
+	mqtt, amqp string
+}
+
+func (t *target) MQTTAddr() string { return t.mqtt }
+func (t *target) AMQPAddr() string { return t.amqp }
 
 func main() {
 	var c config
@@ -84,8 +103,22 @@ func main() {
 	flag.IntVar(&c.rounds, "rounds", 2, "rounds; the order of flows rotates")
 	flag.IntVar(&c.rate, "rate", 0, "messages/s per publisher; 0 = as fast as possible (the throughput goal is measured so)")
 	flag.DurationVar(&c.idle, "idle", 2*time.Second, "a phase ends when subscribers get nothing for this long")
-	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile (gateway and clients together) here")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the load clients here (the gateway's: its admin API's /debug/pprof/profile, address printed at start)")
+	gatewayArgs := flag.String("gateway-args", "", "extra gateway flags, space-separated")
+	flag.BoolVar(&c.fanout, "fanout", false, "every subscriber subscribes to every publisher's topics (amqpload/<flow>/#): each message is delivered -subs times")
+	only := flag.String("flows", "", "run only these flows, comma-separated, from mm, ma, am, aa (M = MQTT, A = AMQP; publisher first), e.g. to profile one: the first listed is the baseline of the ratios")
 	flag.Parse()
+	if *only != "" {
+		var picked []flow
+		for _, k := range strings.Split(*only, ",") {
+			i := slices.Index([]string{"mm", "ma", "am", "aa"}, strings.TrimSpace(k))
+			if i < 0 {
+				fatal(fmt.Errorf("-flows: unknown flow %q", k))
+			}
+			picked = append(picked, flows[i])
+		}
+		flows = picked
+	}
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
 		if err != nil {
@@ -98,28 +131,29 @@ func main() {
 	}
 	c.size = max(c.size, 8)
 
-	g, err := startGateway()
+	r, err := rig.New()
 	if err != nil {
 		fatal(err)
 	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = g.Stop(ctx)
-	}()
-	fmt.Printf("gateway mqtt=%s amqp=%s; %d publishers × %d messages of %d B → %d subscribers, %d rounds\n",
-		g.MQTTAddr(), g.AMQPAddr(), c.pubs, c.n, c.size, c.subs, c.rounds)
+	defer r.Close()
+	g, err := startGateway(r, strings.Fields(*gatewayArgs))
+	if err != nil {
+		r.Fatal(err)
+	}
+	fmt.Printf("gateway pid=%d mqtt=%s amqp=%s admin=%s; %d publishers × %d messages of %d B → %d subscribers, %d rounds\n",
+		g.child.PID, g.MQTTAddr(), g.AMQPAddr(), g.child.Admin, c.pubs, c.n, c.size, c.subs, c.rounds)
 
 	results := map[string][]result{}
 	for round := range c.rounds {
 		for k := range flows {
 			f := flows[(k+round)%len(flows)]
-			r, err := runPhase(g, c, f, round)
+			res, err := runPhase(g, c, f, round)
 			if err != nil {
-				fatal(fmt.Errorf("%s: %w", f.name, err))
+				r.Fatal(fmt.Errorf("%s: %w", f.name, err))
 			}
-			results[f.name] = append(results[f.name], r)
-			fmt.Printf("round %d %-10s %9.0f msg/s  got %d/%d  p50 %v  p99 %v\n", round+1, f.name, r.rate(), r.got, r.sent, r.p50, r.p99)
+			results[f.name] = append(results[f.name], res)
+			fmt.Printf("round %d %-10s %9.0f msg/s  got %d/%d  p50 %v  p99 %v  gateway CPU %.1f µs/msg\n",
+				round+1, f.name, res.rate(), res.got, res.sent, res.p50, res.p99, res.cpuPerMsg())
 		}
 	}
 
@@ -130,7 +164,16 @@ func main() {
 	base := best(flows[0].name)
 	fmt.Println()
 	tw := tabwriter.NewWriter(os.Stdout, 2, 8, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "flow\tmsg/s (best)\tloss\tp50\tp99\t× MQTT→MQTT\t")
+	fmt.Fprintln(tw, "flow\tmsg/s (best)\tloss\tp50\tp99\t× MQTT→MQTT\tgateway CPU/msg (mean)\t× MQTT→MQTT\t")
+	meanCPU := func(name string) float64 {
+		var cpu time.Duration
+		var got int64
+		for _, r := range results[name] {
+			cpu, got = cpu+r.cpu, got+r.got
+		}
+		return result{cpu: cpu, got: got}.cpuPerMsg()
+	}
+	baseCPU := meanCPU(flows[0].name)
 	ok := true
 	for _, f := range flows {
 		r := best(f.name)
@@ -140,29 +183,37 @@ func main() {
 			mark = "  < 0.8"
 			ok = false
 		}
-		fmt.Fprintf(tw, "%s\t%.0f\t%.2f%%\t%v\t%v\t%.2f%s\t\n", f.name, r.rate(), 100*float64(r.sent-r.got)/float64(r.sent),
-			r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond), ratio, mark)
+		cpu := meanCPU(f.name)
+		fmt.Fprintf(tw, "%s\t%.0f\t%.2f%%\t%v\t%v\t%.2f%s\t%.1f µs\t%.2f\t\n", f.name, r.rate(), 100*float64(r.sent-r.got)/float64(r.sent),
+			r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond), ratio, mark, cpu, cpu/baseCPU)
 	}
 	tw.Flush()
 	if !ok {
 		fmt.Println("goal not met: a cross-protocol flow is below 0.8× MQTT→MQTT")
+		r.Close()
 		os.Exit(1)
 	}
 	fmt.Println("goal met: every cross-protocol flow ≥ 0.8× MQTT→MQTT")
 }
 
-func startGateway() (*gateway.Gateway, error) {
-	dir, err := os.MkdirTemp("", "amqpload")
+var amqpListening = regexp.MustCompile(`msg="amqp listening".* addr=(\S+)`)
+
+func startGateway(r *rig.Rig, extra []string) (*target, error) {
+	bin, err := r.Build("gateway", "./cmd/gateway")
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := gateway.LoadConfig([]string{"--mqtt.listen=127.0.0.1:0", "--amqp.listen=127.0.0.1:0", "--admin.listen=",
-		"--retain.backend=memory", "--data.dir=" + dir, "--node.id=amqpload"}, nil, io.Discard)
+	// Later flags win: this AMQP listener replaces the rig's none.
+	args := append([]string{"--amqp.listen=127.0.0.1:0", "--retain.backend=memory"}, extra...)
+	c, err := r.StartGateway("amqpload", bin, args...)
 	if err != nil {
 		return nil, err
 	}
-	g := gateway.New(cfg, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})))
-	return g, g.Start(context.Background())
+	m := amqpListening.FindStringSubmatch(c.Output())
+	if m == nil {
+		return nil, fmt.Errorf("no AMQP address in the gateway's log:\n%s", c.Output())
+	}
+	return &target{child: c, mqtt: c.Addr, amqp: m[1]}, nil
 }
 
 // sink counts what the subscribers of a phase receive.
@@ -185,7 +236,7 @@ func (s *sink) take(payload []byte) {
 	s.last.Store(now.UnixNano())
 }
 
-func runPhase(g *gateway.Gateway, c config, f flow, round int) (result, error) {
+func runPhase(g *target, c config, f flow, round int) (result, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	prefix := fmt.Sprintf("amqpload/r%d%s", round, map[bool]string{true: "a", false: "m"}[f.pubAMQP])
@@ -202,6 +253,9 @@ func runPhase(g *gateway.Gateway, c config, f flow, round int) (result, error) {
 	var wg sync.WaitGroup
 	for j := range c.subs {
 		filter := fmt.Sprintf("%s/+/s%d", prefix, j)
+		if c.fanout {
+			filter = prefix + "/#"
+		}
 		if f.subAMQP {
 			conn, sess, err := amqpConn(ctx, g)
 			if err != nil {
@@ -273,6 +327,10 @@ func runPhase(g *gateway.Gateway, c config, f flow, round int) (result, error) {
 			topics[i] = append(topics[i], fmt.Sprintf("%s/p%d/s%d", prefix, i, j))
 		}
 	}
+	cpu0, err := g.child.CPU()
+	if err != nil {
+		return result{}, err
+	}
 	start := time.Now()
 	var sent atomic.Int64
 	errs := make(chan error, c.pubs)
@@ -302,6 +360,9 @@ func runPhase(g *gateway.Gateway, c config, f flow, round int) (result, error) {
 		}
 	}
 	want := int64(c.pubs * c.n)
+	if c.fanout {
+		want *= int64(c.subs)
+	}
 	for s.got.Load() < want {
 		last := time.Unix(0, s.last.Load())
 		if s.last.Load() == 0 {
@@ -313,19 +374,27 @@ func runPhase(g *gateway.Gateway, c config, f flow, round int) (result, error) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	end := time.Unix(0, s.last.Load())
+	cpu1, err := g.child.CPU()
+	if err != nil {
+		return result{}, err
+	}
 	cancel()
 	wg.Wait()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	slices.Sort(s.lats)
-	r := result{sent: sent.Load(), got: s.got.Load(), elapsed: end.Sub(start)}
+	expected := sent.Load() // deliveries due
+	if c.fanout {
+		expected *= int64(c.subs)
+	}
+	r := result{sent: expected, got: s.got.Load(), elapsed: end.Sub(start), cpu: cpu1 - cpu0}
 	if n := len(s.lats); n > 0 {
 		r.p50, r.p99 = s.lats[n/2], s.lats[n*99/100]
 	}
 	return r, nil
 }
 
-func amqpConn(ctx context.Context, g *gateway.Gateway) (*goamqp.Conn, *goamqp.Session, error) {
+func amqpConn(ctx context.Context, g *target) (*goamqp.Conn, *goamqp.Session, error) {
 	conn, err := goamqp.Dial(ctx, "amqp://"+g.AMQPAddr(), &goamqp.ConnOptions{SASLType: goamqp.SASLTypeAnonymous()})
 	if err != nil {
 		return nil, nil, err
@@ -338,7 +407,7 @@ func amqpConn(ctx context.Context, g *gateway.Gateway) (*goamqp.Conn, *goamqp.Se
 	return conn, sess, nil
 }
 
-func mqttConn(ctx context.Context, g *gateway.Gateway, id string, onMsg func(*paho.Publish)) (*paho.Client, error) {
+func mqttConn(ctx context.Context, g *target, id string, onMsg func(*paho.Publish)) (*paho.Client, error) {
 	nc, err := net.Dial("tcp", g.MQTTAddr())
 	if err != nil {
 		return nil, err

@@ -1,7 +1,7 @@
 // Command retained measures what retained messages cost: memory per stored
 // message and the time a late subscriber waits for the ones it matches.
 //
-//	go run ./test/bench/retained [-n 1000000] [-targets memory,embedded,redis,mochi]
+//	go run ./test/bench/retained [-n 1000000] [-targets memory,embedded,redis,mochi] [-pubs 4 | -pubs 1,64]
 //
 // For each target in turn (the gateway with retain.backend=memory, embedded
 // and redis — against a real redis-server started on a free port without
@@ -14,6 +14,11 @@
 // bench/dev{g}/+ (exactly 100 retained topics, bench/dev{g}/s{0..99}, for
 // N/100 groups) and the clock runs from SUBSCRIBE sent to the 100th message
 // received.
+//
+// -pubs takes a list: each target runs once per publisher count, side by
+// side (64 publishers stand for a bulk import or a bridge), and the table
+// gives the server's (and redis-server's) CPU per stored message, the
+// figure that stays comparable on a busy machine.
 //
 // Goals (docs/benchmarks.md, "Goals"): ≤ 1 KiB RSS per retained message on
 // every backend (bare mochi was measured at ~4.8 KiB); late-subscription
@@ -44,6 +49,7 @@ type config struct {
 	n, size, pubs, samples int
 	embeddedPubs           int
 	settle                 time.Duration
+	pubsList               []int // -pubs: one column per count and target
 }
 
 // result is one target's column in the table.
@@ -58,6 +64,8 @@ type result struct {
 	heapAfter     float64 // go_memstats_heap_inuse_bytes (gateway)
 	redisBefore   int64
 	redisAfter    int64
+	loadCPU       time.Duration // server CPU spent loading
+	redisCPU      time.Duration // redis-server's
 	lat           []time.Duration
 	short         int // late subscriptions that got fewer than 100
 	wrongRetain   int // messages without RETAIN=1
@@ -65,10 +73,10 @@ type result struct {
 
 func main() {
 	var c config
-	var targets string
+	var targets, pubs string
 	flag.IntVar(&c.n, "n", 1_000_000, "retained messages to store (rounded up to a multiple of 100)")
 	flag.IntVar(&c.size, "size", 64, "payload bytes")
-	flag.IntVar(&c.pubs, "pubs", 4, "publishers loading the store")
+	flag.StringVar(&pubs, "pubs", "4", "publishers loading the store; a comma list (1,64) runs each target once per count, side by side")
 	flag.IntVar(&c.embeddedPubs, "embedded-pubs", 64, "publishers loading the embedded store (each Set waits for its fsync, so one connection stores ~200 msgs/s)")
 	flag.IntVar(&c.samples, "samples", 200, "late subscriptions timed per target")
 	flag.DurationVar(&c.settle, "settle", 30*time.Second, "longest wait for RSS to settle")
@@ -76,6 +84,11 @@ func main() {
 	flag.Parse()
 	c.n = (c.n + group - 1) / group * group
 	c.size = max(c.size, 8)
+	var err error
+	if c.pubsList, err = rig.IntList(pubs, 1); err != nil {
+		fmt.Fprintln(os.Stderr, "-pubs:", err)
+		os.Exit(2)
+	}
 
 	r, err := rig.New()
 	if err != nil {
@@ -100,14 +113,20 @@ func main() {
 	var results []*result
 	for _, t := range strings.Split(targets, ",") {
 		t = strings.TrimSpace(t)
-		fmt.Fprintf(os.Stderr, "== %s\n", t)
-		res, err := runTarget(r, &c, t, gwBin, mochiBin)
-		if err != nil {
-			// Keep the other targets' figures: report the failure in the table.
-			fmt.Fprintf(os.Stderr, "   %s failed: %v\n", t, err)
-			res = &result{name: t + " (failed)", stored: -1, err: err}
+		for _, p := range c.pubsList {
+			c.pubs = p
+			fmt.Fprintf(os.Stderr, "== %s, %d publishers\n", t, p)
+			res, err := runTarget(r, &c, t, gwBin, mochiBin)
+			if err != nil {
+				// Keep the other targets' figures: report the failure in the table.
+				fmt.Fprintf(os.Stderr, "   %s failed: %v\n", t, err)
+				res = &result{name: t + " (failed)", stored: -1, err: err}
+			}
+			results = append(results, res)
+			if t == "embedded" {
+				break // -embedded-pubs, not -pubs, sets its publishers
+			}
 		}
-		results = append(results, res)
 	}
 	printTable(&c, results)
 }
@@ -153,11 +172,22 @@ func runTarget(r *rig.Rig, c *config, t, gwBin, mochiBin string) (*result, error
 		lc.pubs = c.embeddedPubs
 	}
 	res.pubs = lc.pubs
+	cpu0, _ := srv.CPU()
+	var rcpu0 time.Duration
+	if redis != nil {
+		rcpu0, _ = redis.CPU()
+	}
 	start := time.Now()
 	if err := load(srv.Addr, &lc); err != nil {
 		return nil, fmt.Errorf("load: %w", err)
 	}
 	res.load = time.Since(start)
+	cpu1, _ := srv.CPU()
+	res.loadCPU = cpu1 - cpu0
+	if redis != nil {
+		rcpu1, _ := redis.CPU()
+		res.redisCPU = rcpu1 - rcpu0
+	}
 	fmt.Fprintf(os.Stderr, "   stored %d in %v (%.0f msgs/s)\n", c.n, res.load.Round(time.Millisecond), float64(c.n)/res.load.Seconds())
 
 	if m, err := srv.Metrics(); err == nil {
@@ -303,6 +333,15 @@ func printTable(c *config, results []*result) {
 	row("loading publishers", func(r *result) string { return fmt.Sprint(r.pubs) })
 	row("load time", func(r *result) string { return r.load.Round(time.Millisecond).String() })
 	row("load rate (msgs/s)", func(r *result) string { return fmt.Sprintf("%.0f", float64(c.n)/r.load.Seconds()) })
+	row("server CPU per stored msg", func(r *result) string {
+		return fmt.Sprintf("%.1f µs", float64(r.loadCPU)/float64(time.Microsecond)/float64(c.n))
+	})
+	row("redis-server CPU per stored msg", func(r *result) string {
+		if r.redisCPU == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.1f µs", float64(r.redisCPU)/float64(time.Microsecond)/float64(c.n))
+	})
 	row("server RSS before", func(r *result) string { return rig.MiB(r.before) })
 	row("server RSS after", func(r *result) string { return rig.MiB(r.after) })
 	row("server RSS per retained msg", func(r *result) string { return fmt.Sprintf("%.0f B", perMsg(r.before, r.after)) })

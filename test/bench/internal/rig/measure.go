@@ -130,3 +130,17 @@ func MiB(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
 
 // Ms formats a duration in milliseconds.
 func Ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
+
+// IntList parses a flag's comma-separated list of integers, each at least
+// least.
+func IntList(s string, least int) ([]int, error) {
+	var out []int
+	for _, p := range strings.Split(s, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(p))
+		if err != nil || v < least {
+			return nil, fmt.Errorf("bad number %q in %q (at least %d)", p, s, least)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
