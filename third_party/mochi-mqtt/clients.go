@@ -20,6 +20,7 @@ import (
 
 	"github.com/rs/xid"
 
+	"github.com/mochi-mqtt/server/v2/mempool"
 	"github.com/mochi-mqtt/server/v2/packets"
 )
 
@@ -940,8 +941,22 @@ func (cl *Client) writePacket(pk packets.Packet, wait bool) error {
 
 	pk = cl.ops.hooks.OnPacketEncode(cl, pk)
 
+	buf := writeBufs.Get() // gateway patch 21: was new(bytes.Buffer), per packet
+	err := cl.encodeWrite(&pk, buf, wait)
+	writeBufs.Put(buf)
+	return err
+}
+
+// writeBufs holds the buffers packets are encoded into and writes are
+// batched in (gateway patch 21): taken for one packet or one batch and
+// put back after it, so neither allocates per packet and an idle
+// connection holds none. A buffer grown past 64 KiB is not kept.
+var writeBufs = mempool.NewBuffer(64 << 10)
+
+// encodeWrite is writePacket once pk is prepared: it encodes pk into buf
+// and writes it. OnPacketSent gets buf's bytes, valid during the call only.
+func (cl *Client) encodeWrite(pk *packets.Packet, buf *bytes.Buffer, wait bool) error {
 	var err error
-	buf := new(bytes.Buffer)
 	switch pk.FixedHeader.Type {
 	case packets.Connect:
 		err = pk.ConnectEncode(buf)
@@ -995,7 +1010,7 @@ func (cl *Client) writePacket(pk packets.Packet, wait bool) error {
 		atomic.AddInt64(&cl.ops.info.MessagesSent, 1)
 	}
 
-	cl.ops.hooks.OnPacketSent(cl, pk, buf.Bytes())
+	cl.ops.hooks.OnPacketSent(cl, *pk, buf.Bytes())
 
 	return err
 }
@@ -1021,7 +1036,8 @@ func (cl *Client) writeEncoded(b []byte, typ byte, wait bool) (int64, error) {
 		if typ != packets.Disconnect {
 			return 0, ErrWriteBusy
 		}
-		cl.Net.pending.Store(&b)
+		p := bytes.Clone(b) // written later by another goroutine; b's buffer goes back to the pool
+		cl.Net.pending.Store(&p)
 		cl.writePending()
 		return int64(len(b)), nil
 	}
@@ -1075,7 +1091,7 @@ func (cl *Client) writeLocked(b []byte, flush bool) (int64, error) {
 		if len(b) >= cl.ops.options.ClientNetWriteBufferSize {
 			return cl.writeOut(b)
 		}
-		cl.Net.outbuf = new(bytes.Buffer)
+		cl.Net.outbuf = writeBufs.Get() // gateway patch 21: was new(bytes.Buffer), per batch
 	}
 
 	n, _ := cl.Net.outbuf.Write(b) // will always be successful
@@ -1128,6 +1144,7 @@ func (cl *Client) flushOutbuf() (err error) {
 
 	_, err = cl.writeOut(cl.Net.outbuf.Bytes())
 	if err == nil {
+		writeBufs.Put(cl.Net.outbuf)
 		cl.Net.outbuf = nil
 	}
 	return

@@ -1214,6 +1214,9 @@ func (s *Server) publishToSubscribers(pk packets.Packet) {
 
 	subscribers := s.Topics.Subscribers(pk.TopicName)
 	if len(subscribers.Shared) > 0 {
+		if subscribers.SharedSelected == nil { // gateway patch 21: made only when needed
+			subscribers.SharedSelected = map[string]packets.Subscription{}
+		}
 		subscribers = s.hooks.OnSelectSubscribers(subscribers, pk)
 		if len(subscribers.SharedSelected) == 0 {
 			subscribers.SelectShared()
@@ -1249,9 +1252,11 @@ func (s *Server) publishToClient(cl *Client, sub packets.Subscription, pk packet
 	}
 
 	if len(sub.Identifiers) > 0 { // [MQTT-3.3.4-3]
-		out.Properties.SubscriptionIdentifier = []int{}
+		out.Properties.SubscriptionIdentifier = nil // gateway patch 21: only ids > 0 (0 was never encoded), no slice without one
 		for _, id := range sub.Identifiers {
-			out.Properties.SubscriptionIdentifier = append(out.Properties.SubscriptionIdentifier, id) // [MQTT-3.3.4-4] ![MQTT-3.3.4-5]
+			if id > 0 {
+				out.Properties.SubscriptionIdentifier = append(out.Properties.SubscriptionIdentifier, id) // [MQTT-3.3.4-4] ![MQTT-3.3.4-5]
+			}
 		}
 		sort.Ints(out.Properties.SubscriptionIdentifier)
 	}

@@ -581,11 +581,11 @@ func (x *TopicsIndex) scanMessages(filter string, d int, n *particle, pks []pack
 // Subscribers returns a map of clients who are subscribed to matching filters,
 // their subscription ids and highest qos.
 func (x *TopicsIndex) Subscribers(topic string) *Subscribers {
+	// gateway patch 21: Shared, SharedSelected and InlineSubscriptions are
+	// made when something goes in (SelectShared makes SharedSelected):
+	// four maps per publish were made for topics that had none.
 	return x.scanSubscribers(topic, 0, nil, &Subscribers{
-		Shared:              map[string]map[string]packets.Subscription{},
-		SharedSelected:      map[string]packets.Subscription{},
-		Subscriptions:       map[string]packets.Subscription{},
-		InlineSubscriptions: map[int]InlineSubscription{},
+		Subscriptions: map[string]packets.Subscription{},
 	})
 }
 
@@ -633,13 +633,24 @@ func (x *TopicsIndex) gatherSubscriptions(topic string, particle *particle, subs
 		subs.Subscriptions = map[string]packets.Subscription{}
 	}
 
-	for client, sub := range particle.subscriptions.GetAll() {
+	// gateway patch 21: read under the particle's lock instead of a copy
+	// of its map (GetAll), and no Identifiers map for a client's only
+	// subscription when it has no identifier: both were allocated per
+	// matching level and per subscriber, on every publish. Merge (a
+	// second filter of the same client, or an identifier) is as before.
+	particle.subscriptions.RLock()
+	defer particle.subscriptions.RUnlock()
+	for client, sub := range particle.subscriptions.internal {
 		if len(sub.Filter) > 0 && topic[0] == '$' && (sub.Filter[0] == '+' || sub.Filter[0] == '#') { // don't match $ topics with top level wildcards [MQTT-4.7.1-1] [MQTT-4.7.1-2]
 			continue
 		}
 
 		cls, ok := subs.Subscriptions[client]
 		if !ok {
+			if sub.Identifier == 0 && sub.Identifiers == nil {
+				subs.Subscriptions[client] = sub
+				continue
+			}
 			cls = sub
 		}
 
@@ -649,12 +660,13 @@ func (x *TopicsIndex) gatherSubscriptions(topic string, particle *particle, subs
 
 // gatherSharedSubscriptions gathers all shared subscriptions for a particle.
 func (x *TopicsIndex) gatherSharedSubscriptions(particle *particle, subs *Subscribers) {
-	if subs.Shared == nil {
-		subs.Shared = map[string]map[string]packets.Subscription{}
-	}
-
-	for _, shares := range particle.shared.GetAll() {
+	particle.shared.RLock() // gateway patch 21: no copy (GetAll) per publish
+	defer particle.shared.RUnlock()
+	for _, shares := range particle.shared.internal {
 		for client, sub := range shares {
+			if subs.Shared == nil {
+				subs.Shared = map[string]map[string]packets.Subscription{}
+			}
 			if _, ok := subs.Shared[sub.Filter]; !ok {
 				subs.Shared[sub.Filter] = map[string]packets.Subscription{}
 			}
@@ -666,11 +678,12 @@ func (x *TopicsIndex) gatherSharedSubscriptions(particle *particle, subs *Subscr
 
 // gatherSharedSubscriptions gathers all inline subscriptions for a particle.
 func (x *TopicsIndex) gatherInlineSubscriptions(particle *particle, subs *Subscribers) {
-	if subs.InlineSubscriptions == nil {
-		subs.InlineSubscriptions = map[int]InlineSubscription{}
-	}
-
-	for id, inline := range particle.inlineSubscriptions.GetAll() {
+	particle.inlineSubscriptions.RLock() // gateway patch 21: no copy (GetAll) per publish
+	defer particle.inlineSubscriptions.RUnlock()
+	for id, inline := range particle.inlineSubscriptions.internal {
+		if subs.InlineSubscriptions == nil {
+			subs.InlineSubscriptions = map[int]InlineSubscription{}
+		}
 		subs.InlineSubscriptions[id] = inline
 	}
 }
