@@ -36,6 +36,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -78,6 +79,8 @@ type options struct {
 	rounds    int
 	idle      time.Duration
 	gwArgs    []string
+	profile   string        // directory for the gateway's CPU profiles, one per phase
+	profFor   time.Duration // how long each profile runs
 }
 
 func main() {
@@ -93,6 +96,8 @@ func main() {
 	flag.IntVar(&o.rounds, "rounds", 1, "rounds; each rotates which target goes first")
 	flag.DurationVar(&o.idle, "idle", 3*time.Second, "a phase ends when subscribers get nothing for this long (QoS 0 drops)")
 	gwArgs := flag.String("gateway-args", "", "extra gateway flags, space-separated (e.g. --mqtt.maxPendingWrites=128)")
+	flag.StringVar(&o.profile, "profile", "", "save a CPU profile of the gateway (admin /debug/pprof) from the start of each of its phases into this directory")
+	flag.DurationVar(&o.profFor, "profile-seconds", 3*time.Second, "length of each -profile")
 	flag.Parse()
 	o.targets = strings.Split(*targets, ",")
 	o.scenarios = strings.Split(*scen, ",")
@@ -344,6 +349,14 @@ func phase(t target, s scenario, o *options, tag string) (result, error) {
 	cpu0, err := t.child.CPU()
 	if err != nil {
 		return result{}, err
+	}
+	if o.profile != "" && t.child.Admin != "" && tag != "warm" {
+		prof := rig.ProfileGateway(t.child.Admin, o.profFor, filepath.Join(o.profile, fmt.Sprintf("%s-%s-q%d.pprof", tag, s.name, s.qos)))
+		defer func() {
+			if err := <-prof; err != nil {
+				fmt.Fprintln(os.Stderr, "profile:", err)
+			}
+		}()
 	}
 	start := time.Now()
 	errs := make(chan error, len(pubs))
