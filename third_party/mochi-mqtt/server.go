@@ -1232,7 +1232,7 @@ func (s *Server) publishToSubscribersStall(pk packets.Packet, stall bool) {
 		}
 	}
 
-	subscribers := s.Topics.Subscribers(pk.TopicName)
+	subscribers := s.Topics.SubscribersCached(pk.TopicName) // gateway patch 23; read only unless shared, then fresh
 	if len(subscribers.Shared) > 0 {
 		if subscribers.SharedSelected == nil { // gateway patch 21: made only when needed
 			subscribers.SharedSelected = map[string]packets.Subscription{}

@@ -350,6 +350,59 @@ func (s *Subscribers) MergeSharedSelected() {
 type TopicsIndex struct {
 	Retained *packets.Packets
 	root     *particle // a leaf containing a message and more leaves.
+	cache    subscribersCache
+}
+
+// subscribersCache keeps the result of Subscribers per topic for
+// publishToSubscribers (gateway patch 23): the lookup, which builds a map
+// of the matching clients for every publish, was a fifth of the gateway's
+// CPU per QoS 0 message. Every change to the subscriptions (Subscribe,
+// Unsubscribe, InlineSubscribe, InlineUnsubscribe) empties it once the
+// change is in the index; a lookup that ran while one was made is not
+// kept (gen). Results with shared subscriptions are not kept: the caller
+// selects among them in the result. A full cache is emptied.
+type subscribersCache struct {
+	mu  sync.RWMutex
+	m   map[string]*Subscribers // guarded by mu; read-only results
+	gen atomic.Uint64           // changes to the subscriptions so far
+}
+
+// subscribersCacheSize is the most topics the cache holds.
+const subscribersCacheSize = 4096
+
+func (c *subscribersCache) invalidate() {
+	c.mu.Lock()
+	c.gen.Add(1)
+	c.m = nil
+	c.mu.Unlock()
+}
+
+// SubscribersCached is Subscribers for a caller that only reads the
+// result and has no shared subscription to select (gateway patch 23): the
+// result may be shared with other callers and must not be changed. One
+// with shared subscriptions is made fresh each time, as by Subscribers.
+func (x *TopicsIndex) SubscribersCached(topic string) *Subscribers {
+	c := &x.cache
+	c.mu.RLock()
+	subs, ok := c.m[topic]
+	c.mu.RUnlock()
+	if ok {
+		return subs
+	}
+	gen := c.gen.Load()
+	subs = x.Subscribers(topic)
+	if len(subs.Shared) > 0 {
+		return subs
+	}
+	c.mu.Lock()
+	if c.gen.Load() == gen {
+		if c.m == nil || len(c.m) >= subscribersCacheSize {
+			c.m = make(map[string]*Subscribers)
+		}
+		c.m[topic] = subs
+	}
+	c.mu.Unlock()
+	return subs
 }
 
 // NewTopicsIndex returns a pointer to a new instance of Index.
@@ -366,6 +419,7 @@ func NewTopicsIndex() *TopicsIndex {
 // InlineSubscribe adds a new internal subscription for a topic filter, returning
 // true if the subscription was new.
 func (x *TopicsIndex) InlineSubscribe(subscription InlineSubscription) bool {
+	defer x.cache.invalidate() // gateway patch 23: after the change (defers run last first)
 	x.root.Lock()
 	defer x.root.Unlock()
 
@@ -380,6 +434,7 @@ func (x *TopicsIndex) InlineSubscribe(subscription InlineSubscription) bool {
 // InlineUnsubscribe removes an internal subscription for a topic filter associated with a specific client,
 // returning true if the subscription existed.
 func (x *TopicsIndex) InlineUnsubscribe(id int, filter string) bool {
+	defer x.cache.invalidate() // gateway patch 23: after the change (defers run last first)
 	x.root.Lock()
 	defer x.root.Unlock()
 
@@ -399,6 +454,7 @@ func (x *TopicsIndex) InlineUnsubscribe(id int, filter string) bool {
 // Subscribe adds a new subscription for a client to a topic filter, returning
 // true if the subscription was new.
 func (x *TopicsIndex) Subscribe(client string, subscription packets.Subscription) bool {
+	defer x.cache.invalidate() // gateway patch 23: after the change (defers run last first)
 	x.root.Lock()
 	defer x.root.Unlock()
 
@@ -421,6 +477,7 @@ func (x *TopicsIndex) Subscribe(client string, subscription packets.Subscription
 // Unsubscribe removes a subscription filter for a client, returning true if the
 // subscription existed.
 func (x *TopicsIndex) Unsubscribe(filter, client string) bool {
+	defer x.cache.invalidate() // gateway patch 23: after the change (defers run last first)
 	x.root.Lock()
 	defer x.root.Unlock()
 
