@@ -375,27 +375,18 @@ func phase(t target, s scenario, o *options, tag string) (result, error) {
 		}
 		return n
 	}
-	// A benchmark's client: polling the counters notices both "all in"
-	// and "nothing moves any more" (QoS 0 drops).
-	prev, lastMove := total(), time.Now()
-	for {
-		n := total()
-		if n >= want {
-			break
-		}
-		if n != prev {
-			prev, lastMove = n, time.Now()
-		} else if time.Since(lastMove) > o.idle {
-			break
-		}
+	failed := func() error {
 		for _, sub := range subs {
 			select {
 			case err := <-sub.done:
-				return result{}, fmt.Errorf("subscriber: %w", err)
+				return fmt.Errorf("subscriber: %w", err)
 			default:
 			}
 		}
-		time.Sleep(5 * time.Millisecond)
+		return nil
+	}
+	if err := rig.WaitDelivered(total, want, o.idle, failed); err != nil {
+		return result{}, err
 	}
 	cpu1, err := t.child.CPU()
 	if err != nil {
