@@ -78,6 +78,7 @@ var keyDefs = []keyDef{
 	{name: "mqtt.maxMessageExpiry", def: "0", kind: kindDuration, help: "cap on how long queued session messages live (mochi's 24 h default would purge them); 0 = no cap beyond each message's own expiry"},
 	{name: "mqtt.maxKeepAlive", def: "0", kind: kindDuration, help: "longest keep alive an MQTT 5 client may use (longer or none is replaced, and announced as Server Keep Alive); 0 = the client's choice"},
 	{name: "mqtt.writeTimeout", def: "30s", kind: kindDuration, help: "how long a write to an MQTT client may wait for it to read before it is disconnected (a subscriber that stopped reading never slows others); 0 = no limit"},
+	{name: "mqtt.slowSubscriberStall", def: "5ms", kind: kindDuration, help: "how long a publisher's QoS 0 message may wait for room in a subscriber's full write queue (mqtt.maxPendingWrites) before it is dropped and counted; a subscriber that stopped reading holds each publisher once at most this long; 0 = drop at once"},
 	{name: "mqtt.connectTimeout", def: "10s", kind: kindDuration, help: "how long a new MQTT connection has to send its whole CONNECT packet"},
 	{name: "mqtt.sessions.backend", def: "auto", kind: kindEnum, enum: []string{"auto", "embedded", "redis", "memory"}, help: "where persistent MQTT sessions (clean start 0 / session expiry > 0) are kept, group-committed: embedded (data.dir/sessions.db), redis (retain.redis.url; must answer at start), memory (lost at restart); auto: memory with retain.backend=memory, else embedded"},
 	{name: "mqtt.maxSessionExpiry", def: "0", kind: kindDuration, help: "cap on MQTT 5 session expiry for disconnected persistent sessions; 0 = no cap"},
@@ -169,24 +170,25 @@ var keyDefs = []keyDef{
 // Config is the validated configuration.
 type Config struct {
 	MQTT struct {
-		Listen           string
-		WSListen         string
-		TLSListen        string
-		WSSListen        string
-		TLS              tlsconf.Options // for TLSListen and WSSListen
-		MaxPendingWrites int
-		MaxInflight      int
-		ReceiveMaximum   int
-		MaxPacketSize    int64
-		MaxMessageExpiry time.Duration
-		MaxSessionExpiry time.Duration
-		MaxKeepAlive     time.Duration
-		WriteTimeout     time.Duration
-		ConnectTimeout   time.Duration
-		MaxTopicLevels   int
-		MaxTopicLength   int
-		MaxSubscriptions int
-		SessionsBackend  string // mqtt.sessions.backend
+		Listen              string
+		WSListen            string
+		TLSListen           string
+		WSSListen           string
+		TLS                 tlsconf.Options // for TLSListen and WSSListen
+		MaxPendingWrites    int
+		MaxInflight         int
+		ReceiveMaximum      int
+		MaxPacketSize       int64
+		MaxMessageExpiry    time.Duration
+		MaxSessionExpiry    time.Duration
+		MaxKeepAlive        time.Duration
+		WriteTimeout        time.Duration
+		SlowSubscriberStall time.Duration
+		ConnectTimeout      time.Duration
+		MaxTopicLevels      int
+		MaxTopicLength      int
+		MaxSubscriptions    int
+		SessionsBackend     string // mqtt.sessions.backend
 	}
 	AMQP struct {
 		Listen         string
@@ -473,6 +475,7 @@ func buildConfig(k *koanf.Koanf, byName map[string]*keyDef) (*Config, error) {
 	c.MQTT.SessionsBackend = get("mqtt.sessions.backend")
 	c.MQTT.MaxKeepAlive = dur("mqtt.maxKeepAlive")
 	c.MQTT.WriteTimeout = dur("mqtt.writeTimeout")
+	c.MQTT.SlowSubscriberStall = dur("mqtt.slowSubscriberStall")
 	c.MQTT.ConnectTimeout = dur("mqtt.connectTimeout")
 	c.MQTT.MaxTopicLevels = int(num("mqtt.maxTopicLevels"))
 	c.MQTT.MaxTopicLength = int(num("mqtt.maxTopicLength"))

@@ -157,33 +157,34 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 		Burst:          g.cfg.Limits.ConnectBurst,
 	})
 	g.mqtt, err = mqtt.New(mqtt.Options{
-		Admission:        g.admission,
-		MaxSubscriptions: g.cfg.MQTT.MaxSubscriptions,
-		Auth:             g.auth,
-		Listen:           g.cfg.MQTT.Listen,
-		WSListen:         g.cfg.MQTT.WSListen,
-		TLSListen:        g.cfg.MQTT.TLSListen,
-		WSSListen:        g.cfg.MQTT.WSSListen,
-		TLS:              serverTLS(g.tlsFor("mqtt.tls")),
-		Router:           g.router,
-		Store:            store,
-		Metrics:          g.metrics,
-		Logger:           g.log,
-		Node:             g.cfg.NodeID,
-		MaxPendingWrites: g.cfg.MQTT.MaxPendingWrites,
-		MaxInflight:      g.cfg.MQTT.MaxInflight,
-		ReceiveMaximum:   g.cfg.MQTT.ReceiveMaximum,
-		MaxPacketSize:    g.cfg.MQTT.MaxPacketSize,
-		MaxMessageExpiry: g.cfg.MQTT.MaxMessageExpiry,
-		MaxSessionExpiry: g.cfg.MQTT.MaxSessionExpiry,
-		MaxKeepAlive:     g.cfg.MQTT.MaxKeepAlive,
-		WriteTimeout:     writeTimeout(g.cfg.MQTT.WriteTimeout),
-		SendBuffer:       g.cfg.Limits.SendBuffer,
-		ConnectTimeout:   g.cfg.MQTT.ConnectTimeout,
-		Queues:           g.queues.Load(),
-		AutoCreateQueues: g.cfg.Queues.AutoCreate,
-		V311Full:         g.cfg.Queues.V311Full,
-		Sessions:         sessions,
+		Admission:           g.admission,
+		MaxSubscriptions:    g.cfg.MQTT.MaxSubscriptions,
+		Auth:                g.auth,
+		Listen:              g.cfg.MQTT.Listen,
+		WSListen:            g.cfg.MQTT.WSListen,
+		TLSListen:           g.cfg.MQTT.TLSListen,
+		WSSListen:           g.cfg.MQTT.WSSListen,
+		TLS:                 serverTLS(g.tlsFor("mqtt.tls")),
+		Router:              g.router,
+		Store:               store,
+		Metrics:             g.metrics,
+		Logger:              g.log,
+		Node:                g.cfg.NodeID,
+		MaxPendingWrites:    g.cfg.MQTT.MaxPendingWrites,
+		MaxInflight:         g.cfg.MQTT.MaxInflight,
+		ReceiveMaximum:      g.cfg.MQTT.ReceiveMaximum,
+		MaxPacketSize:       g.cfg.MQTT.MaxPacketSize,
+		MaxMessageExpiry:    g.cfg.MQTT.MaxMessageExpiry,
+		MaxSessionExpiry:    g.cfg.MQTT.MaxSessionExpiry,
+		MaxKeepAlive:        g.cfg.MQTT.MaxKeepAlive,
+		WriteTimeout:        writeTimeout(g.cfg.MQTT.WriteTimeout),
+		SlowSubscriberStall: writeTimeout(g.cfg.MQTT.SlowSubscriberStall),
+		SendBuffer:          g.cfg.Limits.SendBuffer,
+		ConnectTimeout:      g.cfg.MQTT.ConnectTimeout,
+		Queues:              g.queues.Load(),
+		AutoCreateQueues:    g.cfg.Queues.AutoCreate,
+		V311Full:            g.cfg.Queues.V311Full,
+		Sessions:            sessions,
 	})
 	if err != nil {
 		return err
@@ -350,7 +351,8 @@ func serverTLS(t *tlsconf.Config) *tls.Config {
 	return t.TLSConfig()
 }
 
-// writeTimeout maps the config's 0 ("no limit") to the front-ends' negative
+// writeTimeout maps the config's 0 ("no limit"; for mqtt.slowSubscriberStall, "no
+// stall") to the front-ends' negative
 // value, whose 0 takes their default.
 func writeTimeout(d time.Duration) time.Duration {
 	if d == 0 {

@@ -182,19 +182,39 @@ func (h *hook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet, e
 		return pk, nil // injected by Deliver: already routed
 	}
 	if err := h.limits.CheckTopic(pk.TopicName); err != nil {
-		return pk, h.refusePublish(cl, &pk, err)
+		return h.refusePublishValue(cl, pk, err)
 	}
 	if !h.auth.mayPublish(cl, pk.TopicName) {
-		return pk, h.refuseUnauthorized(cl, &pk)
+		return h.refuseUnauthorizedValue(cl, pk)
 	}
 	h.in.Inc()
 	if name, ok := queueName(pk.TopicName); ok {
-		err := h.publishQueue(cl, &pk, name) // sets pk.Ignore: before pk is returned
-		return pk, err
+		return h.publishQueueValue(cl, pk, name)
 	}
 	if !pk.FixedHeader.Retain && !h.s.opts.Router.Wants(pk.TopicName, core.ProtocolMQTT) {
 		return pk, nil // MQTT-only traffic: mochi fans it out, nothing else to do
 	}
+	return h.publishRoutedValue(cl, pk)
+}
+
+// The ...Value helpers take pk by value and its address only in their own
+// frame: when OnPublish itself took &pk, the whole packet (~900 B) moved to
+// the heap on every call, the MQTT-only fast path's included.
+
+func (h *hook) refusePublishValue(cl *mochi.Client, pk packets.Packet, err error) (packets.Packet, error) {
+	return pk, h.refusePublish(cl, &pk, err)
+}
+
+func (h *hook) refuseUnauthorizedValue(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
+	return pk, h.refuseUnauthorized(cl, &pk)
+}
+
+func (h *hook) publishQueueValue(cl *mochi.Client, pk packets.Packet, name string) (packets.Packet, error) {
+	err := h.publishQueue(cl, &pk, name) // sets pk.Ignore: before pk is returned
+	return pk, err
+}
+
+func (h *hook) publishRoutedValue(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
 	return pk, h.publishRouted(cl, &pk, toMessage(&pk, cl.ID, h.s.opts.Node, time.Now()))
 }
 

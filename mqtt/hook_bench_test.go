@@ -98,6 +98,7 @@ func (discardConn) Close() error                     { return nil }
 func (discardConn) RemoteAddr() net.Addr             { return &net.TCPAddr{} }
 func (discardConn) SetDeadline(time.Time) error      { return nil }
 func (discardConn) SetWriteDeadline(time.Time) error { return nil }
+func (discardConn) SetReadDeadline(time.Time) error  { return nil }
 
 // allowHook is what bare mochi runs with (test/bench/baremochi).
 type allowHook struct{ mochi.HookBase }
@@ -145,7 +146,7 @@ func BenchmarkMochiPublish(b *testing.B) {
 // benchPubSub adds to ms a publisher and a subscriber to "load/+/s0" (QoS
 // 0) whose connections discard what is written, and returns the publisher;
 // the subscriber stops with the benchmark.
-func benchPubSub(b *testing.B, ms *mochi.Server) *mochi.Client {
+func benchPubSub(b testing.TB, ms *mochi.Server) *mochi.Client {
 	pub := ms.NewClient(discardConn{}, "t", "pub", false)
 	pub.Properties.ProtocolVersion = 5
 	pub.State.Inflight.ResetReceiveQuota(1024)

@@ -77,6 +77,12 @@ type Options struct {
 	// A subscriber that stops reading then holds only its own session
 	// queues, bounded by MaxPendingWrites and MaxInflight, for that long.
 	WriteTimeout time.Duration
+	// SlowSubscriberStall is how long a publisher's QoS 0 message may wait
+	// for room in a subscriber's full write queue (MaxPendingWrites) before
+	// it is dropped and counted (default 5 ms; negative: dropped at once).
+	// A subscriber that stopped reading holds each publisher once at most
+	// that long, until its queue has emptied (mochi patch 22).
+	SlowSubscriberStall time.Duration
 	// ConnectTimeout bounds the wait for a new connection's whole CONNECT
 	// packet, however slowly its bytes arrive (default 10 s).
 	ConnectTimeout time.Duration
@@ -163,6 +169,9 @@ func New(opts Options) (*Server, error) {
 	if opts.WriteTimeout == 0 {
 		opts.WriteTimeout = 30 * time.Second
 	}
+	if opts.SlowSubscriberStall == 0 {
+		opts.SlowSubscriberStall = 5 * time.Millisecond
+	}
 	if opts.ConnectTimeout <= 0 {
 		opts.ConnectTimeout = 10 * time.Second
 	}
@@ -194,6 +203,7 @@ func New(opts Options) (*Server, error) {
 		ClientNetReadBufferSize:  256,
 		SysTopicResendInterval:   0,
 		WriteTimeout:             max(opts.WriteTimeout, 0),
+		SlowSubscriberStall:      max(opts.SlowSubscriberStall, 0),
 	})
 	s := &Server{opts: opts, mochi: ms, log: opts.Logger.With("part", "mqtt")}
 	s.adm = newAdmission(s)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/rs/xid"
 
+	"github.com/mochi-mqtt/server/v2/mempool"
 	"github.com/mochi-mqtt/server/v2/packets"
 )
 
@@ -277,6 +278,15 @@ type outboundQueue struct {
 	n       int               // packets in ring
 	queued  atomic.Int32      // n, readable without mu
 	writing bool              // a goroutine is running writeLoop
+
+	// Publishers stalled on a full queue (gateway patch 22, enqueueStall):
+	// room is made by the first of them and closed by pop once a quarter
+	// of the queue is free; noStall is set when a stall ran out and
+	// cleared when the queue empties, so a subscriber that stopped reading
+	// stalls each publisher once, not once per message.
+	room    chan struct{} // guarded by mu
+	limit   int           // the queue's limit when room was made; guarded by mu
+	noStall atomic.Bool
 }
 
 // keptRing is the largest ring an empty queue keeps.
@@ -307,11 +317,16 @@ func (q *outboundQueue) pop() *packets.Packet {
 	q.head = (q.head + 1) & (len(q.ring) - 1)
 	q.n--
 	q.queued.Store(int32(q.n))
+	if q.room != nil && q.n <= q.limit-max(q.limit/4, 1) {
+		close(q.room) // gateway patch 22: stalled publishers go on
+		q.room = nil
+	}
 	if q.n == 0 {
 		q.head = 0
 		if len(q.ring) > keptRing {
 			q.ring = nil
 		}
+		q.noStall.Store(false)
 	}
 	return pk
 }
@@ -325,11 +340,56 @@ func (q *outboundQueue) Len() int {
 // reports false, queueing nothing, when MaximumClientWritesPending packets
 // are already waiting.
 func (cl *Client) enqueue(pk *packets.Packet) bool {
+	ok, _ := cl.tryEnqueue(pk, false)
+	return ok
+}
+
+// enqueueStall is enqueue for a QoS 0 PUBLISH on its publisher's reader
+// (gateway patch 22): when the queue is full it waits up to stall for the
+// writer to free a quarter of it, then tries once more. A subscriber that
+// reads as fast as it can loses nothing to a burst from several
+// publishers; one that stopped reading holds each publisher at most stall,
+// once (noStall), and loses what does not fit, as before. The wait ends
+// early when the client stops. No lock is held while waiting.
+func (cl *Client) enqueueStall(pk *packets.Packet, stall time.Duration) bool {
+	q := &cl.State.outbound
+	ok, room := cl.tryEnqueue(pk, !q.noStall.Load())
+	if ok || room == nil {
+		return ok
+	}
+	t := time.NewTimer(stall)
+	defer t.Stop()
+	for {
+		select {
+		case <-room:
+		case <-t.C:
+			q.noStall.Store(true)
+			ok, _ = cl.tryEnqueue(pk, false)
+			return ok
+		case <-cl.Done():
+			return false
+		}
+		if ok, room = cl.tryEnqueue(pk, true); ok || room == nil {
+			return ok
+		}
+	}
+}
+
+// tryEnqueue queues pk unless the queue is full; then, with wait, it
+// returns the channel pop closes once there is room again.
+func (cl *Client) tryEnqueue(pk *packets.Packet, wait bool) (bool, chan struct{}) {
 	q := &cl.State.outbound
 	q.mu.Lock()
-	if q.n >= int(cl.ops.options.Capabilities.MaximumClientWritesPending) {
+	if limit := int(cl.ops.options.Capabilities.MaximumClientWritesPending); q.n >= limit {
+		var room chan struct{}
+		if wait {
+			if q.room == nil {
+				q.room, q.limit = make(chan struct{}), limit
+			}
+			room = q.room
+		}
 		q.mu.Unlock()
-		return false
+		return false, room
 	}
 	q.push(pk)
 	atomic.AddInt32(&cl.State.outboundQty, 1)
@@ -339,7 +399,7 @@ func (cl *Client) enqueue(pk *packets.Packet) bool {
 	if start {
 		go cl.writeLoop()
 	}
-	return true
+	return true, nil
 }
 
 // WriteLoop writes the queued packets to the client connection until the
@@ -940,8 +1000,22 @@ func (cl *Client) writePacket(pk packets.Packet, wait bool) error {
 
 	pk = cl.ops.hooks.OnPacketEncode(cl, pk)
 
+	buf := writeBufs.Get() // gateway patch 21: was new(bytes.Buffer), per packet
+	err := cl.encodeWrite(&pk, buf, wait)
+	writeBufs.Put(buf)
+	return err
+}
+
+// writeBufs holds the buffers packets are encoded into and writes are
+// batched in (gateway patch 21): taken for one packet or one batch and
+// put back after it, so neither allocates per packet and an idle
+// connection holds none. A buffer grown past 64 KiB is not kept.
+var writeBufs = mempool.NewBuffer(64 << 10)
+
+// encodeWrite is writePacket once pk is prepared: it encodes pk into buf
+// and writes it. OnPacketSent gets buf's bytes, valid during the call only.
+func (cl *Client) encodeWrite(pk *packets.Packet, buf *bytes.Buffer, wait bool) error {
 	var err error
-	buf := new(bytes.Buffer)
 	switch pk.FixedHeader.Type {
 	case packets.Connect:
 		err = pk.ConnectEncode(buf)
@@ -995,7 +1069,7 @@ func (cl *Client) writePacket(pk packets.Packet, wait bool) error {
 		atomic.AddInt64(&cl.ops.info.MessagesSent, 1)
 	}
 
-	cl.ops.hooks.OnPacketSent(cl, pk, buf.Bytes())
+	cl.ops.hooks.OnPacketSent(cl, *pk, buf.Bytes())
 
 	return err
 }
@@ -1021,7 +1095,8 @@ func (cl *Client) writeEncoded(b []byte, typ byte, wait bool) (int64, error) {
 		if typ != packets.Disconnect {
 			return 0, ErrWriteBusy
 		}
-		cl.Net.pending.Store(&b)
+		p := bytes.Clone(b) // written later by another goroutine; b's buffer goes back to the pool
+		cl.Net.pending.Store(&p)
 		cl.writePending()
 		return int64(len(b)), nil
 	}
@@ -1075,7 +1150,7 @@ func (cl *Client) writeLocked(b []byte, flush bool) (int64, error) {
 		if len(b) >= cl.ops.options.ClientNetWriteBufferSize {
 			return cl.writeOut(b)
 		}
-		cl.Net.outbuf = new(bytes.Buffer)
+		cl.Net.outbuf = writeBufs.Get() // gateway patch 21: was new(bytes.Buffer), per batch
 	}
 
 	n, _ := cl.Net.outbuf.Write(b) // will always be successful
@@ -1128,6 +1203,7 @@ func (cl *Client) flushOutbuf() (err error) {
 
 	_, err = cl.writeOut(cl.Net.outbuf.Bytes())
 	if err == nil {
+		writeBufs.Put(cl.Net.outbuf)
 		cl.Net.outbuf = nil
 	}
 	return

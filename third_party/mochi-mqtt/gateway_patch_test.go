@@ -9,6 +9,7 @@ import (
 	"io"
 	"math/rand"
 	"net"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -794,4 +795,38 @@ func TestDeferredAckTwoHooks(t *testing.T) {
 	waitWritten(cl)
 	require.False(t, cl.State.acks.busy())
 	cl.Stop(nil)
+}
+
+// TestSubscribersCachedFollowsSubscriptions: the lookup cache of patch 23
+// never serves a result from before a change to the subscriptions: a
+// client subscribing, a second filter, an unsubscribe, an inline
+// subscription and a shared one are each seen by the next lookup of a
+// topic looked up (and cached) before.
+func TestSubscribersCachedFollowsSubscriptions(t *testing.T) {
+	x := NewTopicsIndex()
+	ids := func() []string {
+		var out []string
+		for id := range x.SubscribersCached("a/b/c").Subscriptions {
+			out = append(out, id)
+		}
+		sort.Strings(out)
+		return out
+	}
+	require.Empty(t, ids())
+	x.Subscribe("cl1", packets.Subscription{Filter: "a/+/c"})
+	require.Equal(t, []string{"cl1"}, ids())
+	x.Subscribe("cl2", packets.Subscription{Filter: "a/#", Qos: 1})
+	require.Equal(t, []string{"cl1", "cl2"}, ids())
+	x.Subscribe("cl2", packets.Subscription{Filter: "a/b/c", Identifier: 5})
+	require.Equal(t, 5, x.SubscribersCached("a/b/c").Subscriptions["cl2"].Identifiers["a/b/c"])
+	x.Unsubscribe("a/+/c", "cl1")
+	require.Equal(t, []string{"cl2"}, ids())
+	x.InlineSubscribe(InlineSubscription{Subscription: packets.Subscription{Filter: "a/b/c", Identifier: 1}})
+	require.Len(t, x.SubscribersCached("a/b/c").InlineSubscriptions, 1)
+	x.InlineUnsubscribe(1, "a/b/c")
+	require.Empty(t, x.SubscribersCached("a/b/c").InlineSubscriptions)
+	x.Subscribe("cl3", packets.Subscription{Filter: SharePrefix + "/g/a/b/c"})
+	shared := x.SubscribersCached("a/b/c")
+	require.Len(t, shared.Shared, 1)
+	require.NotSame(t, shared, x.SubscribersCached("a/b/c"), "a result with shared subscriptions is made fresh")
 }

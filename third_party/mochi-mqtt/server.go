@@ -135,6 +135,14 @@ type Options struct {
 	// client to read before the client is disconnected; 0 = no limit
 	// (writes then share the keep-alive deadline, as upstream). Gateway patch.
 	WriteTimeout time.Duration `yaml:"write_timeout" json:"write_timeout"`
+
+	// SlowSubscriberStall is how long a client's PUBLISH may wait for room
+	// in a subscriber's full outbound queue before a QoS 0 copy is dropped
+	// (gateway patch 22); 0 drops at once, as upstream. A stall that ran
+	// out is not repeated for that subscriber until its queue has emptied,
+	// so one that stopped reading costs each publisher one stall at most.
+	// Messages the inline client injects never wait.
+	SlowSubscriberStall time.Duration `yaml:"slow_subscriber_stall" json:"slow_subscriber_stall"`
 }
 
 // Server is an MQTT broker server. It should be created with server.New()
@@ -1129,7 +1137,7 @@ func (s *Server) processPublish(cl *Client, pk packets.Packet) error {
 		if deferred != nil { // gateway patch 12: a hook that made it QoS 0 has no ack to give
 			cl.State.acks.drop(deferred)
 		}
-		s.publishToSubscribers(pk)
+		s.publishToSubscribersFrom(cl, pk)
 		s.hooks.OnPublished(cl, pk)
 		return nil
 	}
@@ -1153,7 +1161,7 @@ func (s *Server) processPublish(cl *Client, pk packets.Packet) error {
 		if err := cl.writeAck(deferred, ack, true); err != nil {
 			return err
 		}
-		s.publishToSubscribers(pk)
+		s.publishToSubscribersFrom(cl, pk)
 		s.hooks.OnPublished(cl, pk)
 		return nil
 	}
@@ -1176,7 +1184,7 @@ func (s *Server) processPublish(cl *Client, pk packets.Packet) error {
 		s.hooks.OnQosComplete(cl, ack)
 	}
 
-	s.publishToSubscribers(pk)
+	s.publishToSubscribersFrom(cl, pk)
 	s.hooks.OnPublished(cl, pk)
 
 	return nil
@@ -1197,6 +1205,18 @@ func (s *Server) retainMessage(cl *Client, pk packets.Packet) {
 
 // publishToSubscribers publishes a publish packet to all subscribers with matching topic filters.
 func (s *Server) publishToSubscribers(pk packets.Packet) {
+	s.publishToSubscribersStall(pk, false)
+}
+
+// publishToSubscribersFrom is publishToSubscribers for a PUBLISH client cl
+// sent: its reader may wait SlowSubscriberStall for a subscriber's full
+// queue (gateway patch 22), unless cl is the inline client, whose callers
+// (the gateway's other front-ends) must never wait on an MQTT socket.
+func (s *Server) publishToSubscribersFrom(cl *Client, pk packets.Packet) {
+	s.publishToSubscribersStall(pk, !cl.Net.Inline && s.Options.SlowSubscriberStall > 0)
+}
+
+func (s *Server) publishToSubscribersStall(pk packets.Packet, stall bool) {
 	if pk.Ignore {
 		return
 	}
@@ -1212,8 +1232,11 @@ func (s *Server) publishToSubscribers(pk packets.Packet) {
 		}
 	}
 
-	subscribers := s.Topics.Subscribers(pk.TopicName)
+	subscribers := s.Topics.SubscribersCached(pk.TopicName) // gateway patch 23; read only unless shared, then fresh
 	if len(subscribers.Shared) > 0 {
+		if subscribers.SharedSelected == nil { // gateway patch 21: made only when needed
+			subscribers.SharedSelected = map[string]packets.Subscription{}
+		}
 		subscribers = s.hooks.OnSelectSubscribers(subscribers, pk)
 		if len(subscribers.SharedSelected) == 0 {
 			subscribers.SelectShared()
@@ -1227,7 +1250,7 @@ func (s *Server) publishToSubscribers(pk packets.Packet) {
 
 	for id, subs := range subscribers.Subscriptions {
 		if cl, ok := s.Clients.Get(id); ok {
-			_, err := s.publishToClient(cl, subs, pk)
+			_, err := s.publishToClientStall(cl, subs, pk, stall)
 			if err != nil {
 				s.Log.Debug("failed publishing packet", "error", err, "client", cl.ID, "packet", pk)
 			}
@@ -1236,6 +1259,12 @@ func (s *Server) publishToSubscribers(pk packets.Packet) {
 }
 
 func (s *Server) publishToClient(cl *Client, sub packets.Subscription, pk packets.Packet) (packets.Packet, error) {
+	return s.publishToClientStall(cl, sub, pk, false)
+}
+
+// publishToClientStall is publishToClient; with stall, a QoS 0 copy waits
+// for room in a full outbound queue (gateway patch 22, enqueueStall).
+func (s *Server) publishToClientStall(cl *Client, sub packets.Subscription, pk packets.Packet, stall bool) (packets.Packet, error) {
 	if sub.NoLocal && pk.Origin == cl.ID {
 		return pk, nil // [MQTT-3.8.3-3]
 	}
@@ -1249,9 +1278,11 @@ func (s *Server) publishToClient(cl *Client, sub packets.Subscription, pk packet
 	}
 
 	if len(sub.Identifiers) > 0 { // [MQTT-3.3.4-3]
-		out.Properties.SubscriptionIdentifier = []int{}
+		out.Properties.SubscriptionIdentifier = nil // gateway patch 21: only ids > 0 (0 was never encoded), no slice without one
 		for _, id := range sub.Identifiers {
-			out.Properties.SubscriptionIdentifier = append(out.Properties.SubscriptionIdentifier, id) // [MQTT-3.3.4-4] ![MQTT-3.3.4-5]
+			if id > 0 {
+				out.Properties.SubscriptionIdentifier = append(out.Properties.SubscriptionIdentifier, id) // [MQTT-3.3.4-4] ![MQTT-3.3.4-5]
+			}
 		}
 		sort.Ints(out.Properties.SubscriptionIdentifier)
 	}
@@ -1319,7 +1350,13 @@ func (s *Server) publishToClient(cl *Client, sub packets.Subscription, pk packet
 		return out, packets.CodeDisconnect
 	}
 
-	if !cl.enqueue(&out) {
+	queued := false
+	if stall && out.FixedHeader.Qos == 0 {
+		queued = cl.enqueueStall(&out, s.Options.SlowSubscriberStall)
+	} else {
+		queued = cl.enqueue(&out)
+	}
+	if !queued {
 		atomic.AddInt64(&s.Info.MessagesDropped, 1)
 		cl.ops.hooks.OnPublishDropped(cl, pk)
 		if out.FixedHeader.Qos > 0 {

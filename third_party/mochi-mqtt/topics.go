@@ -350,6 +350,59 @@ func (s *Subscribers) MergeSharedSelected() {
 type TopicsIndex struct {
 	Retained *packets.Packets
 	root     *particle // a leaf containing a message and more leaves.
+	cache    subscribersCache
+}
+
+// subscribersCache keeps the result of Subscribers per topic for
+// publishToSubscribers (gateway patch 23): the lookup, which builds a map
+// of the matching clients for every publish, was a fifth of the gateway's
+// CPU per QoS 0 message. Every change to the subscriptions (Subscribe,
+// Unsubscribe, InlineSubscribe, InlineUnsubscribe) empties it once the
+// change is in the index; a lookup that ran while one was made is not
+// kept (gen). Results with shared subscriptions are not kept: the caller
+// selects among them in the result. A full cache is emptied.
+type subscribersCache struct {
+	mu  sync.RWMutex
+	m   map[string]*Subscribers // guarded by mu; read-only results
+	gen atomic.Uint64           // changes to the subscriptions so far
+}
+
+// subscribersCacheSize is the most topics the cache holds.
+const subscribersCacheSize = 4096
+
+func (c *subscribersCache) invalidate() {
+	c.mu.Lock()
+	c.gen.Add(1)
+	c.m = nil
+	c.mu.Unlock()
+}
+
+// SubscribersCached is Subscribers for a caller that only reads the
+// result and has no shared subscription to select (gateway patch 23): the
+// result may be shared with other callers and must not be changed. One
+// with shared subscriptions is made fresh each time, as by Subscribers.
+func (x *TopicsIndex) SubscribersCached(topic string) *Subscribers {
+	c := &x.cache
+	c.mu.RLock()
+	subs, ok := c.m[topic]
+	c.mu.RUnlock()
+	if ok {
+		return subs
+	}
+	gen := c.gen.Load()
+	subs = x.Subscribers(topic)
+	if len(subs.Shared) > 0 {
+		return subs
+	}
+	c.mu.Lock()
+	if c.gen.Load() == gen {
+		if c.m == nil || len(c.m) >= subscribersCacheSize {
+			c.m = make(map[string]*Subscribers)
+		}
+		c.m[topic] = subs
+	}
+	c.mu.Unlock()
+	return subs
 }
 
 // NewTopicsIndex returns a pointer to a new instance of Index.
@@ -366,6 +419,7 @@ func NewTopicsIndex() *TopicsIndex {
 // InlineSubscribe adds a new internal subscription for a topic filter, returning
 // true if the subscription was new.
 func (x *TopicsIndex) InlineSubscribe(subscription InlineSubscription) bool {
+	defer x.cache.invalidate() // gateway patch 23: after the change (defers run last first)
 	x.root.Lock()
 	defer x.root.Unlock()
 
@@ -380,6 +434,7 @@ func (x *TopicsIndex) InlineSubscribe(subscription InlineSubscription) bool {
 // InlineUnsubscribe removes an internal subscription for a topic filter associated with a specific client,
 // returning true if the subscription existed.
 func (x *TopicsIndex) InlineUnsubscribe(id int, filter string) bool {
+	defer x.cache.invalidate() // gateway patch 23: after the change (defers run last first)
 	x.root.Lock()
 	defer x.root.Unlock()
 
@@ -399,6 +454,7 @@ func (x *TopicsIndex) InlineUnsubscribe(id int, filter string) bool {
 // Subscribe adds a new subscription for a client to a topic filter, returning
 // true if the subscription was new.
 func (x *TopicsIndex) Subscribe(client string, subscription packets.Subscription) bool {
+	defer x.cache.invalidate() // gateway patch 23: after the change (defers run last first)
 	x.root.Lock()
 	defer x.root.Unlock()
 
@@ -421,6 +477,7 @@ func (x *TopicsIndex) Subscribe(client string, subscription packets.Subscription
 // Unsubscribe removes a subscription filter for a client, returning true if the
 // subscription existed.
 func (x *TopicsIndex) Unsubscribe(filter, client string) bool {
+	defer x.cache.invalidate() // gateway patch 23: after the change (defers run last first)
 	x.root.Lock()
 	defer x.root.Unlock()
 
@@ -581,11 +638,11 @@ func (x *TopicsIndex) scanMessages(filter string, d int, n *particle, pks []pack
 // Subscribers returns a map of clients who are subscribed to matching filters,
 // their subscription ids and highest qos.
 func (x *TopicsIndex) Subscribers(topic string) *Subscribers {
+	// gateway patch 21: Shared, SharedSelected and InlineSubscriptions are
+	// made when something goes in (SelectShared makes SharedSelected):
+	// four maps per publish were made for topics that had none.
 	return x.scanSubscribers(topic, 0, nil, &Subscribers{
-		Shared:              map[string]map[string]packets.Subscription{},
-		SharedSelected:      map[string]packets.Subscription{},
-		Subscriptions:       map[string]packets.Subscription{},
-		InlineSubscriptions: map[int]InlineSubscription{},
+		Subscriptions: map[string]packets.Subscription{},
 	})
 }
 
@@ -633,13 +690,24 @@ func (x *TopicsIndex) gatherSubscriptions(topic string, particle *particle, subs
 		subs.Subscriptions = map[string]packets.Subscription{}
 	}
 
-	for client, sub := range particle.subscriptions.GetAll() {
+	// gateway patch 21: read under the particle's lock instead of a copy
+	// of its map (GetAll), and no Identifiers map for a client's only
+	// subscription when it has no identifier: both were allocated per
+	// matching level and per subscriber, on every publish. Merge (a
+	// second filter of the same client, or an identifier) is as before.
+	particle.subscriptions.RLock()
+	defer particle.subscriptions.RUnlock()
+	for client, sub := range particle.subscriptions.internal {
 		if len(sub.Filter) > 0 && topic[0] == '$' && (sub.Filter[0] == '+' || sub.Filter[0] == '#') { // don't match $ topics with top level wildcards [MQTT-4.7.1-1] [MQTT-4.7.1-2]
 			continue
 		}
 
 		cls, ok := subs.Subscriptions[client]
 		if !ok {
+			if sub.Identifier == 0 && sub.Identifiers == nil {
+				subs.Subscriptions[client] = sub
+				continue
+			}
 			cls = sub
 		}
 
@@ -649,12 +717,13 @@ func (x *TopicsIndex) gatherSubscriptions(topic string, particle *particle, subs
 
 // gatherSharedSubscriptions gathers all shared subscriptions for a particle.
 func (x *TopicsIndex) gatherSharedSubscriptions(particle *particle, subs *Subscribers) {
-	if subs.Shared == nil {
-		subs.Shared = map[string]map[string]packets.Subscription{}
-	}
-
-	for _, shares := range particle.shared.GetAll() {
+	particle.shared.RLock() // gateway patch 21: no copy (GetAll) per publish
+	defer particle.shared.RUnlock()
+	for _, shares := range particle.shared.internal {
 		for client, sub := range shares {
+			if subs.Shared == nil {
+				subs.Shared = map[string]map[string]packets.Subscription{}
+			}
 			if _, ok := subs.Shared[sub.Filter]; !ok {
 				subs.Shared[sub.Filter] = map[string]packets.Subscription{}
 			}
@@ -666,11 +735,12 @@ func (x *TopicsIndex) gatherSharedSubscriptions(particle *particle, subs *Subscr
 
 // gatherSharedSubscriptions gathers all inline subscriptions for a particle.
 func (x *TopicsIndex) gatherInlineSubscriptions(particle *particle, subs *Subscribers) {
-	if subs.InlineSubscriptions == nil {
-		subs.InlineSubscriptions = map[int]InlineSubscription{}
-	}
-
-	for id, inline := range particle.inlineSubscriptions.GetAll() {
+	particle.inlineSubscriptions.RLock() // gateway patch 21: no copy (GetAll) per publish
+	defer particle.inlineSubscriptions.RUnlock()
+	for id, inline := range particle.inlineSubscriptions.internal {
+		if subs.InlineSubscriptions == nil {
+			subs.InlineSubscriptions = map[int]InlineSubscription{}
+		}
 		subs.InlineSubscriptions[id] = inline
 	}
 }

@@ -44,7 +44,7 @@ func (p *phaser) run(c *config, mk func(context.Context, env, *closers) (*load, 
 	cli0 := rig.SelfCPU()
 	var profDone <-chan error
 	if profile {
-		profDone = profileGateway(p.gw.Admin, c.profileFor, c.profileOut)
+		profDone = rig.ProfileGateway(p.gw.Admin, c.profileFor, c.profileOut)
 	}
 	t0 := time.Now()
 	if err := l.start(ctx, t0); err != nil {
@@ -174,7 +174,7 @@ func drainPhase(c *config, gw *rig.Child, ns *natsServer) error {
 	// reconnect, which the bridge reports in tolsey_bridge_connected.
 	var profDone <-chan error
 	if c.profile == "drain" {
-		profDone = profileGateway(gw.Admin, c.profileFor+10*time.Second, c.profileOut)
+		profDone = rig.ProfileGateway(gw.Admin, c.profileFor+10*time.Second, c.profileOut)
 	}
 	tStart := time.Now()
 	if err := ns.start(); err != nil {

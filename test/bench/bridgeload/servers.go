@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -192,29 +191,4 @@ func waitFor(what string, timeout, step time.Duration, cond func() (bool, error)
 		}
 		time.Sleep(step)
 	}
-}
-
-// profileGateway fetches a CPU profile of the gateway over d into file,
-// in the background; the returned channel says when it is written.
-func profileGateway(admin string, d time.Duration, file string) <-chan error {
-	done := make(chan error, 1)
-	go func() {
-		resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", admin, max(int(d.Seconds()), 1)))
-		if err != nil {
-			done <- err
-			return
-		}
-		defer resp.Body.Close()
-		f, err := os.Create(file)
-		if err != nil {
-			done <- err
-			return
-		}
-		_, err = io.Copy(f, resp.Body)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		done <- err
-	}()
-	return done
 }

@@ -1,45 +1,66 @@
-// Command mqttload runs the same MQTT load against the gateway and against
-// bare mochi-mqtt, in one run, and compares them.
+// Command mqttload runs the same MQTT load against the gateway, bare
+// mochi-mqtt, Mosquitto and the NATS server's MQTT listener, in one run,
+// and compares them.
 //
-//	go run ./test/bench/mqttload [-pubs 4 -subs 4 -n 50000 -size 64 -rounds 2]
+//	go run ./test/bench/mqttload [-targets gateway,mochi,mosquitto,nats -n 20000 -rounds 1]
 //
 // It builds cmd/gateway (retain.backend=memory, no AMQP) and
-// test/bench/baremochi into a temporary directory and starts them as child
-// processes on free ports: the gateway and mochi, each with its defaults
-// (the same write queue of 8192 packets per client; -mochi-pending and
-// -gateway-args set others). Per round and QoS, every target gets a fresh set of paho.golang
-// MQTT 5 clients: P publishers, S subscribers. Publisher i publishes
-// round-robin on load/p{i}/s{j}; subscriber j subscribes load/+/s{j}, so
-// every subscriber hears every publisher on a topic set of its own and each
-// message is delivered once. Payloads carry the send time, so end-to-end
-// latency is measured on the one machine's clock. Rounds alternate which
-// target goes first.
+// test/bench/baremochi into a temporary directory, installs Debian's
+// mosquitto with apt-get when it is missing, builds nats-server at the
+// version go.mod requires into the user cache directory, and starts each as
+// a child process on a free port of 127.0.0.1, each with its defaults
+// (mosquitto: persistence off; nats-server: JetStream in the temporary
+// directory, which its MQTT listener needs).
 //
-// Goal (docs/benchmarks.md, "Goals"): gateway throughput at most 10% below bare mochi's.
+// Every phase uses fresh connections of this program's own MQTT client
+// (client.go; MQTT 3.1.1 by default, which all four speak) and reads the
+// server's CPU time (utime+stime, /proc/PID/stat) before and after.
+// Scenarios, each at QoS 0 and 1, unpaced, 64 B payloads:
+//
+//   - pairs (4 → 4): publisher i publishes round-robin on load/p{i}/s{j},
+//     subscriber j subscribes load/+/s{j}: each message is delivered once;
+//   - fanout (1 → 4): one publisher on load/p0/all, four subscribers of
+//     load/+/all: each message is delivered four times;
+//   - fanin (4 → 1): four publishers, one subscriber of load/+/s0;
+//
+// and latency: pairs at a steady 8,000 msgs/s in all (2,000 per
+// publisher), QoS 1, publish → deliver p50/p99. Payloads carry the send
+// time, so latency is measured on the one machine's clock. Rounds rotate
+// which target goes first.
+//
+// Goals: issue 15, docs/benchmarks.md ("MQTT side by side").
 package main
 
 import (
-	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
-	"runtime/pprof"
-	"strconv"
+	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/eclipse/paho.golang/paho"
-
 	"github.com/tolsey/tolsey/test/bench/internal/rig"
 )
 
-type config struct {
-	load         rig.Load
-	rounds       int
-	qos          []byte
-	mochiPending []int
-	gatewayArgs  []string
+// scenario is one load shape at one QoS.
+type scenario struct {
+	name       string
+	pubs, subs int
+	fanout     bool // every subscriber gets every message (one topic)
+	qos        byte
+	n          int // messages per publisher
+	rate       int // per publisher, msgs/s; 0 = unpaced
+}
+
+// delivered is how many deliveries the scenario expects.
+func (s scenario) delivered() int {
+	if s.fanout {
+		return s.n * s.pubs * s.subs
+	}
+	return s.n * s.pubs
 }
 
 type target struct {
@@ -47,43 +68,46 @@ type target struct {
 	child *rig.Child
 }
 
-// result is one (round, target, QoS) phase.
-type result = rig.LoadResult
+type options struct {
+	targets   []string
+	scenarios []string
+	n, latN   int
+	latRate   int
+	size      int
+	window    int
+	proto     byte
+	rounds    int
+	idle      time.Duration
+	gwArgs    []string
+	profile   string        // directory for the gateway's CPU profiles, one per phase
+	profFor   time.Duration // how long each profile runs
+}
 
 func main() {
-	c := config{load: rig.Load{Pubs: 4, Subs: 4, N: 50000, Size: 64, Idle: 3 * time.Second}}
-	var pend string
-	qos := c.load.Flags("0,1")
-	flag.IntVar(&c.rounds, "rounds", 2, "rounds; the order of targets alternates")
-	flag.StringVar(&pend, "mochi-pending", "0", "bare mochi targets by MaximumClientWritesPending, comma-separated (0 = mochi default 8192, as the gateway's mqtt.maxPendingWrites)")
+	var o options
+	targets := flag.String("targets", "gateway,mochi,mosquitto,nats", "servers to run, comma-separated (gateway first: ratios are gateway / each other)")
+	scen := flag.String("scenarios", "pairs,fanout,fanin,latency", "scenarios, comma-separated")
+	flag.IntVar(&o.n, "n", 20000, "messages per publisher per unpaced phase")
+	flag.IntVar(&o.latN, "lat-n", 10000, "messages per publisher in the latency phase")
+	flag.IntVar(&o.latRate, "lat-rate", 2000, "latency phase: msgs/s per publisher (4 publishers)")
+	flag.IntVar(&o.size, "size", 64, "payload bytes (at least 8: the send time)")
+	flag.IntVar(&o.window, "window", 256, "QoS 1 PUBLISHes a publisher keeps unacknowledged")
+	proto := flag.Int("proto", 4, "MQTT protocol level: 4 (3.1.1, all servers) or 5 (not nats)")
+	flag.IntVar(&o.rounds, "rounds", 1, "rounds; each rotates which target goes first")
+	flag.DurationVar(&o.idle, "idle", 3*time.Second, "a phase ends when subscribers get nothing for this long (QoS 0 drops)")
 	gwArgs := flag.String("gateway-args", "", "extra gateway flags, space-separated (e.g. --mqtt.maxPendingWrites=128)")
-	cpuprofile := flag.String("cpuprofile", "", "write this program's (the clients') CPU profile here")
+	flag.StringVar(&o.profile, "profile", "", "save a CPU profile of the gateway (admin /debug/pprof) from the start of each of its phases into this directory")
+	flag.DurationVar(&o.profFor, "profile-seconds", 3*time.Second, "length of each -profile")
 	flag.Parse()
-	if *cpuprofile != "" {
-		f, err := os.Create(*cpuprofile)
-		if err == nil {
-			err = pprof.StartCPUProfile(f)
-		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		defer pprof.StopCPUProfile()
-	}
-	var err error
-	if c.qos, err = rig.QoS(*qos); err != nil {
-		fmt.Fprintln(os.Stderr, err)
+	o.targets = strings.Split(*targets, ",")
+	o.scenarios = strings.Split(*scen, ",")
+	o.proto = byte(*proto)
+	o.size = max(o.size, 8)
+	o.gwArgs = strings.Fields(*gwArgs)
+	if o.proto != 4 && o.proto != 5 {
+		fmt.Fprintln(os.Stderr, "-proto must be 4 or 5")
 		os.Exit(2)
 	}
-	for _, p := range strings.Split(pend, ",") {
-		v, err := strconv.Atoi(strings.TrimSpace(p))
-		if err != nil || v < 0 {
-			fmt.Fprintf(os.Stderr, "bad -mochi-pending %q\n", pend)
-			os.Exit(2)
-		}
-		c.mochiPending = append(c.mochiPending, v)
-	}
-	c.load.Size = max(c.load.Size, 8)
 
 	r, err := rig.New()
 	if err != nil {
@@ -91,123 +115,297 @@ func main() {
 		os.Exit(1)
 	}
 	defer r.Close()
-	c.gatewayArgs = strings.Fields(*gwArgs)
-	if err := run(r, &c); err != nil {
-		pprof.StopCPUProfile()
+	if err := run(r, &o); err != nil {
 		r.Fatal(err)
 	}
 }
 
-func run(r *rig.Rig, c *config) error {
-	gwBin, err := r.Build("gateway", "./cmd/gateway")
-	if err != nil {
-		return err
+func (o *options) scenarioList() ([]scenario, error) {
+	var out []scenario
+	for _, name := range o.scenarios {
+		var s scenario
+		switch name {
+		case "pairs":
+			s = scenario{pubs: 4, subs: 4}
+		case "fanout":
+			s = scenario{pubs: 1, subs: 4, fanout: true}
+		case "fanin":
+			s = scenario{pubs: 4, subs: 1}
+		case "latency":
+			out = append(out, scenario{name: name, pubs: 4, subs: 4, qos: 1, n: o.latN, rate: o.latRate})
+			continue
+		default:
+			return nil, fmt.Errorf("unknown scenario %q", name)
+		}
+		s.name, s.n = name, o.n
+		for _, q := range []byte{0, 1} {
+			s.qos = q
+			out = append(out, s)
+		}
 	}
-	mochiBin, err := r.Build("baremochi", "./test/bench/baremochi")
+	return out, nil
+}
+
+func startTarget(r *rig.Rig, name string, o *options) (*rig.Child, error) {
+	switch name {
+	case "gateway":
+		bin, err := r.Build("gateway", "./cmd/gateway")
+		if err != nil {
+			return nil, err
+		}
+		return r.StartGateway("gateway", bin, append([]string{"--retain.backend=memory"}, o.gwArgs...)...)
+	case "mochi":
+		bin, err := r.Build("baremochi", "./test/bench/baremochi")
+		if err != nil {
+			return nil, err
+		}
+		return r.StartMochi("mochi", bin)
+	case "mosquitto":
+		return startMosquitto(r)
+	case "nats":
+		if o.proto == 5 {
+			return nil, errors.New("nats-server speaks MQTT 3.1.1 only: use -proto 4 or leave nats out")
+		}
+		return startNATS(r)
+	}
+	return nil, fmt.Errorf("unknown target %q", name)
+}
+
+func run(r *rig.Rig, o *options) error {
+	scens, err := o.scenarioList()
 	if err != nil {
 		return err
 	}
 	var targets []target
-	for _, p := range c.mochiPending {
-		name := "mochi"
-		if p > 0 {
-			name = fmt.Sprintf("mochi(pending=%d)", p)
-		}
-		ch, err := r.StartMochi(name, mochiBin, fmt.Sprintf("--max-pending=%d", p))
+	for _, name := range o.targets {
+		c, err := startTarget(r, name, o)
 		if err != nil {
-			return err
+			return fmt.Errorf("%s: %w", name, err)
 		}
-		targets = append(targets, target{name, ch})
+		targets = append(targets, target{name, c})
 	}
-	gw, err := r.StartGateway("gateway", gwBin, append([]string{"--retain.backend=memory"}, c.gatewayArgs...)...)
-	if err != nil {
-		return err
-	}
-	targets = append(targets, target{"gateway", gw})
-
-	fmt.Printf("mqttload: %d publishers × %d subscribers, %d msgs/publisher/phase, %d B payload, rate %s, %d round(s), 2 CPUs shared by clients and server\n",
-		c.load.Pubs, c.load.Subs, c.load.N, c.load.Size, rateString(c.load.Rate), c.rounds)
+	fmt.Printf("mqttload: MQTT %s, %d msgs/publisher/phase, %d B payload, QoS 1 window %d, latency phase %d msgs/s in all, %d round(s); 2 CPUs shared by clients and servers; %s\n",
+		map[byte]string{4: "3.1.1", 5: "5"}[o.proto], o.n, o.size, o.window, 4*o.latRate, o.rounds, time.Now().UTC().Format("2006-01-02 15:04 UTC"))
 	for _, t := range targets {
-		fmt.Printf("  %-20s %s (pid %d)\n", t.name, t.child.Addr, t.child.PID)
+		fmt.Printf("  %-10s %s (pid %d)\n", t.name, t.child.Addr, t.child.PID)
 	}
 
-	// Warm up each target once (connections, goroutine stacks, heap).
+	// Warm up each target (connections, stacks, heap; NATS creates its
+	// MQTT streams on the first connection).
 	for _, t := range targets {
-		w := c.load
-		w.N = max(c.load.N/10, 1000)
-		if _, err := phase(t, w, 0, "warm"); err != nil {
-			return fmt.Errorf("%s warm-up: %w", t.name, err)
-		}
-	}
-
-	results := map[string]map[byte][]result{}
-	for _, t := range targets {
-		results[t.name] = map[byte][]result{}
-	}
-	tw := tabwriter.NewWriter(os.Stdout, 2, 8, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "round\tQoS\ttarget\tsent\tdelivered\tlost\tmsgs/s\tp50\tp99\tserver CPU/msg\tserver CPU\tclients CPU\t")
-	for round := 0; round < c.rounds; round++ {
-		order := make([]target, len(targets))
-		for i := range targets {
-			// Even rounds: mochi first; odd rounds: gateway first.
-			if round%2 == 0 {
-				order[i] = targets[i]
-			} else {
-				order[i] = targets[len(targets)-1-i]
+		for _, q := range []byte{0, 1} {
+			w := scenario{name: "warm", pubs: 4, subs: 4, qos: q, n: max(o.n/10, 1000)}
+			if _, err := phase(t, w, o, "warm"); err != nil {
+				return fmt.Errorf("%s warm-up: %w", t.name, err)
 			}
 		}
-		for _, q := range c.qos {
-			for _, t := range order {
-				res, err := phase(t, c.load, q, fmt.Sprintf("r%d", round))
+	}
+
+	type key struct {
+		scen string
+		qos  byte
+		tgt  string
+	}
+	results := map[key][]result{}
+	tw := tabwriter.NewWriter(os.Stdout, 2, 8, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "round\tscenario\tQoS\ttarget\texpected\tdelivered\tdrops\tmsgs/s\tp50\tp99\tserver CPU/msg\t")
+	for round := 0; round < o.rounds; round++ {
+		for _, s := range scens {
+			for i := range targets {
+				t := targets[(i+round)%len(targets)]
+				res, err := phase(t, s, o, fmt.Sprintf("r%d", round))
 				if err != nil {
-					return fmt.Errorf("%s QoS %d: %w", t.name, q, err)
+					return fmt.Errorf("%s %s QoS %d: %w", t.name, s.name, s.qos, err)
 				}
-				results[t.name][q] = append(results[t.name][q], res)
-				fmt.Fprintf(os.Stderr, "  round %d QoS %d %-20s %8.0f msgs/s\n", round+1, q, t.name, res.Rate())
-				fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t%d\t%d\t%.0f\t%s\t%s\t%.1f µs\t%.2f s\t%.2f s\t\n", round+1, q, t.name,
-					res.Sent, res.Got, res.Sent-res.Got, res.Rate(), rig.Ms(res.P50), rig.Ms(res.P99),
-					float64(res.CPUPerMsg())/1e3, res.SrvCPU.Seconds(), res.CliCPU.Seconds())
+				k := key{s.name, s.qos, t.name}
+				results[k] = append(results[k], res)
+				fmt.Fprintf(os.Stderr, "  round %d %-8s QoS %d %-10s %8.0f msgs/s %6d drops %6.1f µs/msg\n", round+1, s.name, s.qos, t.name, res.rate(), res.drops(), res.cpuPerMsg())
+				fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%d\t%d\t%d\t%.0f\t%s\t%s\t%.1f µs\t\n", round+1, s.name, s.qos, t.name,
+					res.want, res.got, res.drops(), res.rate(), rig.Ms(res.p50), rig.Ms(res.p99), res.cpuPerMsg())
 			}
 		}
 	}
 	tw.Flush()
 
-	fmt.Printf("\nSummary (mean over %d round(s)); ratio = gateway / mochi, goal ≥ 0.90 of mochi's throughput\n", c.rounds)
+	// Side by side: per scenario, each target's mean, and gateway / peer.
+	fmt.Printf("\nSide by side (mean over %d round(s)); µs = server CPU per delivered message; ratio = gateway msgs/s / peer msgs/s\n", o.rounds)
 	tw = tabwriter.NewWriter(os.Stdout, 2, 8, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "QoS\ttarget\tmsgs/s\tlost\tp50\tp99\tserver CPU/msg\tgateway/target\tverdict\t")
-	gwName := targets[len(targets)-1].name
-	for _, q := range c.qos {
-		g := rig.MeanLoad(results[gwName][q])
-		for _, t := range targets {
-			m := rig.MeanLoad(results[t.name][q])
-			ratio, verdict := "", ""
-			if t.name != gwName {
-				x := g.Rate() / m.Rate()
-				ratio = fmt.Sprintf("%.2f", x)
-				verdict = "PASS"
-				if x < 0.9 {
-					verdict = "FAIL"
-				}
-			}
-			fmt.Fprintf(tw, "%d\t%s\t%.0f\t%d\t%s\t%s\t%.1f µs\t%s\t%s\t\n", q, t.name, m.Rate(), m.Sent-m.Got,
-				rig.Ms(m.P50), rig.Ms(m.P99), float64(m.CPUPerMsg())/1e3, ratio, verdict)
+	head := "scenario\tQoS\t"
+	for _, t := range targets {
+		head += t.name + " msgs/s\tdrops\tµs\t"
+	}
+	for _, t := range targets[1:] {
+		head += "gw/" + t.name + "\t"
+	}
+	fmt.Fprintln(tw, head)
+	seen := map[key]bool{}
+	for _, s := range scens {
+		k0 := key{s.name, s.qos, ""}
+		if seen[k0] {
+			continue
 		}
+		seen[k0] = true
+		line := fmt.Sprintf("%s\t%d\t", s.name, s.qos)
+		means := make([]result, len(targets))
+		for i, t := range targets {
+			means[i] = mean(results[key{s.name, s.qos, t.name}])
+			m := means[i]
+			if s.rate > 0 {
+				line += fmt.Sprintf("p50 %s p99 %s\t%d\t%.1f\t", rig.Ms(m.p50), rig.Ms(m.p99), m.drops(), m.cpuPerMsg())
+			} else {
+				line += fmt.Sprintf("%.0f\t%d\t%.1f\t", m.rate(), m.drops(), m.cpuPerMsg())
+			}
+		}
+		for i := range targets[1:] {
+			if s.rate > 0 {
+				line += fmt.Sprintf("p99 %.2f\t", float64(means[0].p99)/float64(max(means[i+1].p99, 1)))
+			} else {
+				line += fmt.Sprintf("%.2f\t", means[0].rate()/means[i+1].rate())
+			}
+		}
+		fmt.Fprintln(tw, line)
 	}
 	tw.Flush()
 	return nil
 }
 
-func rateString(r int) string {
-	if r == 0 {
-		return "unlimited"
-	}
-	return fmt.Sprintf("%d/s/publisher", r)
+// result is one phase.
+type result struct {
+	want, got int
+	elapsed   time.Duration
+	p50, p99  time.Duration
+	srvCPU    time.Duration
 }
 
-// phase runs one load phase against t at QoS q with fresh clients.
-func phase(t target, l rig.Load, q byte, tag string) (result, error) {
-	dial := func(ctx context.Context, id string, onMsg func(*paho.Publish)) (*paho.Client, error) {
-		return rig.Connect(ctx, t.child.Addr, id, onMsg)
+func (r result) rate() float64      { return float64(r.got) / r.elapsed.Seconds() }
+func (r result) drops() int         { return r.want - r.got }
+func (r result) cpuPerMsg() float64 { return float64(r.srvCPU) / float64(max(r.got, 1)) / 1e3 }
+
+func mean(rs []result) result {
+	var m result
+	var rate float64
+	for _, r := range rs {
+		m.want += r.want
+		m.got += r.got
+		m.p50 += r.p50
+		m.p99 += r.p99
+		m.srvCPU += r.srvCPU
+		rate += r.rate()
 	}
-	return rig.RunLoad(t.child, dial, l, q, tag)
+	n := max(len(rs), 1)
+	m.want, m.got, m.p50, m.p99, m.srvCPU = m.want/n, m.got/n, m.p50/time.Duration(n), m.p99/time.Duration(n), m.srvCPU/time.Duration(n)
+	m.elapsed = time.Duration(float64(m.got) / (rate / float64(n)) * float64(time.Second))
+	return m
+}
+
+// phase runs one scenario against t with fresh connections.
+func phase(t target, s scenario, o *options, tag string) (result, error) {
+	var closers []*client
+	defer func() {
+		for _, c := range closers {
+			c.close()
+		}
+	}()
+	subs := make([]*subscriber, s.subs)
+	for j := range subs {
+		c, err := dialClient(t.child.Addr, fmt.Sprintf("%s-%s-q%d-sub%d", tag, s.name, s.qos, j), o.proto)
+		if err != nil {
+			return result{}, err
+		}
+		closers = append(closers, c)
+		filter := fmt.Sprintf("load/+/s%d", j)
+		if s.fanout {
+			filter = "load/+/all"
+		}
+		if err := c.subscribe(filter, s.qos); err != nil {
+			return result{}, err
+		}
+		subs[j] = &subscriber{c: c, lat: make([]time.Duration, 0, s.delivered()/s.subs+16), done: make(chan error, 1)}
+	}
+	pubs := make([]*publisher, s.pubs)
+	for i := range pubs {
+		c, err := dialClient(t.child.Addr, fmt.Sprintf("%s-%s-q%d-pub%d", tag, s.name, s.qos, i), o.proto)
+		if err != nil {
+			return result{}, err
+		}
+		closers = append(closers, c)
+		p := &publisher{c: c, slots: make(chan struct{}, o.window), done: make(chan error, 1)}
+		if s.fanout {
+			p.topics = []string{fmt.Sprintf("load/p%d/all", i)}
+		} else {
+			for j := 0; j < s.subs; j++ {
+				p.topics = append(p.topics, fmt.Sprintf("load/p%d/s%d", i, j))
+			}
+		}
+		pubs[i] = p
+	}
+	for _, sub := range subs {
+		go sub.run()
+	}
+	for _, p := range pubs {
+		go p.readAcks()
+	}
+
+	cpu0, err := t.child.CPU()
+	if err != nil {
+		return result{}, err
+	}
+	if o.profile != "" && t.child.Admin != "" && tag != "warm" {
+		prof := rig.ProfileGateway(t.child.Admin, o.profFor, filepath.Join(o.profile, fmt.Sprintf("%s-%s-q%d.pprof", tag, s.name, s.qos)))
+		defer func() {
+			if err := <-prof; err != nil {
+				fmt.Fprintln(os.Stderr, "profile:", err)
+			}
+		}()
+	}
+	start := time.Now()
+	errs := make(chan error, len(pubs))
+	for _, p := range pubs {
+		go func() { errs <- p.send(s.n, o.size, s.rate, s.qos, start) }()
+	}
+	for range pubs {
+		if err := <-errs; err != nil {
+			return result{}, fmt.Errorf("publish: %w", err)
+		}
+	}
+	want := int64(s.delivered())
+	total := func() (n int64) {
+		for _, sub := range subs {
+			n += sub.got.Load()
+		}
+		return n
+	}
+	failed := func() error {
+		for _, sub := range subs {
+			select {
+			case err := <-sub.done:
+				return fmt.Errorf("subscriber: %w", err)
+			default:
+			}
+		}
+		return nil
+	}
+	if err := rig.WaitDelivered(total, want, o.idle, failed); err != nil {
+		return result{}, err
+	}
+	cpu1, err := t.child.CPU()
+	if err != nil {
+		return result{}, err
+	}
+	res := result{want: int(want), got: int(total()), srvCPU: cpu1 - cpu0}
+	if res.got == 0 {
+		return res, errors.New("no message delivered")
+	}
+	var last int64
+	var lat []time.Duration
+	for _, sub := range subs {
+		last = max(last, sub.last.Load())
+		sub.mu.Lock()
+		lat = append(lat, sub.lat...)
+		sub.mu.Unlock()
+	}
+	res.elapsed = time.Unix(0, last).Sub(start)
+	slices.Sort(lat)
+	res.p50, res.p99 = rig.Percentile(lat, 50), rig.Percentile(lat, 99)
+	return res, nil
 }

@@ -608,28 +608,37 @@ func (pk *Packet) PingrespDecode(buf []byte) error {
 
 // PublishEncode encodes a Publish packet.
 func (pk *Packet) PublishEncode(buf *bytes.Buffer) error {
-	nb := mempool.GetBuffer()
-	defer mempool.PutBuffer(nb)
-
-	nb.Write(encodeString(pk.TopicName)) // [MQTT-3.3.2-1]
-
+	// gateway patch 21: the header fields go straight into buf; upstream
+	// built them in a pooled buffer from two freshly allocated slices
+	// (encodeString, encodeUint16) and copied them over, per packet.
+	if pk.FixedHeader.Qos > 0 && pk.PacketID == 0 {
+		return ErrProtocolViolationNoPacketID // [MQTT-2.2.1-2]
+	}
+	n := 2 + len(pk.TopicName) // [MQTT-3.3.2-1]
 	if pk.FixedHeader.Qos > 0 {
-		if pk.PacketID == 0 {
-			return ErrProtocolViolationNoPacketID // [MQTT-2.2.1-2]
-		}
-		nb.Write(encodeUint16(pk.PacketID))
+		n += 2
 	}
 
+	var pb *bytes.Buffer
 	if pk.ProtocolVersion == 5 {
-		pb := mempool.GetBuffer()
+		pb = mempool.GetBuffer()
 		defer mempool.PutBuffer(pb)
-		pk.Properties.Encode(pk.FixedHeader.Type, pk.Mods, pb, nb.Len()+len(pk.Payload))
-		nb.Write(pb.Bytes())
+		pk.Properties.Encode(pk.FixedHeader.Type, pk.Mods, pb, n+len(pk.Payload))
+		n += pb.Len()
 	}
 
-	pk.FixedHeader.Remaining = nb.Len() + len(pk.Payload)
+	pk.FixedHeader.Remaining = n + len(pk.Payload)
 	pk.FixedHeader.Encode(buf)
-	buf.Write(nb.Bytes())
+	buf.WriteByte(byte(len(pk.TopicName) >> 8))
+	buf.WriteByte(byte(len(pk.TopicName)))
+	buf.WriteString(pk.TopicName)
+	if pk.FixedHeader.Qos > 0 {
+		buf.WriteByte(byte(pk.PacketID >> 8))
+		buf.WriteByte(byte(pk.PacketID))
+	}
+	if pb != nil {
+		buf.Write(pb.Bytes())
+	}
 	buf.Write(pk.Payload)
 
 	return nil

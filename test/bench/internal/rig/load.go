@@ -158,21 +158,7 @@ func RunLoad(server *Child, dial Dial, l Load, q byte, tag string) (LoadResult, 
 		}
 		return n
 	}
-	// A benchmark's client, not production code: polling the counters is
-	// the simplest way to notice both "all in" and "nothing moves any more".
-	prev, lastMove := total(), time.Now()
-	for {
-		n := total()
-		if n >= want {
-			break
-		}
-		if n != prev {
-			prev, lastMove = n, time.Now()
-		} else if time.Since(lastMove) > l.Idle {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	_ = WaitDelivered(total, want, l.Idle, nil)
 	srv1, err := server.CPU()
 	if err != nil {
 		return LoadResult{}, err
@@ -194,6 +180,31 @@ func RunLoad(server *Child, dial Dial, l Load, q byte, tag string) (LoadResult, 
 	lat = Sorted(lat)
 	res.P50, res.P99 = Percentile(lat, 50), Percentile(lat, 99)
 	return res, nil
+}
+
+// WaitDelivered returns once total reaches want or has not moved for idle
+// (QoS 0 drops), or with check's error when check (if set) fails. A
+// benchmark's client, not production code: polling the counters is the
+// simplest way to notice both "all in" and "nothing moves any more".
+func WaitDelivered(total func() int64, want int64, idle time.Duration, check func() error) error {
+	prev, lastMove := total(), time.Now()
+	for {
+		n := total()
+		if n >= want {
+			return nil
+		}
+		if n != prev {
+			prev, lastMove = n, time.Now()
+		} else if time.Since(lastMove) > idle {
+			return nil
+		}
+		if check != nil {
+			if err := check(); err != nil {
+				return err
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // publishLoad sends l.N messages round-robin over topics. QoS 1/2 publishes

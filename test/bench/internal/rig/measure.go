@@ -3,6 +3,7 @@ package rig
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"slices"
@@ -143,4 +144,30 @@ func IntList(s string, least int) ([]int, error) {
 		out = append(out, v)
 	}
 	return out, nil
+}
+
+// ProfileGateway fetches a CPU profile of the gateway whose admin API is
+// at admin (/debug/pprof) over d into file, in the background; the
+// returned channel says when it is written.
+func ProfileGateway(admin string, d time.Duration, file string) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", admin, max(int(d.Seconds()), 1)))
+		if err != nil {
+			done <- err
+			return
+		}
+		defer resp.Body.Close()
+		f, err := os.Create(file)
+		if err != nil {
+			done <- err
+			return
+		}
+		_, err = io.Copy(f, resp.Body)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		done <- err
+	}()
+	return done
 }

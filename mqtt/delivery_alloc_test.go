@@ -1,0 +1,61 @@
+package mqtt
+
+import (
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tolsey/tolsey/core/coretest"
+)
+
+// TestDeliveryAllocBudget holds the allocations of one MQTT→MQTT message,
+// read, fanned out and written to one subscriber through the gateway's
+// mochi (BenchmarkMochiPublish's path: processPacket, the hook, the
+// subscriber's writer), to a budget. Upstream's path made 19 per QoS 0
+// message and 26 per QoS 1 one; patch 21 (PATCHES.md) took out the per
+// packet encode buffers, the subscription map copies and the empty maps
+// of every lookup (5 and 10), patch 23 the lookup itself for a topic seen
+// before (2 and 7: the subscriber's copy of the packet, queued, is what
+// is left of QoS 0). Counted over the whole process, the writer goroutine
+// included; run without -race (test/run's budget set), which changes
+// allocation counts.
+func TestDeliveryAllocBudget(t *testing.T) {
+	if raceEnabled {
+		t.Skip("-race changes allocation counts")
+	}
+	for _, tc := range []struct {
+		qos    byte
+		budget float64
+	}{{0, 3}, {1, 8}} {
+		ms := benchServer(t).mochi
+		pub := benchPubSub(t, ms)
+		pk := benchPublish("load/p0/s0")
+		pk.FixedHeader.Qos = tc.qos
+		if tc.qos > 0 {
+			pk.PacketID = 7
+		}
+		const n = 5000
+		sent := func() int64 { return atomic.LoadInt64(&ms.Info.MessagesSent) }
+		for range 100 { // warm: pools, the queue's ring, map growth
+			if err := ms.InjectPacket(pub, pk); err != nil {
+				t.Fatal(err)
+			}
+		}
+		coretest.Eventually(t, "warm-up written", 10*time.Second, func() bool { return sent() >= 100 })
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		for range n {
+			if err := ms.InjectPacket(pub, pk); err != nil {
+				t.Fatal(err)
+			}
+		}
+		coretest.Eventually(t, "every message written", 10*time.Second, func() bool { return sent() >= 100+n })
+		runtime.ReadMemStats(&after)
+		per := float64(after.Mallocs-before.Mallocs) / n
+		t.Logf("QoS %d: %.2f allocations per delivered message (budget %v)", tc.qos, per, tc.budget)
+		if per > tc.budget {
+			t.Errorf("QoS %d: %.2f allocations per delivered message, budget %v", tc.qos, per, tc.budget)
+		}
+	}
+}
