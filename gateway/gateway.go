@@ -195,6 +195,7 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 	if err := g.startAMQP(ctx); err != nil {
 		return err
 	}
+	g.announceSelf()
 	g.ready.Store(true)
 	g.log.Info("gateway ready", "node", g.cfg.NodeID, "retain.backend", g.cfg.RetainBackend)
 	return nil
@@ -290,6 +291,9 @@ func (g *Gateway) Ready() error {
 		if err := h.Ready(); err != nil {
 			return fmt.Errorf("retained store: %w", err)
 		}
+	}
+	if c := g.cluster.Load(); c != nil {
+		return c.Ready() // a node.id used twice: the later gateway yields
 	}
 	return nil
 }
