@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tolsey/tolsey/bridge/cluster"
+	"github.com/tolsey/tolsey/mqtt"
 )
 
 // ClusterConfig is cluster.* (docs/cluster.md).
@@ -70,7 +71,8 @@ func (g *Gateway) startCluster(ctx context.Context) error {
 		Prefix: g.cfg.Cluster.Prefix,
 		Logger: g.log,
 
-		Heartbeat: g.cfg.Cluster.Heartbeat,
+		Heartbeat:       g.cfg.Cluster.Heartbeat,
+		TakeoverTimeout: g.cfg.Cluster.TakeoverTimeout,
 	})
 	if err != nil {
 		return err
@@ -84,8 +86,19 @@ func (g *Gateway) startCluster(ctx context.Context) error {
 		func() float64 { return float64(len(c.Members())) })
 	g.metrics.GaugeFunc("tolsey_cluster_duplicate_node", "Other processes heard announcing this gateway's node.id (must be 0).",
 		func() float64 { return float64(len(c.Duplicates())) })
+	g.metrics.CounterFunc("tolsey_cluster_takeovers_total", "MQTT connections ended here because their client id connected to another gateway.", nil,
+		func() float64 { return float64(c.TakeoverStats().TakenOver) })
 	g.metrics.CounterFunc("tolsey_cluster_reconnects_total", "NATS reconnections after which the cluster announced itself again.", nil,
 		func() float64 { return float64(c.Reconnects()) })
+	return nil
+}
+
+// mqttCluster is the cluster as the MQTT front-end's Options.Cluster:
+// nil (not a nil pointer in an interface) outside a cluster.
+func (g *Gateway) mqttCluster() mqtt.Cluster {
+	if c := g.cluster.Load(); c != nil {
+		return c
+	}
 	return nil
 }
 
@@ -141,6 +154,9 @@ type ClusterStatus struct {
 	// Duplicates: other processes announcing this node.id (an error in
 	// the configuration; the later one is not ready).
 	Duplicates []cluster.Member `json:"duplicates,omitempty"`
+	// Takeover: client ids taken over across gateways.
+	Takeover   *cluster.TakeoverStats `json:"takeover,omitempty"`
+	Reconnects uint64                 `json:"reconnects,omitempty"` // NATS reconnections
 }
 
 // Cluster is this gateway's cluster state.
@@ -151,6 +167,8 @@ func (g *Gateway) Cluster() ClusterStatus {
 		st := c.Stats()
 		s.Prefix, s.Stats = g.cfg.Cluster.Prefix, &st
 		s.Instance, s.Members, s.Duplicates = c.Instance(), c.Members(), c.Duplicates()
+		ts := c.TakeoverStats()
+		s.Takeover, s.Reconnects = &ts, c.Reconnects()
 	}
 	return s
 }

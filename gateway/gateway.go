@@ -171,9 +171,13 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 		AutoCreateQueues: g.cfg.Queues.AutoCreate,
 		V311Full:         g.cfg.Queues.V311Full,
 		Sessions:         sessions,
+		Cluster:          g.mqttCluster(),
 	})
 	if err != nil {
 		return err
+	}
+	if c := g.cluster.Load(); c != nil {
+		c.SetClients(g.mqtt) // before any client connects: claims from other gateways reach it
 	}
 	if err := g.mqtt.Start(); err != nil {
 		return err

@@ -49,6 +49,9 @@ type Options struct {
 	// (membership.go); a gateway silent for three is removed. 2 s when
 	// zero.
 	Heartbeat time.Duration
+	// TakeoverTimeout bounds a claim's wait for the other gateways to
+	// let go of a client id (takeover.go). 1 s when zero.
+	TakeoverTimeout time.Duration
 }
 
 // Stats are the cluster's counters (GET /api/v1/cluster).
@@ -74,6 +77,7 @@ type Cluster struct {
 	in_      *interest
 	isub     *nats.Subscription
 	mem      *membership // membership.go
+	tk       *takeover   // takeover.go
 
 	sub   *core.Subscription
 	nsub  *nats.Subscription
@@ -130,6 +134,9 @@ func New(opts Options) (*Cluster, error) {
 	if opts.Heartbeat == 0 {
 		opts.Heartbeat = 2 * time.Second
 	}
+	if opts.TakeoverTimeout == 0 {
+		opts.TakeoverTimeout = time.Second
+	}
 	return &Cluster{
 		opts:     opts,
 		log:      opts.Logger.With("part", "cluster"),
@@ -138,6 +145,7 @@ func New(opts Options) (*Cluster, error) {
 		isubject: opts.Prefix + ".interest." + opts.Node,
 		in_:      newInterest(),
 		mem:      newMembership(),
+		tk:       &takeover{},
 		queue:    make(chan queued, opts.QueueLen),
 		done:     make(chan struct{}),
 	}, nil
@@ -160,7 +168,13 @@ func (c *Cluster) Start(context.Context) error {
 		_ = ns.Unsubscribe()
 		return fmt.Errorf("cluster: interest: %w", err)
 	}
+	if err := c.startTakeover(); err != nil {
+		c.stopInterest()
+		_ = ns.Unsubscribe()
+		return fmt.Errorf("cluster: takeover: %w", err)
+	}
 	if err := c.startMembership(); err != nil {
+		c.stopTakeover()
 		c.stopInterest()
 		_ = ns.Unsubscribe()
 		return fmt.Errorf("cluster: membership: %w", err)
@@ -171,6 +185,7 @@ func (c *Cluster) Start(context.Context) error {
 	sub, err := c.opts.Router.Subscribe("#", c, core.SubOptions{QoS: 2, LocalOnly: true})
 	if err != nil {
 		c.stopMembership()
+		c.stopTakeover()
 		c.stopInterest()
 		_ = ns.Unsubscribe()
 		return fmt.Errorf("cluster: %w", err)
@@ -191,6 +206,7 @@ func (c *Cluster) Stop(ctx context.Context) error {
 		_ = c.nsub.Unsubscribe()
 	}
 	c.stopMembership()
+	c.stopTakeover()
 	c.stopInterest()
 	c.wg.Wait()
 	// Whatever the writer left behind is answered: a publisher waiting
