@@ -130,7 +130,8 @@ type Server struct {
 	adm   *admission
 
 	sessions *sessions // nil unless Options.Sessions
-	ids      clusterIDs // cluster.go
+
+	ids clusterIDs // client ids in a cluster (cluster.go)
 }
 
 // noExpiryCap stands for "no cap" in mochi, which reads 0 as "expire now"

@@ -148,4 +148,3 @@ func (r *restoring) finish() {
 		}
 	}
 }
-
