@@ -166,3 +166,50 @@ func TestClusterMemberKill9(t *testing.T) {
 		t.Errorf("a sees duplicates: %+v", st.Duplicates)
 	}
 }
+
+// NATS restarted on its port: each gateway sees the other leave (no
+// heartbeats), reconnects, announces itself again (counted in
+// tolsey_cluster_reconnects_total), lists the other again, and messages
+// and takeovers cross again.
+func TestClusterNATSRestart(t *testing.T) {
+	s, gs := cluster2On(t, "--cluster.heartbeat=200ms")
+	a, b := gs[0], gs[1]
+	port := natsPort(s)
+	sub := connect5(t, b.MQTTAddr(), "subB")
+	sub.subscribe(t, paho.SubscribeOptions{Topic: "n/#", QoS: 1})
+	pub := connect5(t, a.MQTTAddr(), "pubA")
+
+	s.Shutdown()
+	s.WaitForShutdown()
+	eventually(t, "each gateway to drop the other while NATS is down", func() bool {
+		sa, _ := clusterOf(a.AdminAddr())
+		sb, _ := clusterOf(b.AdminAddr())
+		return memberNodes(sa) == "a" && memberNodes(sb) == "b"
+	})
+	startNATS(t, port, "")
+	eventually(t, "each gateway to list both again", func() bool {
+		sa, _ := clusterOf(a.AdminAddr())
+		sb, _ := clusterOf(b.AdminAddr())
+		return memberNodes(sa) == "a,b" && memberNodes(sb) == "a,b"
+	})
+	for _, g := range gs {
+		if st := clusterStatus(t, g); st.Reconnects == 0 {
+			t.Errorf("%s: reconnect not counted: %+v", st.Node, st)
+		}
+		if _, body := httpDo(t, "GET", "http://"+g.AdminAddr()+"/metrics"); !strings.Contains(body, "tolsey_cluster_reconnects_total 1") {
+			t.Errorf("metrics: %s", grepLines(body, "tolsey_cluster_"))
+		}
+	}
+	eventually(t, "a's messages to reach b again", func() bool {
+		pub.publish(t, &paho.Publish{Topic: "n/x", QoS: 1, Payload: []byte("healed")})
+		select {
+		case m := <-sub.msgs:
+			return string(m.Payload) == "healed"
+		case <-time.After(100 * time.Millisecond):
+			return false
+		}
+	})
+	old, _ := connectWatched(t, a.MQTTAddr(), "after", nil)
+	connectWatched(t, b.MQTTAddr(), "after", nil)
+	eventually(t, "the takeover across the healed cluster", func() bool { return old.serverReason() == 0x8E })
+}

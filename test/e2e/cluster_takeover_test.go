@@ -11,6 +11,7 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 	pahov3 "github.com/eclipse/paho.mqtt.golang"
+	natsserver "github.com/nats-io/nats-server/v2/server"
 
 	"github.com/tolsey/tolsey/gateway"
 	"github.com/tolsey/tolsey/mqtt"
@@ -19,6 +20,12 @@ import (
 // cluster2 runs gateways a and b clustered on one NATS and one Redis,
 // with set applied, and waits until each lists both.
 func cluster2(t *testing.T, set ...string) []*gateway.Gateway {
+	t.Helper()
+	_, gs := cluster2On(t, set...)
+	return gs
+}
+
+func cluster2On(t *testing.T, set ...string) (*natsserver.Server, []*gateway.Gateway) {
 	t.Helper()
 	s := startNATS(t, 0, "")
 	r := startRedis(t)
@@ -29,7 +36,7 @@ func cluster2(t *testing.T, set ...string) []*gateway.Gateway {
 			return memberNodes(st) == "a,b"
 		})
 	}
-	return gs
+	return s, gs
 }
 
 // watched5 is an MQTT 5 client that notes the server's DISCONNECT and
