@@ -69,8 +69,12 @@ func (s *Server) claim(cl *mochi.Client) error {
 	if cl.Closed() {
 		return packets.ErrSessionTakenOver // a newer CONNECT elsewhere won (TakenOver)
 	}
-	if ss := s.sessions; ss != nil && !cl.Properties.Clean {
-		ss.fetch(cl.ID)
+	if ss := s.sessions; ss != nil {
+		if cl.Properties.Clean {
+			ss.dropStored(cl.ID)
+		} else {
+			ss.fetch(cl.ID)
+		}
 	}
 	return nil
 }
@@ -120,17 +124,20 @@ func (s *Server) TakenOver(client string, stamp int64, node string, done func(en
 		done(ended)
 		return
 	}
-	if cl, ok := s.mochi.Clients.Get(client); ok && !cl.Net.Inline {
-		// Forgotten first: the ending connection's OnDisconnect, and
-		// messages fanned out to it meanwhile, must not write to the
-		// store the other gateway now reads.
-		if ss.forget(client) {
-			ss.forgetHeld(client)
-		}
-		if s.mochi.Clients.DeleteIf(client, cl) {
-			cl.ClearInflights()
-			s.mochi.UnsubscribeClient(cl)
-		}
+	cl, ok := s.mochi.Clients.Get(client)
+	if !ok || cl.Net.Inline {
+		done(ended) // not held here: nothing to wait for
+		return
+	}
+	// Forgotten first: the ending connection's OnDisconnect, and
+	// messages fanned out to it meanwhile, must not write to the store
+	// the other gateway now reads.
+	if ss.forget(client) {
+		ss.forgetHeld(client)
+	}
+	if s.mochi.Clients.DeleteIf(client, cl) {
+		cl.ClearInflights()
+		s.mochi.UnsubscribeClient(cl)
 	}
 	// Everything queued so far (the zero Mark: since the start), this
 	// session's writes among it, is written before the answer.
@@ -172,5 +179,22 @@ func (ss *sessions) fetch(client string) {
 	r.finish()
 	if len(r.byID) > 0 {
 		ss.s.log.Debug("mqtt session read from the shared store", "client", client, "subscriptions", r.subs, "messages", r.msgs)
+	}
+}
+
+// dropStored removes client's session from a shared store before a clean
+// start takes the id [MQTT-3.1.2-4]: another gateway let go of it and
+// kept it in the store, where a later clean start 0 would find it. A
+// session held here is removed by OnSessionEstablished instead. It waits
+// for the commit: the client may connect to another gateway right after.
+func (ss *sessions) dropStored(client string) {
+	if _, ok := ss.b.(session.Shared); !ok || ss.isKnown(client) {
+		return
+	}
+	m := ss.log.Mark()
+	ss.log.Enqueue(session.Op{Kind: session.DeleteSession, Client: client})
+	done := make(chan struct{})
+	if ss.log.After(m, func(error) { close(done) }) {
+		<-done
 	}
 }

@@ -264,6 +264,18 @@ func TestClusterSessionMoves(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the moved subscription does not receive a's publish")
 	}
+
+	// A clean start on a discards the session b let go of; a clean
+	// start 0 on b afterwards finds none [MQTT-3.1.2-4].
+	clean, _ := connectWatched(t, a.MQTTAddr(), "mover", nil)
+	eventually(t, "b to end mover's connection", func() bool { return moved.serverReason() == 0x8E })
+	if err := clean.Disconnect(&paho.Disconnect{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "mover gone from a", func() bool { return connectedOn(t, a, "mover") == 0 })
+	if _, ca := connectWatched(t, b.MQTTAddr(), "mover", persistent()); ca.SessionPresent {
+		t.Fatal("session present 1 after a clean start: the discarded session came back from the store")
+	}
 }
 
 // sessionsAt is GET /api/v1/sessions of the admin API at addr.
