@@ -5,7 +5,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/eclipse/paho.golang/paho"
 	natsserver "github.com/nats-io/nats-server/v2/server"
@@ -150,15 +149,7 @@ func TestClusterMemberKill9(t *testing.T) {
 	})
 	subC := connect5(t, c2.mqtt, "subC")
 	subC.subscribe(t, paho.SubscribeOptions{Topic: "k/#", QoS: 1})
-	eventually(t, "a's publish to reach the restarted c", func() bool {
-		pub.publish(t, &paho.Publish{Topic: "k/x", QoS: 1, Payload: []byte("after")})
-		select {
-		case m := <-subC.msgs:
-			return string(m.Payload) == "after"
-		case <-time.After(100 * time.Millisecond):
-			return false
-		}
-	})
+	publishUntil(t, "a's publish to reach the restarted c", pub, "k/x", subC.msgs)
 	if n := c2.Logged("node.id"); n != 0 {
 		t.Errorf("restarted c logged a node.id problem:\n%s", c2.Output())
 	}
@@ -200,15 +191,7 @@ func TestClusterNATSRestart(t *testing.T) {
 			t.Errorf("metrics: %s", grepLines(body, "tolsey_cluster_"))
 		}
 	}
-	eventually(t, "a's messages to reach b again", func() bool {
-		pub.publish(t, &paho.Publish{Topic: "n/x", QoS: 1, Payload: []byte("healed")})
-		select {
-		case m := <-sub.msgs:
-			return string(m.Payload) == "healed"
-		case <-time.After(100 * time.Millisecond):
-			return false
-		}
-	})
+	publishUntil(t, "a's messages to reach b again", pub, "n/x", sub.msgs)
 	old, _ := connectWatched(t, a.MQTTAddr(), "after", nil)
 	connectWatched(t, b.MQTTAddr(), "after", nil)
 	eventually(t, "the takeover across the healed cluster", func() bool { return old.serverReason() == 0x8E })

@@ -95,24 +95,10 @@ func (w *watched5) isClosed() bool {
 	}
 }
 
-// sessionsOf is g's GET /api/v1/sessions.
-func sessionsOf(t *testing.T, g *gateway.Gateway) []mqtt.SessionInfo {
-	t.Helper()
-	b, err := httpGet("http://" + g.AdminAddr() + "/api/v1/sessions")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []mqtt.SessionInfo
-	if err := json.Unmarshal(b, &out); err != nil {
-		t.Fatalf("%s: %v", b, err)
-	}
-	return out
-}
-
 // connectedOn counts the connected sessions of id on g.
 func connectedOn(t *testing.T, g *gateway.Gateway, id string) int {
 	t.Helper()
-	for _, s := range sessionsOf(t, g) {
+	for _, s := range sessionsAt(t, g.AdminAddr()) {
 		if s.ClientID == id && s.Connected {
 			return 1
 		}
@@ -201,11 +187,7 @@ func TestClusterTakeoverRace(t *testing.T) {
 func TestClusterSessionMoves(t *testing.T) {
 	gs := cluster2(t, "--cluster.heartbeat=200ms", "--mqtt.sessions.backend=redis")
 	a, b := gs[0], gs[1]
-	expiry := uint32(3600)
-	persistent := func() *paho.Connect {
-		return &paho.Connect{CleanStart: false, KeepAlive: 30, Properties: &paho.ConnectProperties{SessionExpiryInterval: &expiry}}
-	}
-	first, _ := connectWatched(t, a.MQTTAddr(), "mover", persistent())
+	first, _ := connectWatched(t, a.MQTTAddr(), "mover", persistentConnect())
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if _, err := first.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: "mv/#", QoS: 1}}}); err != nil {
@@ -223,7 +205,7 @@ func TestClusterSessionMoves(t *testing.T) {
 		pb.publish(t, &paho.Publish{Topic: "mv/b", QoS: 1, Payload: []byte(fmt.Sprint("b", k))})
 	}
 	eventually(t, "a to hold 10 messages for mover", func() bool {
-		for _, s := range sessionsOf(t, a) {
+		for _, s := range sessionsAt(t, a.AdminAddr()) {
 			if s.ClientID == "mover" {
 				return s.Queued == 10
 			}
@@ -231,26 +213,14 @@ func TestClusterSessionMoves(t *testing.T) {
 		return false
 	})
 
-	moved, ca := connectWatched(t, b.MQTTAddr(), "mover", persistent())
-	if !ca.SessionPresent {
-		t.Fatal("session present 0 on b: the session did not move")
-	}
-	got := map[string]int{}
-	for range 10 {
-		select {
-		case m := <-moved.msgs:
-			got[string(m.Payload)]++
-		case <-time.After(10 * time.Second):
-			t.Fatalf("the queued messages did not follow the session; got %v", got)
-		}
-	}
+	moved, got := resumeOn(t, b.MQTTAddr(), "mover", 10)
 	for k := range 5 {
 		if got[fmt.Sprint("a", k)] != 1 || got[fmt.Sprint("b", k)] != 1 {
 			t.Fatalf("queued messages on b: %v", got)
 		}
 	}
 	// a let go of it; its subscription works on b, from either gateway.
-	for _, s := range sessionsOf(t, a) {
+	for _, s := range sessionsAt(t, a.AdminAddr()) {
 		if s.ClientID == "mover" {
 			t.Fatalf("a still holds mover's session: %+v", s)
 		}
@@ -273,7 +243,7 @@ func TestClusterSessionMoves(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "mover gone from a", func() bool { return connectedOn(t, a, "mover") == 0 })
-	if _, ca := connectWatched(t, b.MQTTAddr(), "mover", persistent()); ca.SessionPresent {
+	if _, ca := connectWatched(t, b.MQTTAddr(), "mover", persistentConnect()); ca.SessionPresent {
 		t.Fatal("session present 1 after a clean start: the discarded session came back from the store")
 	}
 }
@@ -308,11 +278,7 @@ func TestClusterSessionMovesAfterKill9(t *testing.T) {
 		st, _ := clusterOf(b.AdminAddr())
 		return memberNodes(st) == "a,b"
 	})
-	expiry := uint32(3600)
-	persistent := func() *paho.Connect {
-		return &paho.Connect{CleanStart: false, KeepAlive: 30, Properties: &paho.ConnectProperties{SessionExpiryInterval: &expiry}}
-	}
-	first, _ := connectWatched(t, a.mqtt, "mover", persistent())
+	first, _ := connectWatched(t, a.mqtt, "mover", persistentConnect())
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if _, err := first.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: "mk/#", QoS: 1}}}); err != nil {
@@ -331,17 +297,10 @@ func TestClusterSessionMovesAfterKill9(t *testing.T) {
 	}
 	a.Kill()
 
-	moved, ca := connectWatched(t, b.MQTTAddr(), "mover", persistent())
-	if !ca.SessionPresent {
-		t.Fatal("session present 0 on b after a died")
-	}
-	got := map[string]int{}
-	for range 5 {
-		select {
-		case m := <-moved.msgs:
-			got[string(m.Payload)]++
-		case <-time.After(10 * time.Second):
-			t.Fatalf("acknowledged messages lost with a; got %v", got)
+	moved, got := resumeOn(t, b.MQTTAddr(), "mover", 5)
+	for k := range 5 {
+		if got[fmt.Sprint(k)] != 1 {
+			t.Fatalf("acknowledged messages on b after a died: %v", got)
 		}
 	}
 	a2 := runGatewayProc(t, bin, clusterArgs(s, r, "a", set...)...)
@@ -351,10 +310,44 @@ func TestClusterSessionMovesAfterKill9(t *testing.T) {
 		}
 	}
 	pa2 := connect5(t, a2.mqtt, "pa2")
-	eventually(t, "a publish on the restarted a to reach mover on b", func() bool {
-		pa2.publish(t, &paho.Publish{Topic: "mk/x", QoS: 1, Payload: []byte("after")})
+	publishUntil(t, "a publish on the restarted a to reach mover on b", pa2, "mk/x", moved.msgs)
+}
+
+// persistentConnect is an MQTT 5 CONNECT with clean start 0 and a
+// session expiry of an hour.
+func persistentConnect() *paho.Connect {
+	expiry := uint32(3600)
+	return &paho.Connect{CleanStart: false, KeepAlive: 30, Properties: &paho.ConnectProperties{SessionExpiryInterval: &expiry}}
+}
+
+// resumeOn connects id with clean start 0 to addr, checks that its
+// session is present, and counts the first n payloads it receives.
+func resumeOn(t *testing.T, addr, id string, n int) (*watched5, map[string]int) {
+	t.Helper()
+	w, ca := connectWatched(t, addr, id, persistentConnect())
+	if !ca.SessionPresent {
+		t.Fatalf("session present 0 on %s: the session did not move", addr)
+	}
+	got := map[string]int{}
+	for range n {
 		select {
-		case m := <-moved.msgs:
+		case m := <-w.msgs:
+			got[string(m.Payload)]++
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the queued messages did not follow the session; got %v", got)
+		}
+	}
+	return w, got
+}
+
+// publishUntil publishes "after" on topic through pub until it arrives on
+// msgs: a subscription that another gateway learns of soon, not at once.
+func publishUntil(t *testing.T, what string, pub *client5, topic string, msgs chan *paho.Publish) {
+	t.Helper()
+	eventually(t, what, func() bool {
+		pub.publish(t, &paho.Publish{Topic: topic, QoS: 1, Payload: []byte("after")})
+		select {
+		case m := <-msgs:
 			return string(m.Payload) == "after"
 		case <-time.After(100 * time.Millisecond):
 			return false
