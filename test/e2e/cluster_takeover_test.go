@@ -15,6 +15,7 @@ import (
 
 	"github.com/tolsey/tolsey/gateway"
 	"github.com/tolsey/tolsey/mqtt"
+	"github.com/tolsey/tolsey/retain/redistest"
 )
 
 // cluster2 runs gateways a and b clustered on one NATS and one Redis,
@@ -353,4 +354,54 @@ func publishUntil(t *testing.T, what string, pub *client5, topic string, msgs ch
 			return false
 		}
 	})
+}
+
+// BenchmarkClusterConnect is the cost of the takeover claim: one MQTT 5
+// CONNECT (clean start) and DISCONNECT per op on a lone gateway, on one
+// of two clustered gateways, and on one of two with the sessions in
+// Redis (a clean start also deletes a stored session there).
+//
+//	go test -run '^$' -bench ClusterConnect -benchtime=300x ./test/e2e/
+func BenchmarkClusterConnect(b *testing.B) {
+	for _, c := range []struct {
+		name    string
+		cluster bool
+		set     []string
+	}{
+		{"alone", false, nil},
+		{"cluster2", true, nil},
+		{"cluster2-redis-sessions", true, []string{"--mqtt.sessions.backend=redis"}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			var addr string
+			if c.cluster {
+				s := startNATS(b, 0, "")
+				r := redistest.Start(b)
+				g := startGateway(b, clusterArgs(s, r, "a", c.set...)...)
+				startGateway(b, clusterArgs(s, r, "b", c.set...)...)
+				eventually(b, "a to list b", func() bool {
+					st, _ := clusterOf(g.AdminAddr())
+					return memberNodes(st) == "a,b"
+				})
+				addr = g.MQTTAddr()
+			} else {
+				addr = startGateway(b).MQTTAddr()
+			}
+			b.ResetTimer()
+			for i := range b.N {
+				conn, err := net.Dial("tcp", addr)
+				if err != nil {
+					b.Fatal(err)
+				}
+				id := fmt.Sprint("bench", i)
+				cl := paho.NewClient(paho.ClientConfig{ClientID: id, Conn: conn})
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				if ca, err := cl.Connect(ctx, &paho.Connect{ClientID: id, CleanStart: true, KeepAlive: 30}); err != nil || ca.ReasonCode != 0 {
+					b.Fatalf("connect: %v", err)
+				}
+				cancel()
+				_ = cl.Disconnect(&paho.Disconnect{})
+			}
+		})
+	}
 }
