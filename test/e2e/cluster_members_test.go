@@ -113,7 +113,7 @@ func TestClusterMemberKill9(t *testing.T) {
 	hb := "--cluster.heartbeat=200ms"
 	a := startGateway(t, clusterArgs(s, r, "a", hb)...)
 	b := startGateway(t, clusterArgs(s, r, "b", hb)...)
-	c := runGatewayProc(t, bin, clusterArgs(s, r, "c", hb)...)
+	c := runGatewayProc(t, bin, clusterArgs(s, r, "c", hb, "--data.dir="+t.TempDir())...)
 	eventually(t, "a to list a,b,c", func() bool {
 		st, _ := clusterOf(a.AdminAddr())
 		return memberNodes(st) == "a,b,c"
@@ -141,7 +141,7 @@ func TestClusterMemberKill9(t *testing.T) {
 		t.Fatalf("b got %q", m.Payload)
 	}
 
-	c2 := runGatewayProc(t, bin, clusterArgs(s, r, "c", hb)...)
+	c2 := runGatewayProc(t, bin, clusterArgs(s, r, "c", hb, "--data.dir="+t.TempDir())...)
 	eventually(t, "a to list the restarted c", func() bool {
 		st, _ := clusterOf(a.AdminAddr())
 		i := slices.IndexFunc(st.Members, func(m cluster.Member) bool { return m.Node == "c" })

@@ -273,7 +273,7 @@ func TestClusterSessionMovesAfterKill9(t *testing.T) {
 	s := startNATS(t, 0, "")
 	r := startRedis(t)
 	set := []string{"--cluster.heartbeat=200ms", "--mqtt.sessions.backend=redis"}
-	a := runGatewayProc(t, bin, clusterArgs(s, r, "a", set...)...)
+	a := runGatewayProc(t, bin, clusterArgs(s, r, "a", append(set, "--data.dir="+t.TempDir())...)...)
 	b := startGateway(t, clusterArgs(s, r, "b", set...)...)
 	eventually(t, "b to list a", func() bool {
 		st, _ := clusterOf(b.AdminAddr())
@@ -304,7 +304,7 @@ func TestClusterSessionMovesAfterKill9(t *testing.T) {
 			t.Fatalf("acknowledged messages on b after a died: %v", got)
 		}
 	}
-	a2 := runGatewayProc(t, bin, clusterArgs(s, r, "a", set...)...)
+	a2 := runGatewayProc(t, bin, clusterArgs(s, r, "a", append(set, "--data.dir="+t.TempDir())...)...)
 	for _, si := range sessionsAt(t, a2.admin) {
 		if si.ClientID == "mover" {
 			t.Fatalf("the restarted a restored the session b holds: %+v", si)
