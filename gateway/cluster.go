@@ -3,16 +3,24 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/tolsey/tolsey/bridge/cluster"
+	"github.com/tolsey/tolsey/mqtt"
 )
 
 // ClusterConfig is cluster.* (docs/cluster.md).
 type ClusterConfig struct {
 	Enabled bool
 	Prefix  string
+	// Heartbeat, Advertise and TakeoverTimeout: membership and takeover
+	// across gateways (docs/cluster.md, "Members", "Client takeover").
+	Heartbeat       time.Duration
+	Advertise       string
+	TakeoverTimeout time.Duration
 }
 
 // buildClusterConfig reads cluster.* and checks what a cluster needs: the
@@ -21,8 +29,14 @@ type ClusterConfig struct {
 func buildClusterConfig(c *Config, get func(string) string) error {
 	c.Cluster.Enabled = get("cluster.enabled") == "true"
 	c.Cluster.Prefix = get("cluster.prefix")
+	c.Cluster.Advertise = get("cluster.advertise")
+	c.Cluster.Heartbeat, _ = time.ParseDuration(normDuration(get("cluster.heartbeat")))
+	c.Cluster.TakeoverTimeout, _ = time.ParseDuration(normDuration(get("cluster.takeoverTimeout")))
 	if !c.Cluster.Enabled {
 		return nil
+	}
+	if c.Cluster.Heartbeat <= 0 {
+		return &ConfigError{Key: "cluster.heartbeat", Msg: "must be above 0: the gateways know each other by it"}
 	}
 	p := c.Cluster.Prefix
 	if p == "" || strings.ContainsAny(p, "*> \t\r\n") || strings.HasPrefix(p, ".") || strings.HasSuffix(p, ".") || strings.Contains(p, "..") {
@@ -56,6 +70,9 @@ func (g *Gateway) startCluster(ctx context.Context) error {
 		Node:   g.cfg.NodeID,
 		Prefix: g.cfg.Cluster.Prefix,
 		Logger: g.log,
+
+		Heartbeat:       g.cfg.Cluster.Heartbeat,
+		TakeoverTimeout: g.cfg.Cluster.TakeoverTimeout,
 	})
 	if err != nil {
 		return err
@@ -65,7 +82,52 @@ func (g *Gateway) startCluster(ctx context.Context) error {
 	}
 	g.cluster.Store(c)
 	g.onStop(c.Stop)
+	g.metrics.GaugeFunc("tolsey_cluster_members", "Gateways of the cluster this one hears from, itself included.",
+		func() float64 { return float64(len(c.Members())) })
+	g.metrics.GaugeFunc("tolsey_cluster_duplicate_node", "Other processes heard announcing this gateway's node.id (must be 0).",
+		func() float64 { return float64(len(c.Duplicates())) })
+	g.metrics.CounterFunc("tolsey_cluster_takeovers_total", "MQTT connections ended here because their client id connected to another gateway.", nil,
+		func() float64 { return float64(c.TakeoverStats().TakenOver) })
+	g.metrics.CounterFunc("tolsey_cluster_reconnects_total", "NATS reconnections after which the cluster announced itself again.", nil,
+		func() float64 { return float64(c.Reconnects()) })
 	return nil
+}
+
+// mqttCluster is the cluster as the MQTT front-end's Options.Cluster:
+// nil (not a nil pointer in an interface) outside a cluster.
+func (g *Gateway) mqttCluster() mqtt.Cluster {
+	if c := g.cluster.Load(); c != nil {
+		return c
+	}
+	return nil
+}
+
+// announceSelf gives the cluster this gateway's listeners and connection
+// count, once they are up (heartbeats before carry the identity only).
+func (g *Gateway) announceSelf() {
+	c := g.cluster.Load()
+	if c == nil {
+		return
+	}
+	c.SetSelf(func() cluster.Self {
+		s := cluster.Self{MQTT: g.advertised(g.MQTTAddr()), AMQP: g.advertised(g.AMQPAddr()),
+			Admin: g.advertised(g.AdminAddr()), Connections: g.mqtt.Clients()}
+		if g.amqp != nil {
+			s.Connections += int64(g.amqp.Connections())
+		}
+		return s
+	})
+}
+
+// advertised is addr with its host replaced by cluster.advertise, if set.
+func (g *Gateway) advertised(addr string) string {
+	if addr == "" || g.cfg.Cluster.Advertise == "" {
+		return addr
+	}
+	if _, port, err := net.SplitHostPort(addr); err == nil {
+		return net.JoinHostPort(g.cfg.Cluster.Advertise, port)
+	}
+	return addr
 }
 
 // clusterQueueGroup is the NATS queue group prefix of the bridge's inbound
@@ -78,13 +140,23 @@ func (g *Gateway) clusterQueueGroup() string {
 	return g.cfg.Cluster.Prefix + ".bridge"
 }
 
-// ClusterStatus is GET /api/v1/cluster: this gateway's part. The list of
-// every gateway (presence) is not done yet (docs/cluster.md).
+// ClusterStatus is GET /api/v1/cluster: this gateway's part and every
+// gateway it hears from (docs/cluster.md, "Members").
 type ClusterStatus struct {
-	Enabled bool           `json:"enabled"`
-	Node    string         `json:"node"`
-	Prefix  string         `json:"prefix,omitempty"`
-	Stats   *cluster.Stats `json:"stats,omitempty"`
+	Enabled  bool           `json:"enabled"`
+	Node     string         `json:"node"`
+	Instance string         `json:"instance,omitempty"`
+	Prefix   string         `json:"prefix,omitempty"`
+	Stats    *cluster.Stats `json:"stats,omitempty"`
+	// Members: every gateway heard within three heartbeats, this one
+	// included, sorted by node id.
+	Members []cluster.Member `json:"members,omitempty"`
+	// Duplicates: other processes announcing this node.id (an error in
+	// the configuration; the later one is not ready).
+	Duplicates []cluster.Member `json:"duplicates,omitempty"`
+	// Takeover: client ids taken over across gateways.
+	Takeover   *cluster.TakeoverStats `json:"takeover,omitempty"`
+	Reconnects uint64                 `json:"reconnects,omitempty"` // NATS reconnections
 }
 
 // Cluster is this gateway's cluster state.
@@ -94,6 +166,9 @@ func (g *Gateway) Cluster() ClusterStatus {
 	if c != nil {
 		st := c.Stats()
 		s.Prefix, s.Stats = g.cfg.Cluster.Prefix, &st
+		s.Instance, s.Members, s.Duplicates = c.Instance(), c.Members(), c.Duplicates()
+		ts := c.TakeoverStats()
+		s.Takeover, s.Reconnects = &ts, c.Reconnects()
 	}
 	return s
 }

@@ -185,9 +185,13 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 		AutoCreateQueues:    g.cfg.Queues.AutoCreate,
 		V311Full:            g.cfg.Queues.V311Full,
 		Sessions:            sessions,
+		Cluster:             g.mqttCluster(),
 	})
 	if err != nil {
 		return err
+	}
+	if c := g.cluster.Load(); c != nil {
+		c.SetClients(g.mqtt) // before any client connects: claims from other gateways reach it
 	}
 	if err := g.mqtt.Start(); err != nil {
 		return err
@@ -209,6 +213,7 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 	if err := g.startAMQP(ctx); err != nil {
 		return err
 	}
+	g.announceSelf()
 	g.ready.Store(true)
 	g.log.Info("gateway ready", "node", g.cfg.NodeID, "retain.backend", g.cfg.RetainBackend)
 	return nil
@@ -304,6 +309,9 @@ func (g *Gateway) Ready() error {
 		if err := h.Ready(); err != nil {
 			return fmt.Errorf("retained store: %w", err)
 		}
+	}
+	if c := g.cluster.Load(); c != nil {
+		return c.Ready() // a node.id used twice: the later gateway yields
 	}
 	return nil
 }

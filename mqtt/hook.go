@@ -156,6 +156,7 @@ func (h *hook) OnDisconnect(cl *mochi.Client, err error, expire bool) {
 	case errors.Is(err, packets.ErrPacketTooLarge):
 		h.s.opts.Metrics.Closed("mqtt", "packet_too_large")
 	}
+	h.s.forgetLocal(cl)
 	h.replay.forget(cl)
 	h.backlog.forget(cl)
 	h.queues.forget(cl)
@@ -566,5 +567,5 @@ func (h *hook) OnConnect(cl *mochi.Client, pk packets.Packet) error {
 		(cl.State.Keepalive == 0 || cl.State.Keepalive > max) {
 		cl.State.Keepalive, cl.State.ServerKeepalive = max, true
 	}
-	return nil
+	return h.s.claim(cl) // last: a refused CONNECT takes no id from another gateway (cluster.go)
 }

@@ -121,6 +121,10 @@ type Options struct {
 	// Sessions is where persistent sessions are kept (sessions.go); nil:
 	// in memory only, lost at restart. The server closes it at Shutdown.
 	Sessions session.Backend
+
+	// Cluster makes a client id unique across the gateways of a cluster
+	// (cluster.go); nil: this gateway is alone.
+	Cluster Cluster
 }
 
 // Server is the running MQTT front-end.
@@ -137,6 +141,8 @@ type Server struct {
 	adm   *admission
 
 	sessions *sessions // nil unless Options.Sessions
+
+	ids clusterIDs // client ids in a cluster (cluster.go)
 }
 
 // noExpiryCap stands for "no cap" in mochi, which reads 0 as "expire now"

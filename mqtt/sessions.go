@@ -288,7 +288,9 @@ func (ss *sessions) OnQosDropped(cl *mochi.Client, pk packets.Packet) {
 }
 
 func (ss *sessions) dropInflight(cl *mochi.Client, id uint16) {
-	if persistent(cl) {
+	// Not for a session forgotten here: one let go to another gateway
+	// (cluster.go) keeps its messages in the shared store.
+	if persistent(cl) && ss.isKnown(cl.ID) {
 		ss.markHeld(cl.ID, id, false)
 		ss.log.Enqueue(session.Op{Kind: session.DeleteInflight, Client: cl.ID, Key: packetKey(id)})
 	}
@@ -380,6 +382,9 @@ type clientRecord struct {
 	Clean           bool               `json:"c,omitempty"`
 	Props           packets.Properties `json:"p"`
 	Will            mochi.Will         `json:"w"`
+	// Node is the gateway that stored it last (its node.id): in a
+	// cluster, the one that holds the session (docs/cluster.md).
+	Node string `json:"n,omitempty"`
 }
 
 func (ss *sessions) clientOp(cl *mochi.Client) session.Op {
@@ -401,6 +406,7 @@ func (ss *sessions) clientOp(cl *mochi.Client) session.Op {
 			User:                      p.User,
 		},
 		Will: cl.Properties.Will,
+		Node: ss.s.opts.Node,
 	}
 	v, _ := json.Marshal(&rec) // plain data: cannot fail
 	return session.Op{Kind: session.PutClient, Client: cl.ID, Value: v}

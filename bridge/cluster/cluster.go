@@ -45,6 +45,13 @@ type Options struct {
 	// (interest.go); a gateway silent for three is forgotten. 5 s when
 	// zero.
 	InterestPeriod time.Duration
+	// Heartbeat is how often this gateway announces itself
+	// (membership.go); a gateway silent for three is removed. 2 s when
+	// zero.
+	Heartbeat time.Duration
+	// TakeoverTimeout bounds a claim's wait for the other gateways to
+	// let go of a client id (takeover.go). 1 s when zero.
+	TakeoverTimeout time.Duration
 }
 
 // Stats are the cluster's counters (GET /api/v1/cluster).
@@ -69,6 +76,8 @@ type Cluster struct {
 	isubject string // <prefix>.interest.<node>: its interest summary
 	in_      *interest
 	isub     *nats.Subscription
+	mem      *membership // membership.go
+	tk       *takeover   // takeover.go
 
 	sub   *core.Subscription
 	nsub  *nats.Subscription
@@ -122,6 +131,12 @@ func New(opts Options) (*Cluster, error) {
 	if opts.InterestPeriod == 0 {
 		opts.InterestPeriod = 5 * time.Second
 	}
+	if opts.Heartbeat == 0 {
+		opts.Heartbeat = 2 * time.Second
+	}
+	if opts.TakeoverTimeout == 0 {
+		opts.TakeoverTimeout = time.Second
+	}
 	return &Cluster{
 		opts:     opts,
 		log:      opts.Logger.With("part", "cluster"),
@@ -129,6 +144,8 @@ func New(opts Options) (*Cluster, error) {
 		all:      opts.Prefix + ".msg.>",
 		isubject: opts.Prefix + ".interest." + opts.Node,
 		in_:      newInterest(),
+		mem:      newMembership(),
+		tk:       &takeover{},
 		queue:    make(chan queued, opts.QueueLen),
 		done:     make(chan struct{}),
 	}, nil
@@ -151,11 +168,24 @@ func (c *Cluster) Start(context.Context) error {
 		_ = ns.Unsubscribe()
 		return fmt.Errorf("cluster: interest: %w", err)
 	}
+	if err := c.startTakeover(); err != nil {
+		c.stopInterest()
+		_ = ns.Unsubscribe()
+		return fmt.Errorf("cluster: takeover: %w", err)
+	}
+	if err := c.startMembership(); err != nil {
+		c.stopTakeover()
+		c.stopInterest()
+		_ = ns.Unsubscribe()
+		return fmt.Errorf("cluster: membership: %w", err)
+	}
 	// "#" at QoS 2, so that a message keeps its own QoS; LocalOnly: what
 	// another gateway took in, that gateway sent (docs/cluster.md). "#"
 	// does not match "$" topics [MQTT-4.7.2-1]: they stay on their gateway.
 	sub, err := c.opts.Router.Subscribe("#", c, core.SubOptions{QoS: 2, LocalOnly: true})
 	if err != nil {
+		c.stopMembership()
+		c.stopTakeover()
 		c.stopInterest()
 		_ = ns.Unsubscribe()
 		return fmt.Errorf("cluster: %w", err)
@@ -175,6 +205,8 @@ func (c *Cluster) Stop(ctx context.Context) error {
 	if c.nsub != nil {
 		_ = c.nsub.Unsubscribe()
 	}
+	c.stopMembership()
+	c.stopTakeover()
 	c.stopInterest()
 	c.wg.Wait()
 	// Whatever the writer left behind is answered: a publisher waiting

@@ -104,6 +104,7 @@ func (c *Cluster) startInterest() error {
 			prev(nc)
 		}
 		signal(in.resync)
+		c.reconnected() // membership.go
 	})
 	c.wg.Add(1)
 	go c.interestLoop()

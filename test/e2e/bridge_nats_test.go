@@ -19,7 +19,7 @@ import (
 // startNATS runs a real NATS server in-process, as nats-server's own tests
 // do, with JetStream stored in dir ("" for a temp dir). port 0 picks a free
 // port. It is shut down when the test ends (or earlier by the test).
-func startNATS(t *testing.T, port int, dir string) *natsserver.Server {
+func startNATS(t testing.TB, port int, dir string) *natsserver.Server {
 	t.Helper()
 	if port == 0 {
 		port = -1

@@ -20,13 +20,13 @@ import (
 
 // startGateway runs an in-process gateway on free ports with cfg changes
 // applied; it stops when the test ends.
-func startGateway(t *testing.T, set ...string) *gateway.Gateway {
+func startGateway(t testing.TB, set ...string) *gateway.Gateway {
 	t.Helper()
 	return startGatewayLog(t, os.Stderr, set...)
 }
 
 // startGatewayLog is startGateway with the gateway's log written to w.
-func startGatewayLog(t *testing.T, w io.Writer, set ...string) *gateway.Gateway {
+func startGatewayLog(t testing.TB, w io.Writer, set ...string) *gateway.Gateway {
 	t.Helper()
 	args := []string{"--mqtt.listen=127.0.0.1:0", "--mqtt.ws.listen=127.0.0.1:0", "--admin.listen=127.0.0.1:0",
 		"--amqp.listen=127.0.0.1:0", "--retain.backend=memory", "--data.dir=" + t.TempDir(), "--node.id=" + t.Name()}
@@ -48,7 +48,7 @@ func startGatewayLog(t *testing.T, w io.Writer, set ...string) *gateway.Gateway 
 	return g
 }
 
-func stopGateway(t *testing.T, g *gateway.Gateway) {
+func stopGateway(t testing.TB, g *gateway.Gateway) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := g.Stop(ctx); err != nil {
@@ -162,7 +162,7 @@ func retainedOnly(ms []*paho.Publish) []*paho.Publish {
 }
 
 // eventually polls cond until it holds or 15 s pass.
-func eventually(t *testing.T, what string, cond func() bool) {
+func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	coretest.Eventually(t, what, 15*time.Second, cond)
 }

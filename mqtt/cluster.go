@@ -1,0 +1,200 @@
+package mqtt
+
+// Client takeover across the gateways of a cluster (docs/cluster.md,
+// "Client takeover"): a client id is unique in the cluster, as on one
+// broker [MQTT-3.1.4-3].
+//
+// A CONNECT, once authenticated (OnConnect), is stamped with the time and
+// claimed: the cluster tells every other gateway "client X connects at
+// gateway N, stamp S" and waits (bounded) until each has answered. A
+// gateway told so (TakenOver) ends its own connection of X if that one is
+// older (MQTT 5: DISCONNECT 0x8E Session taken over; 3.1.1: the
+// connection closed) and, with a shared session store, lets go of X's
+// session: it forgets it without deleting the stored copy, waits until
+// what it queued for the store is written, then answers. The claiming
+// gateway then reads X's session from the store (fetch) before mochi takes
+// the session, so a persistent session moves with its client.
+//
+// Two connections of X at once on two gateways: each claims, each
+// compares; the newer stamp wins everywhere (equal stamps: the larger
+// node id), so exactly one stays, as on one broker the last CONNECT does.
+
+import (
+	"sync"
+	"time"
+
+	mochi "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/tolsey/tolsey/mqtt/session"
+)
+
+// Cluster is the cluster as the MQTT front-end sees it
+// (bridge/cluster.Cluster, wired by the gateway).
+type Cluster interface {
+	// Claim tells the other gateways that client connects here at stamp
+	// (unix ns) and returns once each has let go of it, or after the
+	// cluster's takeover timeout. On the client's reader.
+	Claim(client string, stamp int64)
+}
+
+// clusterIDs is this gateway's newest connection of each client id while
+// it is open, with its stamp; mu guards it (readers in OnConnect and
+// OnDisconnect, the cluster's goroutine in TakenOver).
+type clusterIDs struct {
+	mu    sync.Mutex
+	local map[string]localConn
+}
+
+type localConn struct {
+	cl    *mochi.Client
+	stamp int64
+}
+
+// claim stamps cl's CONNECT and claims its id in the cluster, then reads
+// its session from a shared store when this gateway does not hold it. It
+// refuses cl when a newer connection elsewhere took the id meanwhile.
+func (s *Server) claim(cl *mochi.Client) error {
+	if s.opts.Cluster == nil || cl.Net.Inline {
+		return nil
+	}
+	stamp := time.Now().UnixNano()
+	s.ids.mu.Lock()
+	if s.ids.local == nil {
+		s.ids.local = map[string]localConn{}
+	}
+	s.ids.local[cl.ID] = localConn{cl: cl, stamp: stamp}
+	s.ids.mu.Unlock()
+	s.opts.Cluster.Claim(cl.ID, stamp)
+	if cl.Closed() {
+		return packets.ErrSessionTakenOver // a newer CONNECT elsewhere won (TakenOver)
+	}
+	if ss := s.sessions; ss != nil {
+		if cl.Properties.Clean {
+			ss.dropStored(cl.ID)
+		} else {
+			ss.fetch(cl.ID)
+		}
+	}
+	return nil
+}
+
+// forgetLocal drops cl from the ids when its connection ends.
+func (s *Server) forgetLocal(cl *mochi.Client) {
+	if s.opts.Cluster == nil {
+		return
+	}
+	s.ids.mu.Lock()
+	defer s.ids.mu.Unlock()
+	if lc, ok := s.ids.local[cl.ID]; ok && lc.cl == cl {
+		delete(s.ids.local, cl.ID)
+	}
+}
+
+// TakenOver is the cluster telling this gateway that client connected to
+// gateway node at stamp. A connection of client here that is older ends
+// (MQTT 5: DISCONNECT 0x8E [MQTT-3.1.4-3]); with a shared session store
+// the session is let go (kept in the store, forgotten here) and done runs
+// once what was queued for the store is written; else the session stays
+// here, offline. done(ended) says whether a connection was ended; it may
+// run on the session store's goroutine.
+func (s *Server) TakenOver(client string, stamp int64, node string, done func(ended bool)) {
+	s.ids.mu.Lock()
+	lc, ok := s.ids.local[client]
+	if ok && (lc.stamp > stamp || lc.stamp == stamp && s.opts.Node > node) {
+		s.ids.mu.Unlock()
+		done(false) // ours is newer: our own claim ends theirs
+		return
+	}
+	delete(s.ids.local, client)
+	s.ids.mu.Unlock()
+	ended := false
+	if ok && !lc.cl.Closed() {
+		ended = true
+		s.log.Info("mqtt client taken over by another gateway", "client", client, "node", node)
+		// Closed from here on: a claim still waiting (claim) refuses it.
+		_ = s.mochi.DisconnectClientNoWait(lc.cl, packets.ErrSessionTakenOver)
+	}
+	ss := s.sessions
+	if ss == nil {
+		done(ended)
+		return
+	}
+	if _, shared := ss.b.(session.Shared); !shared {
+		done(ended)
+		return
+	}
+	cl, ok := s.mochi.Clients.Get(client)
+	if !ok || cl.Net.Inline {
+		done(ended) // not held here: nothing to wait for
+		return
+	}
+	// Forgotten first: the ending connection's OnDisconnect, and
+	// messages fanned out to it meanwhile, must not write to the store
+	// the other gateway now reads.
+	if ss.forget(client) {
+		ss.forgetHeld(client)
+	}
+	if s.mochi.Clients.DeleteIf(client, cl) {
+		cl.ClearInflights()
+		s.mochi.UnsubscribeClient(cl)
+	}
+	// Everything queued so far (the zero Mark: since the start), this
+	// session's writes among it, is written before the answer.
+	if !ss.log.After(session.Mark{}, func(error) { done(ended) }) {
+		done(ended)
+	}
+}
+
+// fetch reads client's session from a shared store, unless mochi holds
+// it: the session another gateway let go of (TakenOver there). Its
+// filters are announced to the cluster first, as a SUBSCRIBE's are.
+func (ss *sessions) fetch(client string) {
+	sh, ok := ss.b.(session.Shared)
+	if !ok {
+		return
+	}
+	if _, ok := ss.s.mochi.Clients.Get(client); ok {
+		return
+	}
+	r := ss.restorer()
+	r.anyNode = true
+	err := sh.LoadClient(client, func(kind session.Kind, id string, key, value []byte) error {
+		if kind == session.PutSub {
+			ss.s.opts.Router.FilterAdded(string(key))
+		}
+		return r.add(kind, id, key, value)
+	})
+	if err != nil {
+		// The client gets a new session (session present 0) and knows it
+		// lost the old one [MQTT-3.2.2-2].
+		ss.s.log.Error("mqtt session not read from the shared store; the client starts a new one", "client", client, "error", err)
+		return
+	}
+	// Not its will: the gateway that held the connection sent or dropped
+	// it when it ended.
+	for _, l := range r.byID {
+		l.cl.Properties.Will = mochi.Will{}
+	}
+	r.finish()
+	if len(r.byID) > 0 {
+		ss.s.log.Debug("mqtt session read from the shared store", "client", client, "subscriptions", r.subs, "messages", r.msgs)
+	}
+}
+
+// dropStored removes client's session from a shared store before a clean
+// start takes the id [MQTT-3.1.2-4]: another gateway let go of it and
+// kept it in the store, where a later clean start 0 would find it. A
+// session held here is removed by OnSessionEstablished instead. It waits
+// for the commit: the client may connect to another gateway right after.
+func (ss *sessions) dropStored(client string) {
+	if _, ok := ss.b.(session.Shared); !ok || ss.isKnown(client) {
+		return
+	}
+	m := ss.log.Mark()
+	ss.log.Enqueue(session.Op{Kind: session.DeleteSession, Client: client})
+	done := make(chan struct{})
+	if ss.log.After(m, func(error) { close(done) }) {
+		<-done
+	}
+}
