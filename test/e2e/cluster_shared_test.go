@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -43,22 +44,19 @@ func (c *shareCount) missing(bodies []string) []string {
 	return out
 }
 
-// waitAll waits until every body arrived, or fails naming what is missing.
+// waitAll waits until every body arrived; it logs what is missing when
+// they do not.
 func (c *shareCount) waitAll(t *testing.T, what string, bodies []string) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		miss := c.missing(bodies)
-		if len(miss) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
+	var miss []string
+	defer func() {
+		if len(miss) > 0 {
 			c.mu.Lock()
-			defer c.mu.Unlock()
-			t.Fatalf("%s: %d of %d bodies missing (%v…); spread %v", what, len(miss), len(bodies), miss[:min(len(miss), 10)], c.by)
+			t.Logf("%s: %d of %d bodies missing (%v…); spread %v", what, len(miss), len(bodies), miss[:min(len(miss), 10)], c.by)
+			c.mu.Unlock()
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	}()
+	eventually(t, what, func() bool { miss = c.missing(bodies); return len(miss) == 0 })
 }
 
 // drainMQTT counts what an MQTT member receives, in the background.
@@ -70,7 +68,15 @@ func drainMQTT(t *testing.T, c *client5, gw string, into *shareCount) {
 		for {
 			select {
 			case m := <-c.msgs:
-				into.add(gw, string(m.Payload))
+				body := string(m.Payload)
+				if m.Properties != nil {
+					for _, u := range m.Properties.User {
+						if strings.Contains(u.Key, "tolsey-share") {
+							body = "marker leaked: " + body // the gateway's own, never a client's
+						}
+					}
+				}
+				into.add(gw, body)
 			case <-ctx.Done():
 				return
 			}
