@@ -432,7 +432,7 @@ func (r *Router) Publish(ctx context.Context, m *Message) PublishResult {
 		return r.publish(ctx, m, nil)
 	}
 	a := acksPool.Get().(*Acks)
-	return r.waitAcks(a, m, r.publish(ctx, m, r.prepAcks(a)))
+	return r.waitAcks(a, r.publish(ctx, m, r.prepAcks(a)))
 }
 
 // prepAcks readies a pooled Acks for one publish.
@@ -444,7 +444,7 @@ func (r *Router) prepAcks(a *Acks) *Acks {
 
 // waitAcks waits for every holder of a (prepAcks) to be done, adds their
 // answers to res and pools a.
-func (r *Router) waitAcks(a *Acks, _ *Message, res PublishResult) PublishResult {
+func (r *Router) waitAcks(a *Acks, res PublishResult) PublishResult {
 	if a.pending.Add(-1) != 0 {
 		<-a.wake // the last holder is done
 	}

@@ -82,7 +82,7 @@ func (r *Router) PublishShare(ctx context.Context, m *Message, target string) Pu
 		return r.publishTo(ctx, m, nil, target)
 	}
 	a := acksPool.Get().(*Acks)
-	return r.waitAcks(a, m, r.publishTo(ctx, m, r.prepAcks(a), target))
+	return r.waitAcks(a, r.publishTo(ctx, m, r.prepAcks(a), target))
 }
 
 // shareCandidates removes, in place, the subscriptions a PublishShare
