@@ -87,6 +87,13 @@ func drainMQTT(t *testing.T, c *client5, gw string, into *shareCount) {
 
 // drainAMQP counts what an AMQP link of a shared subscription receives.
 func drainAMQP(t *testing.T, r *goamqp.Receiver, gw string, into *shareCount) {
+	receiveAMQP(t, r, func(body string) { into.add(gw, body) })
+}
+
+// receiveAMQP accepts every message r receives and hands its body to fn,
+// in the background until the test ends, so that the link's credit never
+// runs out while the test waits.
+func receiveAMQP(t *testing.T, r *goamqp.Receiver, fn func(body string)) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -97,7 +104,7 @@ func drainAMQP(t *testing.T, r *goamqp.Receiver, gw string, into *shareCount) {
 				return
 			}
 			_ = r.AcceptMessage(ctx, m)
-			into.add(gw, amqpBody(m))
+			fn(amqpBody(m))
 		}
 	}()
 	t.Cleanup(func() { cancel(); <-done })
