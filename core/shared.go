@@ -17,6 +17,7 @@ package core
 
 import (
 	"context"
+	"errors"
 )
 
 // Shares is a cluster's view of the shared groups other gateways hold.
@@ -71,12 +72,18 @@ func (r *Router) skipsGroupSub(m *Message, sub *Subscription, target string) boo
 	return r.SkipsGroup(m, sub.Options.Group, sub.Filter, target)
 }
 
+// ErrNoMember is a FilterSource subscriber's answer to a PublishShare
+// delivery for a group it has no member of (counted as a refusal: the
+// cluster hands the message to another gateway).
+var ErrNoMember = errors.New("core: no member of the shared group here")
+
 // PublishShare delivers m, which the cluster chose this gateway for, to
 // one member of the shared group target ($share/g/f) and to nobody else:
 // the router's own group of that name and filter, and every FilterSource
 // subscriber (the MQTT front-end) with Delivery.Share set, which hands it
-// to one of its members of target if it has any. m is not stored even if
-// retained: its gateway stored it.
+// to one of its members of target if it has any, or refuses it with
+// ErrNoMember. Matched > Failed in the result: a member took it. m is not
+// stored even if retained: its gateway stored it.
 func (r *Router) PublishShare(ctx context.Context, m *Message, target string) PublishResult {
 	if m.QoS == 0 {
 		return r.publishTo(ctx, m, nil, target)

@@ -502,7 +502,7 @@ func (h *hook) Deliver(m *core.Message, d core.Delivery) error {
 	pk := toPacket(m, m.Retain, time.Now())
 	pk.Expiry = 0 // processPublish derives it from the interval
 	if !h.markShare(&pk, m, d) {
-		return nil
+		return core.ErrNoMember // the cluster hands it to another gateway
 	}
 	if pk.FixedHeader.Qos > 0 {
 		// mochi validates injected packets like a client's: QoS > 0 needs a

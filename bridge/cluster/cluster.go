@@ -58,6 +58,9 @@ type Stats struct {
 	// taken here for a local member (shared.go).
 	SharedOut uint64 `json:"sharedOut"`
 	SharedIn  uint64 `json:"sharedIn"`
+	// SharedBounced counts copies this gateway had no member for and
+	// handed on to another gateway of the group (shared.go).
+	SharedBounced uint64 `json:"sharedBounced"`
 	// RemoteGroups is how many shared groups other gateways hold.
 	RemoteGroups int `json:"remoteGroups"`
 	// Filtering is false for one InterestPeriod after start and after a
@@ -210,7 +213,8 @@ func (c *Cluster) Stop(ctx context.Context) error {
 func (c *Cluster) Stats() Stats {
 	return Stats{Out: c.out.Load(), In: c.in.Load(), Dropped: c.dropped.Load(), Refused: c.refused.Load(),
 		Skipped: c.skipped.Load(), SharedOut: c.sh.out.Load(), SharedIn: c.sh.in.Load(),
-		RemoteGroups: len(c.sh.view.Load().set), Filtering: time.Now().UnixNano() >= c.in_.openTill.Load()}
+		SharedBounced: c.sh.bounced.Load(),
+		RemoteGroups:  len(c.sh.view.Load().set), Filtering: time.Now().UnixNano() >= c.in_.openTill.Load()}
 }
 
 // ErrFull is the refusal of a QoS ≥ 1 message while the queue to NATS is
@@ -297,7 +301,7 @@ func (c *Cluster) writer() {
 			conn := c.opts.Conn
 			if q.share != nil {
 				conn = c.sh.conn
-				buf = append(append(buf[:0], q.share.share...), 0)
+				buf = append(append(append(buf[:0], 0), q.share.share...), 0) // no hop yet
 				buf = codec.Append(buf, q.m)
 				msg.Subject = q.share.subject
 			} else {

@@ -20,7 +20,8 @@ package cluster
 //   - A message from another gateway's stream (<prefix>.msg.<node>)
 //     reaches no group here: its gateway did the above.
 //
-// A message on <prefix>.share.<hash> is "$share/g/f" NUL and the
+// A message on <prefix>.share.<hash> is one byte (the hops: how often a
+// gateway without a member handed it on), "$share/g/f", NUL and the
 // core/codec encoding; the group is checked, so a hash collision cannot
 // misdeliver.
 
@@ -64,7 +65,7 @@ type shares struct {
 	view   atomic.Pointer[shareView]
 	conn   *nats.Conn // echo on: share copies are published here
 
-	out, in atomic.Uint64
+	out, in, bounced atomic.Uint64
 }
 
 // localGroup is this gateway's place in a group's NATS queue group.
@@ -241,23 +242,41 @@ func (c *Cluster) deliverShares(m *core.Message, d core.Delivery) {
 	}
 }
 
-// inbound hands a message NATS chose this gateway for to the group.
+// maxHops bounds how often a copy is handed on by gateways that had no
+// member of its group (their queue subscriptions outlive their last
+// member by up to a summary period).
+const maxHops = 2
+
+// inbound hands a message NATS chose this gateway for to the group. With
+// no member here (the last one left since this gateway joined the queue
+// group), it publishes the copy again on the bridge's connection, whose
+// NoEcho keeps it from this gateway's own queue subscription: NATS picks
+// another member gateway, if any.
 func (s *shares) inbound(msg *nats.Msg) {
 	data := msg.Data
-	i := 0
+	i := 1
 	for i < len(data) && data[i] != 0 {
 		i++
 	}
-	if i == len(data) {
+	if len(data) == 0 || i == len(data) {
 		s.c.dropped.Add(1)
 		return
 	}
-	share := string(data[:i])
+	hops, share := data[0], string(data[1:i])
 	m, err := codec.Decode(data[i+1:])
 	if err != nil || s.c.shareSubject(share) != msg.Subject {
 		s.c.dropped.Add(1)
 		return
 	}
-	s.in.Add(1)
-	s.c.opts.Router.PublishShare(context.Background(), m, share)
+	res := s.c.opts.Router.PublishShare(context.Background(), m, share)
+	if res.Matched > res.Failed || hops >= maxHops {
+		s.in.Add(1)
+		return
+	}
+	again := append([]byte{hops + 1}, data[1:]...)
+	if err := s.c.opts.Conn.Publish(msg.Subject, again); err != nil {
+		s.c.dropped.Add(1)
+		return
+	}
+	s.bounced.Add(1)
 }

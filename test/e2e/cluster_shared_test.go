@@ -226,3 +226,47 @@ func TestClusterSharedSubscription(t *testing.T) {
 		t.Errorf("shared copies: %d sent, %d taken", out, in)
 	}
 }
+
+// A gateway whose last member of a group just left is still in the
+// group's NATS queue group for a while (until its next summary): a copy
+// NATS gives it then is handed on to another member gateway, not lost.
+// a's member stays; b's member subscribes and unsubscribes at once; c
+// publishes: every message reaches a's member, and b handed some on.
+func TestClusterSharedSubscriptionMemberLeft(t *testing.T) {
+	_, gs := cluster3(t)
+	got := newShareCount()
+	ma := connect5(t, gs[0].MQTTAddr(), "member-a")
+	ma.subscribe(t, paho.SubscribeOptions{Topic: "$share/g/s/#", QoS: 1})
+	drainMQTT(t, ma, "a", got)
+	eventually(t, "c to know a's group", func() bool {
+		st := clusterStatus(t, gs[2])
+		return st.Stats != nil && st.Stats.RemoteGroups == 1
+	})
+	mb := connect5(t, gs[1].MQTTAddr(), "member-b")
+	mb.subscribe(t, paho.SubscribeOptions{Topic: "$share/g/s/#", QoS: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	if _, err := mb.Unsubscribe(ctx, &paho.Unsubscribe{Topics: []string{"$share/g/s/#"}}); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	pub := connect5(t, gs[2].MQTTAddr(), "pub-c")
+	var want []string
+	for k := range 40 {
+		b := fmt.Sprint("m", k)
+		pub.publish(t, &paho.Publish{Topic: "s/x", QoS: 1, Payload: []byte(b)})
+		want = append(want, b)
+	}
+	got.waitAll(t, "a's member to get every message", want)
+	st := clusterStatus(t, gs[1])
+	if st.Stats.SharedBounced == 0 {
+		t.Errorf("b handed no copy on (NATS never picked it: the test did not reach the window): %+v", st.Stats)
+	}
+	t.Logf("b handed on %d copies", st.Stats.SharedBounced)
+	got.mu.Lock()
+	defer got.mu.Unlock()
+	for _, b := range want {
+		if n := got.bodies[b]; n != 1 {
+			t.Errorf("%s delivered %d times", b, n)
+		}
+	}
+}
