@@ -1,6 +1,7 @@
 package amqp
 
 import (
+	"encoding/hex"
 	"strings"
 	"sync"
 
@@ -262,6 +263,12 @@ func (srv *Server) openSubscription(l *outLink, key string, noLocal, durable, sh
 		source:  src,
 	}
 	opts := core.SubOptions{QoS: 2, NoLocal: noLocal, Client: container}
+	if shared {
+		// A router group of one member here (s picks the link); in a
+		// cluster, the links of every gateway attached to the same
+		// subscription share its messages (core/shared.go).
+		opts.Group = shareGroup(key)
+	}
 	rs, err := srv.opts.Router.Subscribe(filter, s, opts)
 	if err != nil {
 		return nil, false, linkErr(frames.ErrCondInvalidField, "%v", err)
@@ -300,6 +307,11 @@ func (srv *Server) dropSubscriptions() {
 		srv.dropSubscriptionLocked(s)
 	}
 }
+
+// shareGroup names a shared subscription as a router group: a token
+// ($share/<group>/<filter> must hold it: no "/", "+" or "#"), the same on
+// every gateway for the same key.
+func shareGroup(key string) string { return "amqp-" + hex.EncodeToString([]byte(key)) }
 
 func displayKey(key string) string {
 	c, n, _ := strings.Cut(key, "\x00")

@@ -18,7 +18,8 @@ type FilterSource interface {
 // messages: LocalOnly ones (the cluster, outbound bridges) forward what
 // entered here and are left out; a FilterSource subscriber's consumers'
 // filters are reported instead of its own. A shared subscription is
-// reported without its "$share/g/" prefix. fn may see a filter twice.
+// reported as $share/g/f: a cluster spreads its group's messages across
+// gateways (shared.go). fn may see a filter twice.
 func (r *Router) Filters(fn func(filter string)) {
 	var plain []string
 	sources := map[FilterSource]struct{}{}
@@ -28,6 +29,10 @@ func (r *Router) Filters(fn func(filter string)) {
 		}
 		if fs, ok := s.Subscriber.(FilterSource); ok {
 			sources[fs] = struct{}{}
+			return
+		}
+		if s.Options.Group != "" {
+			plain = append(plain, ShareFilter(s.Options.Group, s.Filter))
 			return
 		}
 		plain = append(plain, s.Filter)
@@ -74,10 +79,7 @@ func (r *Router) WatchFilters(fn func(filter string)) {
 // so that other gateways send the new subscriber its messages at once.
 func (r *Router) FilterAdded(filter string) {
 	if w := r.watch.Load(); w != nil {
-		if _, f, ok := SplitShared(filter); ok {
-			filter = f
-		}
-		(*w)(filter)
+		(*w)(filter) // $share/g/f kept: the cluster serves the group (shared.go)
 	}
 }
 

@@ -12,7 +12,7 @@ type fanSource struct{ sink }
 func (*fanSource) Filters(fn func(string)) { fn("m/1"); fn("m/2") }
 
 // The interest summary holds consuming subscriptions only, a shared one
-// without its prefix, a FilterSource's consumers instead of its "#", and
+// as $share/g/f, a FilterSource's consumers instead of its "#", and
 // the watcher hears of an addition before it takes effect and of removals.
 func TestRouterFilters(t *testing.T) {
 	r := NewRouter(RouterOptions{Node: "n"})
@@ -28,10 +28,10 @@ func TestRouterFilters(t *testing.T) {
 	var got []string
 	r.Filters(func(f string) { got = append(got, f) })
 	slices.Sort(got)
-	if want := []string{"a/+", "m/1", "m/2", "s/#"}; !slices.Equal(got, want) {
+	if want := []string{"$share/g/s/#", "a/+", "m/1", "m/2"}; !slices.Equal(got, want) {
 		t.Fatalf("Filters = %q, want %q", got, want)
 	}
-	if want := []string{"a/+", "s/#", "x", "", "m/3"}; !slices.Equal(heard, want) {
+	if want := []string{"a/+", "$share/g/s/#", "x", "", "$share/h/m/3"}; !slices.Equal(heard, want) {
 		t.Fatalf("watcher heard %q, want %q", heard, want)
 	}
 }

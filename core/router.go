@@ -55,6 +55,10 @@ type Delivery struct {
 	// publisher is acknowledged when every holder is done. With Acks nil
 	// the publisher waits for nothing: do the work or refuse in Deliver.
 	Acks *Acks
+	// Share is set by PublishShare for a subscriber that selects shared
+	// group members itself (a FilterSource: the MQTT front-end): only a
+	// member of that group ($share/g/f) may take m (shared.go).
+	Share string
 }
 
 // Acks gathers the late answers to one publish (Delivery.Acks). Safe for
@@ -198,6 +202,9 @@ type Router struct {
 	delivered atomic.Uint64
 	// watch is the interest watcher (interest.go), nil without a cluster.
 	watch atomic.Pointer[func(string)]
+	// shares is the cluster's view of shared groups (shared.go), nil
+	// without a cluster.
+	shares atomic.Pointer[sharesBox]
 }
 
 type snode struct {
@@ -257,7 +264,11 @@ func (r *Router) Subscribe(filter string, s Subscriber, opts SubOptions) (*Subsc
 	if !opts.LocalOnly {
 		// Before it takes effect: another gateway learns it first.
 		if _, fs := s.(FilterSource); !fs {
-			r.FilterAdded(filter)
+			if opts.Group != "" {
+				r.FilterAdded(ShareFilter(opts.Group, filter))
+			} else {
+				r.FilterAdded(filter)
+			}
 		}
 	}
 	r.mu.Lock()
@@ -421,9 +432,19 @@ func (r *Router) Publish(ctx context.Context, m *Message) PublishResult {
 		return r.publish(ctx, m, nil)
 	}
 	a := acksPool.Get().(*Acks)
+	return r.waitAcks(a, r.publish(ctx, m, r.prepAcks(a)))
+}
+
+// prepAcks readies a pooled Acks for one publish.
+func (r *Router) prepAcks(a *Acks) *Acks {
 	a.r = r
 	a.pending.Store(1)
-	res := r.publish(ctx, m, a)
+	return a
+}
+
+// waitAcks waits for every holder of a (prepAcks) to be done, adds their
+// answers to res and pools a.
+func (r *Router) waitAcks(a *Acks, res PublishResult) PublishResult {
 	if a.pending.Add(-1) != 0 {
 		<-a.wake // the last holder is done
 	}
@@ -460,6 +481,12 @@ func (r *Router) PublishAsync(ctx context.Context, m *Message, done func(Publish
 }
 
 func (r *Router) publish(ctx context.Context, m *Message, acks *Acks) PublishResult {
+	return r.publishTo(ctx, m, acks, "")
+}
+
+// publishTo is publish; a target ($share/g/f, PublishShare) restricts it
+// to that shared group.
+func (r *Router) publishTo(ctx context.Context, m *Message, acks *Acks, target string) PublishResult {
 	var res PublishResult
 	if m.Created.IsZero() {
 		m.Created = r.opts.Now()
@@ -471,7 +498,7 @@ func (r *Router) publish(ctx context.Context, m *Message, acks *Acks) PublishRes
 	// A message from another gateway of the cluster was stored by that
 	// gateway in the store they share; storing it again here could put an
 	// older copy over a newer one (docs/cluster.md, "Retained").
-	if m.Retain && r.opts.Retainer != nil && m.Origin.Node == r.opts.Node {
+	if m.Retain && r.opts.Retainer != nil && m.Origin.Node == r.opts.Node && target == "" {
 		if err := r.opts.Retainer.Retain(ctx, m); err != nil {
 			res.RetainErr = err
 		} else {
@@ -486,13 +513,31 @@ func (r *Router) publish(ctx context.Context, m *Message, acks *Acks) PublishRes
 		// Drop suppressed subscriptions before merging overlaps, so that a
 		// subscriber whose highest-QoS match is suppressed still gets the
 		// message through another of its matching subscriptions.
-		for _, sub := range dedupe(eligible(matches, m, r.opts.Node)) {
+		if target != "" {
+			// Chosen for this gateway by the cluster: whatever its
+			// origin, the group takes it here (shared.go).
+			matches = shareCandidates(matches)
+		} else {
+			matches = eligible(matches, m, r.opts.Node)
+		}
+		for _, sub := range dedupe(matches) {
+			share := ""
+			if sub.group != nil {
+				if r.skipsGroupSub(m, sub, target) {
+					continue // another gateway's member, or another group (shared.go)
+				}
+			} else if target != "" {
+				if _, fs := sub.Subscriber.(FilterSource); !fs {
+					continue
+				}
+				share = target
+			}
 			qos := m.QoS
 			if sub.Options.QoS < qos {
 				qos = sub.Options.QoS
 			}
 			res.Matched++
-			if err := sub.Subscriber.Deliver(m, Delivery{Sub: sub, QoS: qos, Acks: acks}); err != nil {
+			if err := sub.Subscriber.Deliver(m, Delivery{Sub: sub, QoS: qos, Acks: acks, Share: share}); err != nil {
 				res.Failed++
 				errs = append(errs, err)
 			}

@@ -87,7 +87,7 @@ var provided = func() (t [256]bool) {
 		mochi.OnPacketProcessed, mochi.OnPacketEncode, mochi.OnWill, mochi.OnWillSent,
 		mochi.OnPublishDropped, mochi.OnQosDropped, mochi.OnConnect,
 		mochi.OnSessionEstablished, mochi.OnDisconnect, mochi.OnPacketRead, mochi.OnUnsubscribed,
-		mochi.OnClientExpired,
+		mochi.OnClientExpired, mochi.OnSelectSubscribers,
 	} {
 		t[b] = true
 	}
@@ -472,6 +472,7 @@ func (h *hook) routeWill(cl *mochi.Client, pk *packets.Packet) {
 func (h *hook) OnPacketEncode(cl *mochi.Client, pk packets.Packet) packets.Packet {
 	switch pk.FixedHeader.Type {
 	case packets.Publish:
+		unmarkShare(&pk) // clustershare.go
 		if pk.Properties.MessageExpiryInterval > noExpiryCap/2 {
 			pk.Properties.MessageExpiryInterval = 0
 		}
@@ -491,10 +492,7 @@ var _ core.FilterSource = (*hook)(nil)
 func (h *hook) Filters(fn func(string)) {
 	for _, cl := range h.s.mochi.Clients.GetAll() {
 		for f := range cl.State.Subscriptions.GetAll() {
-			if _, plain, ok := core.SplitShared(f); ok {
-				f = plain
-			}
-			fn(f)
+			fn(f) // $share/g/f as such: a cluster serves the group (clustershare.go)
 		}
 	}
 }
@@ -524,6 +522,9 @@ func (h *hook) Deliver(m *core.Message, d core.Delivery) error {
 	}
 	pk := toPacket(m, m.Retain, time.Now())
 	pk.Expiry = 0 // processPublish derives it from the interval
+	if !h.markShare(&pk, m, d) {
+		return core.ErrNoMember // the cluster hands it to another gateway
+	}
 	if pk.FixedHeader.Qos > 0 {
 		// mochi validates injected packets like a client's: QoS > 0 needs a
 		// packet id. The inline client never acknowledges, so any will do.

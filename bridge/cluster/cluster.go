@@ -61,6 +61,15 @@ type Stats struct {
 	Dropped uint64 `json:"dropped"` // QoS 0 dropped: queue full, NATS down, undecodable
 	Refused uint64 `json:"refused"` // QoS ≥ 1 refused to the publisher: queue full, NATS down
 	Skipped uint64 `json:"skipped"` // not sent: no other gateway's interest matched
+	// SharedOut and SharedIn count shared groups' copies sent to NATS and
+	// taken here for a local member (shared.go).
+	SharedOut uint64 `json:"sharedOut"`
+	SharedIn  uint64 `json:"sharedIn"`
+	// SharedBounced counts copies this gateway had no member for and
+	// handed on to another gateway of the group (shared.go).
+	SharedBounced uint64 `json:"sharedBounced"`
+	// RemoteGroups is how many shared groups other gateways hold.
+	RemoteGroups int `json:"remoteGroups"`
 	// Filtering is false for one InterestPeriod after start and after a
 	// NATS reconnect, while every message is sent.
 	Filtering bool `json:"filtering"`
@@ -78,6 +87,7 @@ type Cluster struct {
 	isub     *nats.Subscription
 	mem      *membership // membership.go
 	tk       *takeover   // takeover.go
+	sh       *shares     // shared groups across gateways (shared.go)
 
 	sub   *core.Subscription
 	nsub  *nats.Subscription
@@ -92,8 +102,9 @@ type Cluster struct {
 // queued is one message on its way to the writer; acks is non-nil when
 // its publisher waits (QoS ≥ 1).
 type queued struct {
-	m    *core.Message
-	acks *core.Acks
+	m     *core.Message
+	acks  *core.Acks
+	share *remoteGroup // a shared group's copy (shared.go), nil for the stream
 }
 
 // ValidNode reports why node cannot name a gateway of the cluster: it is
@@ -137,7 +148,7 @@ func New(opts Options) (*Cluster, error) {
 	if opts.TakeoverTimeout == 0 {
 		opts.TakeoverTimeout = time.Second
 	}
-	return &Cluster{
+	c := &Cluster{
 		opts:     opts,
 		log:      opts.Logger.With("part", "cluster"),
 		subject:  opts.Prefix + ".msg." + opts.Node,
@@ -148,7 +159,9 @@ func New(opts Options) (*Cluster, error) {
 		tk:       &takeover{},
 		queue:    make(chan queued, opts.QueueLen),
 		done:     make(chan struct{}),
-	}, nil
+	}
+	c.sh = newShares(c)
+	return c, nil
 }
 
 // Start subscribes to the other gateways' messages on NATS and to this
@@ -162,9 +175,14 @@ func (c *Cluster) Start(context.Context) error {
 	// burst beyond is a slow consumer, dropped by nats.go and counted by
 	// the bridge's error handler.
 	c.nsub = ns
+	if err := c.sh.start(); err != nil {
+		_ = ns.Unsubscribe()
+		return fmt.Errorf("cluster: shared subscriptions connection: %w", err)
+	}
 	// Before the router subscription: the first message sent already
 	// knows whether to (it sends everything for one period anyway).
 	if err := c.startInterest(); err != nil {
+		c.sh.stop()
 		_ = ns.Unsubscribe()
 		return fmt.Errorf("cluster: interest: %w", err)
 	}
@@ -187,6 +205,7 @@ func (c *Cluster) Start(context.Context) error {
 		c.stopMembership()
 		c.stopTakeover()
 		c.stopInterest()
+		c.sh.stop()
 		_ = ns.Unsubscribe()
 		return fmt.Errorf("cluster: %w", err)
 	}
@@ -209,6 +228,7 @@ func (c *Cluster) Stop(ctx context.Context) error {
 	c.stopTakeover()
 	c.stopInterest()
 	c.wg.Wait()
+	c.sh.stop()
 	// Whatever the writer left behind is answered: a publisher waiting
 	// on it must not wait for ever.
 	for {
@@ -224,7 +244,9 @@ func (c *Cluster) Stop(ctx context.Context) error {
 // Stats returns the counters.
 func (c *Cluster) Stats() Stats {
 	return Stats{Out: c.out.Load(), In: c.in.Load(), Dropped: c.dropped.Load(), Refused: c.refused.Load(),
-		Skipped: c.skipped.Load(), Filtering: time.Now().UnixNano() >= c.in_.openTill.Load()}
+		Skipped: c.skipped.Load(), SharedOut: c.sh.out.Load(), SharedIn: c.sh.in.Load(),
+		SharedBounced: c.sh.bounced.Load(),
+		RemoteGroups:  len(c.sh.view.Load().set), Filtering: time.Now().UnixNano() >= c.in_.openTill.Load()}
 }
 
 // ErrFull is the refusal of a QoS ≥ 1 message while the queue to NATS is
@@ -235,11 +257,17 @@ var ErrFull = errors.New("cluster: queue to NATS full")
 // 1 message's acknowledgement is held until NATS confirmed it received the
 // message (docs/cluster.md, "QoS 1").
 func (c *Cluster) Deliver(m *core.Message, d core.Delivery) error {
+	c.deliverShares(m, d) // shared.go
 	if !c.wanted(m.Topic) {
 		c.skipped.Add(1)
 		return nil
 	}
-	q := queued{m: m}
+	c.enqueue(queued{m: m}, d)
+	return nil
+}
+
+// enqueue hands q to the writer, holding its publisher's acknowledgement.
+func (c *Cluster) enqueue(q queued, d core.Delivery) {
 	if d.QoS > 0 && d.Acks != nil {
 		q.acks = d.Acks
 		// Before the send: the writer may answer before Deliver returns.
@@ -250,7 +278,6 @@ func (c *Cluster) Deliver(m *core.Message, d core.Delivery) error {
 	default:
 		c.fail(q, ErrFull)
 	}
-	return nil
 }
 
 // fail answers a message that did not reach NATS: a refusal to a waiting
@@ -300,28 +327,48 @@ func (c *Cluster) writer() {
 				break fill
 			}
 		}
-		held := false
+		held, heldShare := false, false
 		var sent []queued // the held ones nats.go took
 		for _, q := range batch {
-			buf = codec.Append(buf[:0], q.m)
+			conn := c.opts.Conn
+			if q.share != nil {
+				conn = c.sh.conn
+				buf = append(append(append(buf[:0], 0), q.share.share...), 0) // no hop yet
+				buf = codec.Append(buf, q.m)
+				msg.Subject = q.share.subject
+			} else {
+				buf = codec.Append(buf[:0], q.m)
+				msg.Subject = c.subject
+			}
 			msg.Data = buf
 			// nats.go copies the data into its write buffer before
 			// PublishMsg returns, so buf is reused.
-			if err := c.opts.Conn.PublishMsg(msg); err != nil {
+			if err := conn.PublishMsg(msg); err != nil {
 				c.fail(q, err)
 				continue
 			}
-			c.out.Add(1)
+			if q.share != nil {
+				c.sh.out.Add(1)
+			} else {
+				c.out.Add(1)
+			}
 			if q.acks != nil {
-				held = true
+				held = held || q.share == nil
+				heldShare = heldShare || q.share != nil
 				sent = append(sent, q)
 			}
 		}
 		msg.Data = nil
-		if !held {
+		if !held && !heldShare {
 			continue
 		}
-		err := c.opts.Conn.FlushTimeout(c.opts.FlushTimeout)
+		var err error
+		if held {
+			err = c.opts.Conn.FlushTimeout(c.opts.FlushTimeout)
+		}
+		if heldShare && err == nil {
+			err = c.sh.conn.FlushTimeout(c.opts.FlushTimeout)
+		}
 		for _, q := range sent {
 			if err != nil {
 				c.refused.Add(1)

@@ -129,6 +129,9 @@ func (c *Cluster) filterChanged(filter string) {
 		signal(in.changed)
 		return
 	}
+	if core.IsShared(filter) {
+		c.sh.joinLocal(filter) // before the announcement (shared.go)
+	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	// Under mu: a summary published after this announcement holds it.
@@ -175,6 +178,7 @@ func (c *Cluster) publishSummary(rotate bool) {
 	in := c.in_
 	set := map[string]struct{}{}
 	c.opts.Router.Filters(func(f string) { set[f] = struct{}{} })
+	c.sh.syncLocal(set) // the groups held here: before recent ones join set
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	for f := range in.recent {
@@ -226,16 +230,26 @@ func (c *Cluster) interestIn(msg *nats.Msg) {
 	body := string(msg.Data[1:])
 	switch msg.Data[0] {
 	case '+':
+		if core.IsShared(body) {
+			c.sh.peerAdd(node, body) // shared.go: not the stream's interest
+			break
+		}
 		c.addPeerFilter(p, body)
 	case '=':
 		p.heard = time.Now()
 		keep := map[string]struct{}{}
+		groups := map[string]struct{}{}
 		if body != "" {
 			for _, f := range strings.Split(body, "\x00") {
+				if core.IsShared(f) {
+					groups[f] = struct{}{}
+					continue
+				}
 				keep[f] = struct{}{}
 				c.addPeerFilter(p, f)
 			}
 		}
+		c.sh.peerSet(node, groups)
 		for f, s := range p.subs {
 			if _, ok := keep[f]; !ok {
 				in.index.Unsubscribe(s)
@@ -275,6 +289,7 @@ func (c *Cluster) expirePeers() {
 			in.index.Unsubscribe(s)
 		}
 		delete(in.peers, node)
+		c.sh.peerSet(node, nil)
 		c.log.Info("cluster gateway forgotten: no interest summary", "node", node)
 	}
 }

@@ -46,22 +46,11 @@ type amqpCollector struct {
 
 func collectAMQP(t *testing.T, r *goamqp.Receiver) *amqpCollector {
 	c := &amqpCollector{}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			m, err := r.Receive(ctx, nil)
-			if err != nil {
-				return
-			}
-			_ = r.AcceptMessage(ctx, m)
-			c.mu.Lock()
-			c.msgs = append(c.msgs, amqpBody(m))
-			c.mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() { cancel(); <-done })
+	receiveAMQP(t, r, func(body string) {
+		c.mu.Lock()
+		c.msgs = append(c.msgs, body)
+		c.mu.Unlock()
+	})
 	return c
 }
 
