@@ -409,6 +409,9 @@ func LoadConfig(args, environ []string, help io.Writer) (*Config, error) {
 				if d == nil && kubernetesServiceEnv.MatchString(strings.ToUpper(name)) {
 					return "", nil // a Service named tolsey (or gateway) defines these in every pod
 				}
+				if d == nil && strings.HasPrefix(strings.ToUpper(name), envPrefix+"CLI_") {
+					return "", nil // the command-line tool's own (gateway retained ls ...: cmd/gateway/cli.go)
+				}
 				if d == nil {
 					if envErr == nil {
 						envErr = &ConfigError{Key: name, Msg: "unknown environment variable (see gateway --help for the keys)"}
