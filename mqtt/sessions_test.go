@@ -395,3 +395,76 @@ func TestSessionDelayedWillAfterRestart(t *testing.T) {
 	obs.expectPublish(t, "will/dev", "dead", 1, false)
 	obs.expectNoAckYet(t) // once
 }
+
+// crashBackend stops writing when crashed is set: what the front-end
+// writes after that point is lost, as after a kill -9 there.
+type crashBackend struct {
+	session.Backend
+	crashed sync.Mutex // held: crashed
+	down    bool
+}
+
+func (c *crashBackend) Apply(ops []session.Op) error {
+	c.crashed.Lock()
+	defer c.crashed.Unlock()
+	if c.down {
+		return nil
+	}
+	return c.Backend.Apply(ops)
+}
+
+func (c *crashBackend) crash() {
+	c.crashed.Lock()
+	c.down = true
+	c.crashed.Unlock()
+}
+
+// TestSessionTakeoverKeepsInflightInStore: a persistent session taken over
+// by a new connection of its client (clean start 0) carries its
+// unacknowledged messages on. mochi clears them from the old connection
+// (OnQosDropped, which deletes them from the store) before the new one
+// resends them (which writes them again): after a crash right after the
+// takeover, the restarted session still has every one.
+func TestSessionTakeoverKeepsInflightInStore(t *testing.T) {
+	dir := t.TempDir()
+	var cb *crashBackend
+	s, stop := startSessionServer(t, dir, func(b session.Backend) session.Backend {
+		cb = &crashBackend{Backend: b}
+		return cb
+	})
+	sub, _ := dialSession(t, s.Addr(), "dev", 5, true)
+	sub.subscribeQoS1(t, "t/#")
+	pub := dialRaw(t, s.Addr(), "pub", 0)
+	pub.publishWait(t, "t/1", "m1", 1, 1)
+	pub.publishWait(t, "t/2", "m2", 1, 2)
+	sub.expectPublish(t, "t/1", "m1", 1, false) // neither acknowledged
+	sub.expectPublish(t, "t/2", "m2", 1, false)
+
+	// The new connection takes one message at a time (Receive Maximum 1):
+	// m1 is resent at once, m2 stays held in the session.
+	sub2 := dialRawConn(t, s.Addr(), 5)
+	sub2.write(t, packets.Packet{
+		FixedHeader: packets.FixedHeader{Type: packets.Connect},
+		Connect:     packets.ConnectParams{ProtocolName: []byte("MQTT"), Keepalive: 30, ClientIdentifier: "dev"},
+		Properties: packets.Properties{SessionExpiryInterval: 3600, SessionExpiryIntervalFlag: true,
+			ReceiveMaximum: 1},
+	})
+	if pk := sub2.read(t); pk.FixedHeader.Type != packets.Connack || pk.ReasonCode != 0 || !pk.SessionPresent {
+		t.Fatalf("want CONNACK 0 with the session present, got %v %#x %v", packets.PacketNames[pk.FixedHeader.Type], pk.ReasonCode, pk.SessionPresent)
+	}
+	sub2.expectPublish(t, "t/1", "m1", 1, true)
+	// m3's PUBACK waits for its commit, which comes after whatever the
+	// takeover wrote (one ordered log).
+	pub.publishWait(t, "t/3", "m3", 1, 3)
+	cb.crash()
+	stop()
+
+	s, _ = startSessionServer(t, dir, nil)
+	sub3, present := dialSession(t, s.Addr(), "dev", 5, false)
+	if !present {
+		t.Fatal("session not present after the crash")
+	}
+	sub3.expectPublish(t, "t/1", "m1", 1, true)
+	sub3.expectPublish(t, "t/2", "m2", 1, true)
+	sub3.expectPublish(t, "t/3", "m3", 1, false)
+}
