@@ -208,8 +208,19 @@ func (cc *controlClient) roundTrip() error {
 	}
 }
 
-// encode is mochi's encoding of pk for protocol version v.
+// encode is encodePacket for seeds: one the codec cannot write is a bug in
+// the seed.
 func encode(v byte, pk packets.Packet) []byte {
+	b, err := encodePacket(v, pk)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// encodePacket is mochi's encoding of a client's packet pk for protocol
+// version v.
+func encodePacket(v byte, pk packets.Packet) ([]byte, error) {
 	pk.ProtocolVersion = v
 	var buf bytes.Buffer
 	var err error
@@ -223,6 +234,7 @@ func encode(v byte, pk packets.Packet) []byte {
 	case packets.Pubrec:
 		err = pk.PubrecEncode(&buf)
 	case packets.Pubrel:
+		pk.FixedHeader.Qos = 1 // [MQTT-3.6.1-1]
 		err = pk.PubrelEncode(&buf)
 	case packets.Pubcomp:
 		err = pk.PubcompEncode(&buf)
@@ -237,12 +249,9 @@ func encode(v byte, pk packets.Packet) []byte {
 	case packets.Auth:
 		err = pk.AuthEncode(&buf)
 	default:
-		err = fmt.Errorf("no encoder for %s", packets.PacketNames[pk.FixedHeader.Type])
+		err = fmt.Errorf("no encoder for a client's %s", packets.PacketNames[pk.FixedHeader.Type])
 	}
-	if err != nil {
-		panic(err) // a seed the codec cannot write is a bug in the seed
-	}
-	return buf.Bytes()
+	return buf.Bytes(), err
 }
 
 // listenerSeeds are whole client sessions, MQTT 3.1.1 and 5.
@@ -277,7 +286,7 @@ func listenerSeeds() [][]byte {
 				ContentType: "application/json", User: user}}
 	}
 	ack := func(typ byte, id uint16, code byte) packets.Packet {
-		return packets.Packet{FixedHeader: packets.FixedHeader{Type: typ, Qos: map[bool]byte{true: 1}[typ == packets.Pubrel]},
+		return packets.Packet{FixedHeader: packets.FixedHeader{Type: typ},
 			PacketID: id, ReasonCode: code, Properties: packets.Properties{ReasonString: "why", User: user}}
 	}
 	session := func(v byte, id string, clean bool, props packets.Properties) []byte {
