@@ -275,6 +275,27 @@ func (c *drainConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// InputReady reports whether the client's next bytes can be read without
+// waiting: the read-ahead holds some, or a read that does not wait finds
+// some. mochi's handler goes on with the next packet then, and otherwise
+// hands the connection back to its own goroutine to wait (mochi patch 24):
+// on a busy connection that saves two goroutine switches a packet. A read
+// error counts as ready: the read that follows reports it. A connection
+// being drained holds rmu for good: nothing is ready then.
+func (c *drainConn) InputReady() bool {
+	if !c.rmu.TryLock() {
+		return false
+	}
+	ready := len(c.pending) > 0
+	if !ready && !c.closed.Load() {
+		var err error
+		c.pending, err = c.ahead.fill()
+		ready = err != nil || len(c.pending) > 0
+	}
+	c.rmu.Unlock()
+	return ready
+}
+
 // Write refuses once mochi has closed the connection: the socket stays open
 // for the drain, and nothing may follow the DISCONNECT [MQTT-3.14.4-1].
 func (c *drainConn) Write(p []byte) (int, error) {

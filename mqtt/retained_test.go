@@ -2,7 +2,6 @@ package mqtt
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -129,31 +128,10 @@ func dialRawConn(t *testing.T, addr string, version byte) *rawClient {
 
 func (c *rawClient) write(t *testing.T, pk packets.Packet) {
 	t.Helper()
-	pk.ProtocolVersion = c.version
-	var buf bytes.Buffer
-	var err error
-	switch pk.FixedHeader.Type {
-	case packets.Connect:
-		err = pk.ConnectEncode(&buf)
-	case packets.Subscribe:
-		err = pk.SubscribeEncode(&buf)
-	case packets.Unsubscribe:
-		err = pk.UnsubscribeEncode(&buf)
-	case packets.Puback:
-		err = pk.PubackEncode(&buf)
-	case packets.Publish:
-		err = pk.PublishEncode(&buf)
-	case packets.Pubrel:
-		pk.FixedHeader.Qos = 1 // [MQTT-3.6.1-1]
-		err = pk.PubrelEncode(&buf)
-	case packets.Pingreq:
-		err = pk.PingreqEncode(&buf)
-	default:
-		err = fmt.Errorf("rawClient cannot write %v", pk.FixedHeader.Type)
-	}
+	b, err := encodePacket(c.version, pk)
 	if err == nil {
 		_ = c.conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
-		_, err = c.conn.Write(buf.Bytes())
+		_, err = c.conn.Write(b)
 	}
 	if err != nil {
 		t.Fatal(err)

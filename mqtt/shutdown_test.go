@@ -122,7 +122,12 @@ func busyClient(t *testing.T, s *Server, transport, id string) (io.Reader, func(
 	t.Helper()
 	if transport == "tcp" {
 		c := rawConnect(t, s.Addr(), id, "")
-		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		// The client reads every PINGRESP its flood drew before the
+		// DISCONNECT (megabytes in the socket buffers): 10 s was short of
+		// that under -race on a loaded 2-core box once packets were handled
+		// on mochi's pooled handlers (patch 24), which keep a busy
+		// connection's reads going without a goroutine switch.
+		_ = c.SetReadDeadline(time.Now().Add(60 * time.Second))
 		ping := func() error { _, err := c.Write([]byte{0xc0, 0}); return err }
 		return c, ping, func() { _ = c.Close() }
 	}

@@ -107,6 +107,20 @@ func (ws *wsConn) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+// InputReady is drainConn.InputReady for a WebSocket: input (frame headers
+// included) read and not yet returned, or found by a read that does not
+// wait. Called by the reading goroutine of the moment: mochi's handler,
+// between packets (mochi patch 24).
+func (ws *wsConn) InputReady() bool {
+	if len(ws.in) == 0 {
+		var err error
+		if ws.in, err = ws.ahead.fill(); err != nil {
+			return true
+		}
+	}
+	return len(ws.in) > 0
+}
+
 // WebSocket opcodes (RFC 6455 §5.2).
 const (
 	wsContinuation = 0x0

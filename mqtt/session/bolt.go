@@ -24,8 +24,20 @@ var (
 )
 
 // Bolt is the embedded backend: one bbolt file, one transaction per batch.
+// Its methods run on one goroutine at a time (Backend), the compaction too.
 type Bolt struct {
-	db *bolt.DB
+	db   *bolt.DB
+	path string
+
+	// Compaction (compact.go): bbolt reuses the pages it frees but never
+	// gives them back, so a file that once held many sessions stays that
+	// large. minCompactSize, compactRatio and compactEvery are fields
+	// so that tests can lower them.
+	minCompactSize int64   // smaller files are left as they are
+	compactRatio   float64 // compact once this share of the file is free
+	compactEvery   time.Duration
+	nextCheck      time.Time // the free space is looked at no sooner
+	compactions    int       // done since open
 }
 
 var _ Backend = (*Bolt)(nil)
@@ -36,13 +48,12 @@ func OpenBolt(dir string) (*Bolt, error) {
 		return nil, fmt.Errorf("session: %w", err)
 	}
 	path := filepath.Join(dir, FileName)
-	db, err := bolt.Open(path, 0o600, &bolt.Options{
-		Timeout: 5 * time.Second, // another gateway on the same data.dir
-		// Cheaper commits for a write-heavy file, as the retained store:
-		// the freelist is rebuilt by a scan at open.
-		NoFreelistSync: true,
-		FreelistType:   bolt.FreelistMapType,
-	})
+	// A copy a compaction left unfinished (the process was killed before
+	// the rename) is incomplete: the file it copied is whole.
+	if err := os.Remove(path + compactSuffix); err != nil && !os.IsNotExist(err) {
+		return nil, fmt.Errorf("session: %w", err)
+	}
+	db, err := openFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("session: open %s: %w", path, err)
 	}
@@ -58,7 +69,19 @@ func OpenBolt(dir string) (*Bolt, error) {
 		db.Close()
 		return nil, fmt.Errorf("session: %s: %w", path, err)
 	}
-	return &Bolt{db: db}, nil
+	return &Bolt{db: db, path: path, minCompactSize: defaultMinCompactSize, compactRatio: defaultCompactRatio,
+		compactEvery: defaultCompactEvery}, nil
+}
+
+// openFile opens a session file with the store's options.
+func openFile(path string) (*bolt.DB, error) {
+	return bolt.Open(path, 0o600, &bolt.Options{
+		Timeout: 5 * time.Second, // another gateway on the same data.dir
+		// Cheaper commits for a write-heavy file, as the retained store:
+		// the freelist is rebuilt by a scan at open.
+		NoFreelistSync: true,
+		FreelistType:   bolt.FreelistMapType,
+	})
 }
 
 // key is the client id, a 0 byte (no MQTT string holds U+0000
@@ -70,8 +93,18 @@ func key(client string, k []byte) []byte {
 	return append(b, k...)
 }
 
-// Apply writes ops in one transaction: one commit, one fsync round.
+// Apply writes ops in one transaction: one commit, one fsync round. Then,
+// at most once every compactEvery, it looks at the file's free space and
+// compacts it when too much of it is free (maybeCompact).
 func (s *Bolt) Apply(ops []Op) error {
+	if err := s.apply(ops); err != nil {
+		return err
+	}
+	s.maybeCompact(time.Now())
+	return nil
+}
+
+func (s *Bolt) apply(ops []Op) error {
 	return s.db.Update(func(tx *bolt.Tx) error {
 		clients, subs, inflight := tx.Bucket(bucketClients), tx.Bucket(bucketSubs), tx.Bucket(bucketInflight)
 		for _, op := range ops {

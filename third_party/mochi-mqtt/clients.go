@@ -673,31 +673,81 @@ func inflightExpired(tk packets.Packet, now, maximumExpiry int64) bool {
 // packets to be handled by the packetHandler.
 func (cl *Client) Read(packetHandler ReadFn) error {
 	for {
-		if cl.Closed() {
+		if cl.readStops() {
 			return cl.stoppedFor()
 		}
+		// gateway patch 24: this goroutine only waits for the next packet's
+		// first byte; a pooled handler reads and handles what has arrived
+		// (handlers.go), so this stack stays small.
+		if err := cl.awaitInput(); err != nil {
+			return cl.readEnded(err)
+		}
+		if err := cl.ops.handlers.run(cl, packetHandler); err != nil {
+			return err
+		}
+	}
+}
 
-		if cl.ackRoomFull() { // gateway patch 12: backpressure while deferred acks hold the receive quota
-			cl.waitForAckRoom()
-			if cl.Closed() {
-				return cl.stoppedFor()
-			}
+// readStops makes the reader ready for the next packet and reports whether
+// it must stop instead (the client is closed): the checks upstream's Read
+// made before each packet.
+func (cl *Client) readStops() bool {
+	if cl.Closed() {
+		return true
+	}
+	if cl.ackRoomFull() { // gateway patch 12: backpressure while deferred acks hold the receive quota
+		cl.waitForAckRoom()
+		if cl.Closed() {
+			return true
 		}
-		if !cl.State.draining.Load() { // gateway patch: the ending connection's deadline stands
-			cl.refreshDeadline(cl.State.Keepalive)
-			if cl.Closed() { // gateway patch 20: Stop's deadline, which this one may have replaced, stands
-				return cl.stoppedFor()
-			}
+	}
+	if !cl.State.draining.Load() { // gateway patch: the ending connection's deadline stands
+		cl.refreshDeadline(cl.State.Keepalive)
+		if cl.Closed() { // gateway patch 20: Stop's deadline, which this one may have replaced, stands
+			return true
 		}
+	}
+	return false
+}
+
+// awaitInput waits until the client has sent at least one byte (gateway
+// patch 24).
+func (cl *Client) awaitInput() error {
+	if cl.Net.bconn == nil {
+		return ErrConnectionClosed
+	}
+	_, err := cl.Net.bconn.Peek(1)
+	return err
+}
+
+// readBurst reads and handles packets, on a handler goroutine, for as long
+// as their bytes have arrived already (gateway patch 24). It returns nil
+// when the next packet is not there yet or the client is closed (Read
+// finds out which).
+func (cl *Client) readBurst(packetHandler ReadFn) error {
+	for {
 		fh := new(packets.FixedHeader)
 		if err := cl.ReadFixedHeader(fh); err != nil {
 			return cl.readEnded(err)
 		}
-
 		if err := cl.readAndHandle(fh, packetHandler); err != nil {
 			return cl.readEnded(err)
 		}
+		if !cl.inputPending() || cl.readStops() {
+			return nil
+		}
 	}
+}
+
+// inputPending reports whether bytes the client sent can be read without
+// waiting: buffered in the client's reader, or ready in a connection that
+// can tell (the gateway's listeners, method InputReady).
+func (cl *Client) inputPending() bool {
+	if cl.Net.bconn.Buffered() > 0 {
+		return true
+	}
+	r, ok := cl.Net.Conn.(interface{ InputReady() bool })
+	return ok && r.InputReady()
 }
 
 // readEnded is what Read returns for err: once the client is stopped, a

@@ -173,6 +173,11 @@ type Server struct {
 	// loop.willDelayed, by id (gateway patch): when the delay ends, the id
 	// may be held by a new connection, whose will is its own.
 	willOwners sync.Map // string → *Client
+
+	// handlers read and handle the clients' packets off the clients' own
+	// goroutines (gateway patch 24, handlers.go); closed by Close once
+	// every client has ended.
+	handlers *handlerPool
 }
 
 // inSession runs fn, which changes cl's subscriptions in Topics (indexed by
@@ -219,6 +224,9 @@ type ops struct {
 	info    *system.Info // pointers to server system info
 	hooks   *Hooks       // pointer to the server hooks
 	log     *slog.Logger // a structured logger for the client
+	// handlers read and handle the client's packets (gateway patch 24);
+	// nil: on the client's own goroutine.
+	handlers *handlerPool
 }
 
 // New returns a new instance of mochi mqtt broker. Optional parameters
@@ -252,6 +260,7 @@ func New(opts *Options) *Server {
 		hooks: &Hooks{
 			Log: opts.Logger,
 		},
+		handlers: newHandlerPool(),
 	}
 
 	if s.Options.InlineClient {
@@ -298,10 +307,11 @@ func (o *Options) ensureDefaults() {
 // topic validation checks.
 func (s *Server) NewClient(c net.Conn, listener string, id string, inline bool) *Client {
 	cl := newClient(c, &ops{ // [MQTT-3.1.2-6] implicit
-		options: s.Options,
-		info:    s.Info,
-		hooks:   s.hooks,
-		log:     s.Log,
+		options:  s.Options,
+		info:     s.Info,
+		hooks:    s.hooks,
+		log:      s.Log,
+		handlers: s.handlers,
 	})
 
 	cl.ID = id
@@ -471,7 +481,18 @@ func (s *Server) attachClient(cl *Client, listener string) error {
 	// own, and this one has no defers, so that the frames on this goroutine's
 	// stack while it waits for the client's next packet stay small: an idle
 	// connection's stack can then shrink (gateway patch).
-	counted, err := s.establishClient(cl, listener)
+	// gateway patch 24: the handshake runs on a handler once the CONNECT
+	// starts to arrive, so it does not grow this goroutine's stack.
+	var counted bool
+	err := cl.awaitInput()
+	if err == nil {
+		err = s.handlers.runOnce(func() (err error) {
+			counted, err = s.establishClient(cl, listener)
+			return err
+		})
+	} else {
+		err = fmt.Errorf("read connection: %w", err)
+	}
 	if err == nil {
 		err = cl.Read(s.receivePacket)
 		s.detachClient(cl, listener, err)
@@ -1813,6 +1834,7 @@ func (s *Server) Close() error {
 	close(s.done)
 	s.Log.Info("gracefully stopping server")
 	s.Listeners.CloseAll(s.closeListenerClients)
+	s.handlers.close() // gateway patch 24: the clients have ended
 	s.hooks.OnStopped()
 	s.hooks.Stop()
 
