@@ -6,8 +6,10 @@ package gwproc
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -27,6 +29,20 @@ func Build(t testing.TB, root string) string {
 		t.Fatal(err)
 	}
 	return bin
+}
+
+// ModuleRoot is the directory of the gateway's go.mod, for a program run
+// from inside the module (go run ./test/...).
+func ModuleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	mod := strings.TrimSpace(string(out))
+	if mod == "" || mod == os.DevNull {
+		return "", errors.New("run from inside the gateway module")
+	}
+	return filepath.Dir(mod), nil
 }
 
 // BuildInto compiles ./cmd/gateway of the module rooted at root into bin,

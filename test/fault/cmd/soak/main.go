@@ -18,7 +18,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strings"
@@ -47,7 +46,7 @@ func run(duration, probe, sample time.Duration, csvPath string) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	root, err := moduleRoot()
+	root, err := gwproc.ModuleRoot()
 	if err != nil {
 		return err
 	}
@@ -156,16 +155,4 @@ func report(r *soak.Result, rates soak.Rates, exit int) {
 func tail(s string, n int) string {
 	lines := strings.Split(s, "\n")
 	return strings.Join(lines[max(len(lines)-n, 0):], "\n")
-}
-
-func moduleRoot() (string, error) {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
-	}
-	mod := strings.TrimSpace(string(out))
-	if mod == "" || mod == os.DevNull {
-		return "", errors.New("run from inside the gateway module")
-	}
-	return filepath.Dir(mod), nil
 }
