@@ -9,6 +9,7 @@
 //
 //	go run ./test/fault/cmd/soak                       # probe 20 s, soak 1 h
 //	go run ./test/fault/cmd/soak -duration 2m -csv /tmp/soak.csv
+//	go run ./test/fault/cmd/soak -duration 1m -online 300ms -offline 200ms  # many session takeovers
 //
 // ^C ends the soak early and still reports.
 package main
@@ -33,12 +34,18 @@ func main() {
 	probe := flag.Duration("probe", 20*time.Second, "how long the max-rate probe runs")
 	sample := flag.Duration("sample", 10*time.Second, "between samples")
 	csvPath := flag.String("csv", "", "write the samples to this CSV file")
+	online := flag.Duration("online", 20*time.Second, "how long the persistent subscribers stay online at a time")
+	offline := flag.Duration("offline", 5*time.Second, "how long they stay offline at a time")
 	flag.Parse()
+	cycle = [2]time.Duration{*online, *offline}
 	if err := run(*duration, *probe, *sample, *csvPath); err != nil {
 		fmt.Fprintln(os.Stderr, "soak:", err)
 		os.Exit(1)
 	}
 }
+
+// cycle is the persistent subscribers' online and offline times.
+var cycle [2]time.Duration
 
 func run(duration, probe, sample time.Duration, csvPath string) error {
 	dir, err := os.MkdirTemp("", "soak-")
@@ -97,6 +104,7 @@ func run(duration, probe, sample time.Duration, csvPath string) error {
 // stops it with SIGTERM and returns its exit code.
 func once(bin, data string, cfg soak.Config) (*soak.Result, int, error) {
 	cfg.Queue = "soak"
+	cfg.Online, cfg.Offline = cycle[0], cycle[1]
 	p, err := gwproc.Launch(bin, "--data.dir="+data, "--amqp.listen=127.0.0.1:0", "--retain.backend=embedded",
 		"--mqtt.sessions.backend=embedded", `--queues.declare=[{"name":"soak"}]`)
 	if err != nil {
