@@ -176,14 +176,8 @@ func (r *run) newFlow(name string, pubs int, checkers int) *flow {
 func pace(ctx context.Context, start time.Time, n int, rate float64) bool {
 	if rate > 0 {
 		due := start.Add(time.Duration(float64(n) / rate * float64(time.Second)))
-		if d := time.Until(due); d > 0 {
-			t := time.NewTimer(d)
-			defer t.Stop()
-			select {
-			case <-ctx.Done():
-				return false
-			case <-t.C:
-			}
+		if d := time.Until(due); d > 0 && !sleep(ctx, d) {
+			return false
 		}
 	}
 	return ctx.Err() == nil
