@@ -6,8 +6,10 @@ package gwproc
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -27,6 +29,20 @@ func Build(t testing.TB, root string) string {
 		t.Fatal(err)
 	}
 	return bin
+}
+
+// ModuleRoot is the directory of the gateway's go.mod, for a program run
+// from inside the module (go run ./test/...).
+func ModuleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	mod := strings.TrimSpace(string(out))
+	if mod == "" || mod == os.DevNull {
+		return "", errors.New("run from inside the gateway module")
+	}
+	return filepath.Dir(mod), nil
 }
 
 // BuildInto compiles ./cmd/gateway of the module rooted at root into bin,
@@ -65,17 +81,32 @@ var (
 // it if it still runs.
 func Start(t testing.TB, bin string, args ...string) *Proc {
 	t.Helper()
+	p, err := Launch(bin, args...)
+	if p != nil {
+		t.Cleanup(p.Kill)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// Launch is Start for a program rather than a test (the soak tool,
+// test/fault/cmd/soak): the caller kills the process; it dies with its
+// parent (Pdeathsig) in any case. On an error after the process started,
+// the Proc is returned too, killed.
+func Launch(bin string, args ...string) (*Proc, error) {
 	all := append([]string{"--mqtt.listen=127.0.0.1:0", "--admin.listen=127.0.0.1:0", "--amqp.listen=",
 		"--mqtt.ws.listen=", "--log.format=text"}, args...)
 	p := &Proc{Cmd: exec.Command(bin, all...), Done: make(chan struct{})}
 	p.Cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := p.Cmd.StdoutPipe()
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	p.Cmd.Stderr = p.Cmd.Stdout
 	if err := p.Cmd.Start(); err != nil {
-		t.Fatalf("start gateway: %v", err)
+		return nil, fmt.Errorf("start gateway: %w", err)
 	}
 	ready := make(chan struct{})
 	go func() {
@@ -105,21 +136,22 @@ func Start(t testing.TB, bin string, args ...string) *Proc {
 		_ = p.Cmd.Wait()
 		close(p.Done)
 	}()
-	t.Cleanup(p.Kill)
 	select {
 	case <-ready:
 	case <-p.Done:
-		t.Fatalf("gateway exited before it was ready:\n%s", p.Output())
+		return p, fmt.Errorf("gateway exited before it was ready:\n%s", p.Output())
 	case <-time.After(30 * time.Second):
 		p.Kill()
-		t.Fatalf("gateway not ready within 30s:\n%s", p.Output())
+		return p, fmt.Errorf("gateway not ready within 30s:\n%s", p.Output())
 	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.MQTT == "" || p.Admin == "" {
-		t.Fatalf("no MQTT or admin address in the gateway's log:\n%s", strings.Join(p.log, "\n"))
+	found := p.MQTT != "" && p.Admin != ""
+	p.mu.Unlock()
+	if !found {
+		p.Kill()
+		return p, fmt.Errorf("no MQTT or admin address in the gateway's log:\n%s", p.Output())
 	}
-	return p
+	return p, nil
 }
 
 // Kill sends SIGKILL (kill -9) and waits for the process to be gone.
@@ -152,6 +184,13 @@ func (p *Proc) Output() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return strings.Join(p.log, "\n")
+}
+
+// Lines is a copy of everything it has logged so far, one line each.
+func (p *Proc) Lines() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.log...)
 }
 
 // Logged counts the log lines so far that contain s.

@@ -25,6 +25,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/tolsey/tolsey/test/internal/gwproc"
 )
 
 // Rig owns a temporary directory and the child processes started in it.
@@ -86,23 +88,10 @@ func (r *Rig) Fatal(err error) {
 	os.Exit(1)
 }
 
-// moduleRoot is the directory of the gateway's go.mod.
-func moduleRoot() (string, error) {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
-	}
-	mod := strings.TrimSpace(string(out))
-	if mod == "" || mod == os.DevNull {
-		return "", errors.New("run from inside the gateway module")
-	}
-	return filepath.Dir(mod), nil
-}
-
 // Build compiles pkg (like "./cmd/gateway") into the rig directory. A
 // package with a go.mod of its own is built in its own module.
 func (r *Rig) Build(name, pkg string) (string, error) {
-	root, err := moduleRoot()
+	root, err := gwproc.ModuleRoot()
 	if err != nil {
 		return "", err
 	}
