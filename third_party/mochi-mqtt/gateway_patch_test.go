@@ -830,3 +830,47 @@ func TestSubscribersCachedFollowsSubscriptions(t *testing.T) {
 	require.Len(t, shared.Shared, 1)
 	require.NotSame(t, shared, x.SubscribersCached("a/b/c"), "a result with shared subscriptions is made fresh")
 }
+
+// TestPublishToSessionTakenOverReachesTheNewConnection is the interleaving
+// the soak drill found (patch 25): a publisher looks a persistent
+// subscriber up in Clients, a new connection of that client takes the
+// session over (its inflight store copied, the old one cleared), then the
+// publisher hands the QoS 1 message to the old client. Before the patch it
+// went into the old client's store, which nobody reads any more: lost,
+// although its publisher had been acknowledged.
+func TestPublishToSessionTakenOverReachesTheNewConnection(t *testing.T) {
+	for _, clean := range []bool{false, true} {
+		s := newServerWithInlineClient()
+		old, sub, r := quotaClientConn(t, s, 10, 5)
+		old.Properties.Props.SessionExpiryInterval = 3600
+		_ = r.Close()
+		old.Stop(nil) // offline, its session kept
+
+		nr, nw := net.Pipe()
+		next := s.NewClient(nw, "t", "sub", false)
+		t.Cleanup(func() { next.Stop(nil); _ = nr.Close() })
+		next.Properties.ProtocolVersion = 5
+		next.Properties.Props.SessionExpiryInterval = 3600
+		connect := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect},
+			Connect: packets.ConnectParams{Clean: clean, ClientIdentifier: "sub"}}
+		mu := s.sessionLock(next.ID)
+		mu.Lock()
+		present, _ := s.inheritClientSession(connect, next)
+		s.Clients.Add(next)
+		mu.Unlock()
+		require.Equal(t, !clean, present)
+
+		// The publisher that found old before the takeover.
+		pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, TopicName: "q/1", Payload: []byte("m")}
+		_, _ = s.publishToClient(old, sub, pk)
+
+		require.Equal(t, 0, old.State.Inflight.Len(), "clean %v: the message went to the connection taken over", clean)
+		if clean {
+			require.Equal(t, 0, next.State.Inflight.Len(), "a clean start does not get the old session's subscription's messages")
+			continue
+		}
+		got := next.State.Inflight.GetAll(false)
+		require.Len(t, got, 1, "the session carried on did not get the message")
+		require.Equal(t, "q/1", got[0].TopicName)
+	}
+}

@@ -1328,26 +1328,13 @@ func (s *Server) publishToClientStall(cl *Client, sub packets.Subscription, pk p
 	}
 
 	if out.FixedHeader.Qos > 0 {
-		if cl.State.Inflight.Len() >= int(s.Options.Capabilities.MaximumInflight) {
-			// add hook?
-			atomic.AddInt64(&s.Info.InflightDropped, 1)
-			s.Log.Debug("client store quota reached", "client", cl.ID, "listener", cl.Net.Listener) // gateway patch: was Warn, a line per message (counted in Info.InflightDropped)
-			return out, packets.ErrQuotaExceeded
+		held, added, moved, err := s.addInflight(cl, &out, pk)
+		if moved {
+			return s.publishToSuccessor(cl, sub, pk, stall)
 		}
-
-		i, err := cl.NextPacketID() // [MQTT-4.3.2-1] [MQTT-4.3.3-1]
 		if err != nil {
-			s.hooks.OnPacketIDExhausted(cl, pk)
-			atomic.AddInt64(&s.Info.InflightDropped, 1)
-			s.Log.Debug("packet ids exhausted", "error", err, "client", cl.ID, "listener", cl.Net.Listener) // gateway patch: was Warn, a line per message (counted in Info.InflightDropped)
-			return out, packets.ErrQuotaExceeded
+			return out, err
 		}
-
-		out.PacketID = uint16(i) // [MQTT-2.2.1-4]
-		// gateway patch 13: held back (no quota left, earlier ones held,
-		// or a hook holds the client's PUBLISHes) or the quota taken, in
-		// one step (hold.go).
-		held, added := cl.setInflight(&out) // [MQTT-4.3.2-3] [MQTT-4.3.3-3]
 		if added {
 			atomic.AddInt64(&s.Info.Inflight, 1)
 			s.hooks.OnQosPublish(cl, out, out.Created, 0)
@@ -1389,6 +1376,64 @@ func (s *Server) publishToClientStall(cl *Client, sub packets.Subscription, pk p
 	}
 
 	return out, nil
+}
+
+// addInflight gives out a packet id of cl and puts it in cl's inflight
+// store, under the lock of cl's id, unless a new connection has taken cl's
+// session over: then moved is true and nothing was added (gateway patch
+// 25). Without the lock, a publisher that found cl in Clients just before
+// a takeover could add its message to cl's store after the new connection
+// had copied it (inheritClientSession): the message was in neither, never
+// sent, and lost for a persistent subscriber whose publisher had its
+// PUBACK. With it, the message is either in the store when it is copied,
+// or goes to the new connection (publishToSuccessor).
+func (s *Server) addInflight(cl *Client, out *packets.Packet, pk packets.Packet) (held, added, moved bool, err error) {
+	mu := s.sessionLock(cl.ID)
+	mu.Lock()
+	defer mu.Unlock()
+	if cl.State.takenOver.Load() || cl.State.isTakenOver.Load() {
+		return false, false, true, nil
+	}
+	if cl.State.Inflight.Len() >= int(s.Options.Capabilities.MaximumInflight) {
+		// add hook?
+		atomic.AddInt64(&s.Info.InflightDropped, 1)
+		s.Log.Debug("client store quota reached", "client", cl.ID, "listener", cl.Net.Listener) // gateway patch: was Warn, a line per message (counted in Info.InflightDropped)
+		return false, false, false, packets.ErrQuotaExceeded
+	}
+
+	i, err := cl.NextPacketID() // [MQTT-4.3.2-1] [MQTT-4.3.3-1]
+	if err != nil {
+		s.hooks.OnPacketIDExhausted(cl, pk)
+		atomic.AddInt64(&s.Info.InflightDropped, 1)
+		s.Log.Debug("packet ids exhausted", "error", err, "client", cl.ID, "listener", cl.Net.Listener) // gateway patch: was Warn, a line per message (counted in Info.InflightDropped)
+		return false, false, false, packets.ErrQuotaExceeded
+	}
+
+	out.PacketID = uint16(i) // [MQTT-2.2.1-4]
+	// gateway patch 13: held back (no quota left, earlier ones held,
+	// or a hook holds the client's PUBLISHes) or the quota taken, in
+	// one step (hold.go).
+	held, added = cl.setInflight(out) // [MQTT-4.3.2-3] [MQTT-4.3.3-3]
+	return held, added, false, nil
+}
+
+// publishToSuccessor delivers a message meant for cl, whose session a new
+// connection has taken over, to the connection that holds cl's id now,
+// when its session has the subscription the message came through (a
+// session carried on has them all; a clean start has none: the message
+// went with the old session) (gateway patch 25).
+func (s *Server) publishToSuccessor(cl *Client, sub packets.Subscription, pk packets.Packet, stall bool) (packets.Packet, error) {
+	mu := s.sessionLock(cl.ID)
+	mu.Lock()
+	next, ok := s.Clients.Get(cl.ID)
+	mu.Unlock()
+	if !ok || next == cl {
+		return pk, packets.CodeDisconnect
+	}
+	if _, ok := next.State.Subscriptions.Get(sub.Filter); !ok {
+		return pk, nil
+	}
+	return s.publishToClientStall(next, sub, pk, stall)
 }
 
 func (s *Server) publishRetainedToClient(cl *Client, sub packets.Subscription, existed bool) {
