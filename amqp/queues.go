@@ -297,8 +297,15 @@ func (c *conn) closeQueues() {
 	cs := c.consumers
 	c.consumers = map[*queue.Consumer]struct{}{}
 	c.consumersMu.Unlock()
+	// Shutdown (forced, not a revocation) is the gateway's doing: no
+	// failed delivery is counted for what the consumers held.
+	shutdown := c.forced.Load() && c.revokedBy.Load() == nil
 	for qc := range cs {
-		qc.Close()
+		if shutdown {
+			qc.CloseUncounted()
+		} else {
+			qc.Close()
+		}
 	}
 	if c.ownsQueues {
 		c.s.opts.Queues.DeleteOwned(context.Background(), c.owner())

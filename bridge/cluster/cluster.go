@@ -188,12 +188,14 @@ func (c *Cluster) Start(context.Context) error {
 	}
 	if err := c.startTakeover(); err != nil {
 		c.stopInterest()
+		c.sh.stop()
 		_ = ns.Unsubscribe()
 		return fmt.Errorf("cluster: takeover: %w", err)
 	}
 	if err := c.startMembership(); err != nil {
 		c.stopTakeover()
 		c.stopInterest()
+		c.sh.stop()
 		_ = ns.Unsubscribe()
 		return fmt.Errorf("cluster: membership: %w", err)
 	}

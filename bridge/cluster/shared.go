@@ -269,8 +269,14 @@ func (s *shares) inbound(msg *nats.Msg) {
 		return
 	}
 	res := s.c.opts.Router.PublishShare(context.Background(), m, share)
-	if res.Matched > res.Failed || hops >= maxHops {
+	if res.Matched > res.Failed {
 		s.in.Add(1)
+		return
+	}
+	if hops >= maxHops {
+		// No member here and handed on enough: lost for the group, and
+		// counted as such (sharedIn counts only copies a member took).
+		s.c.dropped.Add(1)
 		return
 	}
 	again := append([]byte{hops + 1}, data[1:]...)

@@ -301,11 +301,17 @@ func (c *Consumer) requeue(id uint64, failed, undeliverableHere bool) {
 	}
 	marked := false
 	if undeliverableHere {
-		if n := c.opts.Name; n == "" {
-			e.skip = append(e.skip, c)
-		} else if !slices.Contains(e.skipNames, n) && len(e.skipNames) < maxSkipNames {
+		switch n := c.opts.Name; {
+		case n != "" && slices.Contains(e.skipNames, n):
+			// marked before
+		case n != "" && len(e.skipNames) < maxSkipNames:
 			e.skipNames = append(e.skipNames, n)
 			marked = true
+		default:
+			// Unnamed, or past the named marks' cap: marked for this
+			// consumer's life only, rather than not at all (which sent it
+			// straight back to the consumer that refused it).
+			e.skip = append(e.skip, c)
 		}
 	}
 	wake := q.backLocked(e, failed, marked)
@@ -342,7 +348,17 @@ func (q *Queue) backLocked(e *entry, failed, marked bool) []*Consumer {
 // Close detaches the consumer. What it was delivered and did not settle
 // is delivered again, counted as a failed delivery (the consumer may have
 // seen it); on an exclusive queue the next standby consumer takes over.
-func (c *Consumer) Close() {
+func (c *Consumer) Close() { c.close(true) }
+
+// CloseUncounted is Close for a consumer the gateway itself detaches
+// (shutting down): what it held goes back without a failed delivery
+// counted. Counts are stored and survive a restart, so counting each
+// restart would dead-letter (maxDeliveries) messages no client failed
+// on after a few rolling restarts; a broker's own cancel is not a
+// failure (Artemis counts the same way).
+func (c *Consumer) CloseUncounted() { c.close(false) }
+
+func (c *Consumer) close(failed bool) {
 	q := c.q
 	q.mu.Lock()
 	if c.closed {
@@ -363,7 +379,7 @@ func (c *Consumer) Close() {
 		back[i] = c.settleLocked(id)
 	}
 	for _, e := range back {
-		q.backLocked(e, true, false)
+		q.backLocked(e, failed, false)
 	}
 	for _, e := range q.entries { // it no longer needs skipping
 		e.skip = slices.DeleteFunc(e.skip, func(x *Consumer) bool { return x == c })

@@ -548,3 +548,46 @@ func waitWake(t *testing.T, ch chan struct{}) {
 		t.Fatal("the consumer was not told that messages are ready")
 	}
 }
+
+// TestCloseUncountedKeepsTheCount: a consumer the gateway detaches as it
+// shuts down gives back what it held without a failed delivery counted
+// (counts are stored: a few rolling restarts would otherwise dead-letter
+// messages no client failed on); a consumer that goes away counts one.
+func TestCloseUncountedKeepsTheCount(t *testing.T) {
+	e, _ := newEngine(t, Options{})
+	q := declare(t, e, Config{Name: "cu"})
+	putWait(t, e, "cu", "m")
+	for _, tc := range []struct {
+		close func(*Consumer)
+		want  uint32
+	}{{(*Consumer).CloseUncounted, 0}, {(*Consumer).Close, 1}} {
+		c, w := consumer(t, q, false)
+		next(t, c, w)
+		tc.close(c)
+		c2, w2 := consumer(t, q, false)
+		d := next(t, c2, w2)
+		if d.DeliveryCount != tc.want || !d.Redelivered {
+			t.Fatalf("after close: count %d redelivered %v, want count %d, redelivered", d.DeliveryCount, d.Redelivered, tc.want)
+		}
+		c2.CloseUncounted()
+	}
+}
+
+// TestUndeliverableHerePastTheNamedCap: past maxSkipNames named marks on
+// one message, a consumer that refuses it (undeliverable-here) is still
+// not given it again; it was, at once, in a loop with delivery-failed
+// false, which never counts towards maxDeliveries.
+func TestUndeliverableHerePastTheNamedCap(t *testing.T) {
+	e, _ := newEngine(t, Options{})
+	q := declare(t, e, Config{Name: "uh"})
+	putWait(t, e, "uh", "poison")
+	for i := range maxSkipNames + 1 {
+		c, w := consumerWith(t, q, ConsumerOptions{Name: fmt.Sprintf("link-%d", i)})
+		d := next(t, c, w)
+		c.Modify(d.ID, false, true)
+		if d2, ok := c.Next(); ok {
+			t.Fatalf("consumer %d refused the message (undeliverable-here) and got it again: %+v", i, d2.ID)
+		}
+		defer c.Close()
+	}
+}

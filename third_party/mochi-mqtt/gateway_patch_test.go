@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand"
 	"net"
@@ -872,5 +873,27 @@ func TestPublishToSessionTakenOverReachesTheNewConnection(t *testing.T) {
 		got := next.State.Inflight.GetAll(false)
 		require.Len(t, got, 1, "the session carried on did not get the message")
 		require.Equal(t, "q/1", got[0].TopicName)
+	}
+}
+
+// TestSubscribersCacheBoundsEntries: the cache (patch 23) is bounded by
+// the subscribers it holds, not only by topics: 4,096 topics matched by a
+// wildcard with thousands of subscribers held gigabytes.
+func TestSubscribersCacheBoundsEntries(t *testing.T) {
+	x := NewTopicsIndex()
+	for i := 0; i < subscribersCacheMaxOne+1; i++ {
+		x.Subscribe(fmt.Sprintf("big%d", i), packets.Subscription{Filter: "big/+"})
+	}
+	require.Len(t, x.SubscribersCached("big/1").Subscriptions, subscribersCacheMaxOne+1)
+	require.Empty(t, x.cache.m, "a result with more subscribers than subscribersCacheMaxOne was kept")
+
+	const per = 200
+	for i := 0; i < per; i++ {
+		x.Subscribe(fmt.Sprintf("mid%d", i), packets.Subscription{Filter: "mid/+"})
+	}
+	for i := 0; i < 2*subscribersCacheEntries/per; i++ {
+		require.Len(t, x.SubscribersCached(fmt.Sprintf("mid/%d", i)).Subscriptions, per)
+		require.LessOrEqual(t, x.cache.entries, subscribersCacheEntries)
+		require.Equal(t, len(x.cache.m)*per, x.cache.entries)
 	}
 }

@@ -362,18 +362,30 @@ type TopicsIndex struct {
 // kept (gen). Results with shared subscriptions are not kept: the caller
 // selects among them in the result. A full cache is emptied.
 type subscribersCache struct {
-	mu  sync.RWMutex
-	m   map[string]*Subscribers // guarded by mu; read-only results
-	gen atomic.Uint64           // changes to the subscriptions so far
+	mu      sync.RWMutex
+	m       map[string]*Subscribers // guarded by mu; read-only results
+	entries int                     // guarded by mu: subscribers held by m, all topics together
+	gen     atomic.Uint64           // changes to the subscriptions so far
 }
 
-// subscribersCacheSize is the most topics the cache holds.
-const subscribersCacheSize = 4096
+// The cache's bounds: topics, and subscriber entries over all of them.
+// Each topic's result is a map of its subscribers, so the topic count
+// alone does not bound memory (4,096 topics matched by one wildcard that
+// 2,000 clients subscribed to held 1.3 GiB): a result with more than
+// subscribersCacheMaxOne subscribers is not kept (its lookup is a small
+// part of delivering to that many), and the cache is emptied past
+// subscribersCacheEntries (about 170 B each: ~11 MiB).
+const (
+	subscribersCacheSize    = 4096
+	subscribersCacheMaxOne  = 256
+	subscribersCacheEntries = 65536
+)
 
 func (c *subscribersCache) invalidate() {
 	c.mu.Lock()
 	c.gen.Add(1)
 	c.m = nil
+	c.entries = 0
 	c.mu.Unlock()
 }
 
@@ -391,15 +403,18 @@ func (x *TopicsIndex) SubscribersCached(topic string) *Subscribers {
 	}
 	gen := c.gen.Load()
 	subs = x.Subscribers(topic)
-	if len(subs.Shared) > 0 {
+	n := len(subs.Subscriptions) + len(subs.InlineSubscriptions)
+	if len(subs.Shared) > 0 || n > subscribersCacheMaxOne {
 		return subs
 	}
 	c.mu.Lock()
 	if c.gen.Load() == gen {
-		if c.m == nil || len(c.m) >= subscribersCacheSize {
+		if c.m == nil || len(c.m) >= subscribersCacheSize || c.entries+n > subscribersCacheEntries {
 			c.m = make(map[string]*Subscribers)
+			c.entries = 0
 		}
 		c.m[topic] = subs
+		c.entries += n
 	}
 	c.mu.Unlock()
 	return subs

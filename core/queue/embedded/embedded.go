@@ -422,10 +422,10 @@ func (l *qlog) Append(m *core.Message, done func(uint64, error)) {
 // Read implements queue.Log.
 // Browse implements queue.Log: one engine reads this Log, so it is Read.
 func (l *qlog) Browse(ctx context.Context, after uint64, max int) ([]queue.Record, error) {
-	if after == 0 {
-		// A browse starts: what was acknowledged must not be listed.
-		l.b.flush()
-	}
+	// What was acknowledged must not be listed, on any page: the removals
+	// waiting for a commit (lazy.go) are committed first. With none
+	// waiting this costs a round trip to the writer, no transaction.
+	l.b.flush()
 	return l.Read(ctx, after, max)
 }
 

@@ -220,3 +220,33 @@ func TestRemovalsRideTheNextAppend(t *testing.T) {
 		return n == 0
 	})
 }
+
+// TestBrowseLaterPagesListNoAcknowledged: every page of a browse commits
+// the removals waiting first, not only the first page (a record removed
+// between two pages was listed on the second).
+func TestBrowseLaterPagesListNoAcknowledged(t *testing.T) {
+	ctx := context.Background()
+	b := open(t, filepath.Join(t.TempDir(), FileName))
+	defer b.Close()
+	b.lazyDelay = time.Hour
+	l, err := b.Open(ctx, queue.Config{Name: "q"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []uint64
+	for i := range 4 {
+		ids = append(ids, queuetest.Append(t, l, queuetest.Msg("t", i)))
+	}
+	page1, err := l.Browse(ctx, 0, 2)
+	if err != nil || len(page1) != 2 {
+		t.Fatalf("page 1: %d records, %v", len(page1), err)
+	}
+	l.Remove(ids[3])
+	page2, err := l.Browse(ctx, page1[1].ID, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page2) != 1 || page2[0].ID != ids[2] {
+		t.Fatalf("page 2 lists %d records (want only the third): an acknowledged record was listed", len(page2))
+	}
+}
