@@ -24,10 +24,11 @@ import (
 // goroutine (writer.run) owns the socket's write side and the state of
 // outgoing deliveries. The reader hands the writer work through out.
 type conn struct {
-	s   *Server
-	nc  net.Conn
-	id  uint64
-	log *slog.Logger
+	s     *Server
+	nc    net.Conn
+	id    uint64
+	since time.Time // accepted
+	log   *slog.Logger
 
 	// Owned by the reader goroutine.
 	r           *frames.Reader
@@ -119,6 +120,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 		s:        s,
 		nc:       nc,
 		id:       id,
+		since:    time.Now(),
 		log:      s.log.With("conn", id, "remote", nc.RemoteAddr().String()),
 		r:        frames.NewReader(nc, s.opts.MaxFrameSize),
 		sessions: map[uint16]*session{},

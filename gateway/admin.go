@@ -49,6 +49,7 @@ func newAdminServer(g *Gateway) *adminServer {
 	mux.HandleFunc("GET /api/v1/cluster", a.clusterStatus)
 	a.routeQueues(mux)
 	a.routeSessions(mux)
+	a.routeConnections(mux)
 	mux.HandleFunc("POST /api/v1/publish", a.publish)
 	mux.HandleFunc("POST /api/v1/reload", a.reload)
 	// Profiles for performance work, as Caddy's admin API has them. The admin

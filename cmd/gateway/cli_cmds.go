@@ -30,6 +30,8 @@ var commands = []command{
 	{"queues", "create", "queues create NAME [--subscribe FILTER]... [--config JSON]", "declare a queue (PUT /api/v1/queues/NAME)", queuesCreate},
 	{"queues", "rm", "queues rm NAME", "delete a queue and its messages", queuesRm},
 	{"queues", "browse", "queues browse NAME [--limit N]", "show a queue's messages without consuming them", queuesBrowse},
+	{"connections", "ls", "connections ls [--protocol mqtt|amqp] [--client PREFIX] [--user U] [--address PREFIX]", "list open client connections of both protocols", connectionsLs},
+	{"connections", "kick", "connections kick ID", "close a connection (MQTT 5: DISCONNECT 0x98; AMQP: amqp:connection:forced); IDs as listed, mqtt:<client id> or amqp:<number>", connectionsKick},
 	{"sessions", "ls", "sessions ls", "list persistent MQTT sessions", sessionsLs},
 	{"sessions", "rm", "sessions rm CLIENTID", "remove a persistent MQTT session", sessionsRm},
 	{"bridges", "ls", "bridges ls", "list bridges and their rules, connection state and buffers", bridgesLs},
@@ -341,5 +343,57 @@ func publish(c *cli, args []string) error {
 		fmt.Fprint(c.out, ", retained")
 	}
 	fmt.Fprintln(c.out)
+	return nil
+}
+
+func connectionsLs(c *cli, args []string) error {
+	fs := c.flags("connections ls")
+	proto := fs.String("protocol", "", "mqtt or amqp")
+	client := fs.String("client", "", "client or container id prefix")
+	user := fs.String("user", "", "user")
+	addr := fs.String("address", "", "remote address prefix")
+	limit := fs.Int("limit", 1000, "at most this many")
+	if _, err := c.parse(fs, args, 0, 0, "connections ls [--protocol mqtt|amqp] [--client PREFIX] [--user U] [--address PREFIX]"); err != nil {
+		return err
+	}
+	q := url.Values{"limit": {strconv.Itoa(*limit)}}
+	for k, v := range map[string]string{"protocol": *proto, "clientId": *client, "address": *addr} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	if fs.Changed("user") {
+		q.Set("user", *user)
+	}
+	raw, err := c.call("GET", "/api/v1/connections", q, nil, nil)
+	if err != nil {
+		return err
+	}
+	if c.asJSON {
+		c.printJSON(raw)
+		return nil
+	}
+	rows, err := objects(raw)
+	if err != nil {
+		return err
+	}
+	c.table(rows, []column{{"ID", "id", nil}, {"PROTOCOL", "protocol", nil}, {"VERSION", "version", nil},
+		{"CLIENT", "clientId", nil}, {"USER", "user", nil}, {"REMOTE", "remote", nil},
+		{"SUBSCRIPTIONS", "subscriptions", nil}, {"QUEUED", "queued", nil}, {"SINCE", "connectedSince", nil}})
+	return nil
+}
+
+func connectionsKick(c *cli, args []string) error {
+	fs := c.flags("connections kick")
+	pos, err := c.parse(fs, args, 1, 1, "connections kick ID")
+	if err != nil {
+		return err
+	}
+	if _, err := c.call("DELETE", "/api/v1/connections/"+url.PathEscape(pos[0]), nil, nil, nil); err != nil {
+		return err
+	}
+	if !c.asJSON {
+		fmt.Fprintf(c.out, "connection %s closed\n", pos[0])
+	}
 	return nil
 }

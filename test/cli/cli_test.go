@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tolsey/tolsey/test/internal/gwproc"
 )
@@ -215,5 +216,46 @@ func TestCompletion(t *testing.T) {
 				t.Errorf("bash completion of 'gateway queues b': %q %v, want browse", b, err)
 			}
 		}
+	}
+}
+
+func TestConnections(t *testing.T) {
+	e := start(t)
+	done := make(chan string, 1)
+	go func() {
+		out, _, _ := e.run("subscribe", "c/#", "--url", "mqtt://"+e.gw.MQTT, "--count", "1")
+		done <- out
+	}()
+	var id string
+	for deadline := time.Now().Add(20 * time.Second); id == "" && time.Now().Before(deadline); {
+		var list []struct{ ID, Protocol string }
+		if err := json.Unmarshal([]byte(e.ok("connections", "ls", "--protocol", "mqtt", "--json")), &list); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range list {
+			if strings.HasPrefix(c.ID, "mqtt:gateway-cli-") {
+				id = c.ID
+			}
+		}
+		if id == "" {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if id == "" {
+		t.Fatal("the subscribe command's connection was never listed")
+	}
+	if out := e.ok("connections", "ls"); !strings.Contains(out, id) || !strings.HasPrefix(out, "ID") {
+		t.Errorf("connections ls:\n%s", out)
+	}
+	if out := e.ok("connections", "kick", id); out != "connection "+id+" closed\n" {
+		t.Errorf("kick: %q", out)
+	}
+	select {
+	case <-done: // the subscriber saw the server end its connection and exited
+	case <-time.After(20 * time.Second):
+		t.Fatal("the kicked subscriber did not exit")
+	}
+	if _, _, code := e.run("connections", "kick", id); code != 3 {
+		t.Errorf("a second kick: exit %d, want 3", code)
 	}
 }

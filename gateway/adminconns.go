@@ -1,0 +1,144 @@
+package gateway
+
+import (
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// connJSON is one client connection of either protocol in the admin API.
+// ID is "mqtt:<client id>" or "amqp:<connection number>". Fields a
+// protocol does not have are left out.
+type connJSON struct {
+	ID             string     `json:"id"`
+	Protocol       string     `json:"protocol"`
+	Version        string     `json:"version,omitempty"`
+	ClientID       string     `json:"clientId,omitempty"` // MQTT client id, AMQP container id
+	User           string     `json:"user,omitempty"`
+	Remote         string     `json:"remote"`
+	Listener       string     `json:"listener,omitempty"`
+	ConnectedSince *time.Time `json:"connectedSince,omitempty"`
+	Subscriptions  *int       `json:"subscriptions,omitempty"`
+	Queued         *int       `json:"queued,omitempty"`
+	KeepAlive      *uint16    `json:"keepAlive,omitempty"`
+	Filters        []string   `json:"filters,omitempty"` // GET of one MQTT connection: its subscriptions
+}
+
+func (a *adminServer) routeConnections(mux *http.ServeMux) {
+	mux.HandleFunc("GET /api/v1/connections", a.listConnections)
+	mux.HandleFunc("GET /api/v1/connections/{id}", a.getConnection)
+	mux.HandleFunc("DELETE /api/v1/connections/{id}", a.deleteConnection)
+}
+
+// connections is every open client connection, sorted by ID; nil after
+// writing 503 while the gateway starts.
+func (a *adminServer) connections(w http.ResponseWriter) ([]connJSON, bool) {
+	m := a.mqttServer(w)
+	if m == nil {
+		return nil, false
+	}
+	var out []connJSON
+	for _, c := range m.Connections() {
+		out = append(out, connJSON{ID: "mqtt:" + c.ClientID, Protocol: "mqtt", Version: c.Version,
+			ClientID: c.ClientID, User: c.User, Remote: c.Remote, Listener: c.Listener,
+			Subscriptions: &c.Subscriptions, Queued: &c.Queued, KeepAlive: &c.KeepAlive})
+	}
+	if a.g.amqp != nil {
+		for _, c := range a.g.amqp.ConnectionList() {
+			since := c.Since.UTC()
+			cj := connJSON{ID: "amqp:" + strconv.FormatUint(c.ID, 10), Protocol: "amqp", ClientID: c.ContainerID,
+				User: c.User, Remote: c.Remote, ConnectedSince: &since}
+			if c.Open {
+				cj.Version = "1.0"
+			}
+			out = append(out, cj)
+		}
+	}
+	slices.SortFunc(out, func(x, y connJSON) int { return strings.Compare(x.ID, y.ID) })
+	return out, true
+}
+
+// listConnections is GET /api/v1/connections: the open connections of
+// both protocols in id order, filtered by ?protocol=mqtt|amqp, ?clientId=
+// (a prefix of the client or container id), ?user= (exact), ?address= (a
+// prefix of the remote address), paged by ?after=ID&limit=N (default
+// 1,000, at most 10,000).
+func (a *adminServer) listConnections(w http.ResponseWriter, r *http.Request) {
+	limit, ok := limitParam(w, r, 1000, 10_000)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	proto := q.Get("protocol")
+	if proto != "" && proto != "mqtt" && proto != "amqp" {
+		apiError(w, http.StatusBadRequest, "protocol must be mqtt or amqp")
+		return
+	}
+	all, ok := a.connections(w)
+	if !ok {
+		return
+	}
+	out := []connJSON{}
+	for _, c := range all {
+		switch {
+		case c.ID <= q.Get("after"):
+		case proto != "" && c.Protocol != proto:
+		case !strings.HasPrefix(c.ClientID, q.Get("clientId")):
+		case q.Has("user") && c.User != q.Get("user"):
+		case !strings.HasPrefix(c.Remote, q.Get("address")):
+		default:
+			if len(out) < limit {
+				out = append(out, c)
+			}
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// getConnection is GET /api/v1/connections/{id}: one connection, with an
+// MQTT connection's subscription filters; 404 when it is not open.
+func (a *adminServer) getConnection(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	all, ok := a.connections(w)
+	if !ok {
+		return
+	}
+	i := slices.IndexFunc(all, func(c connJSON) bool { return c.ID == id })
+	if i < 0 {
+		apiError(w, http.StatusNotFound, "no open connection %q (ids: mqtt:<client id>, amqp:<number>)", id)
+		return
+	}
+	c := all[i]
+	if c.Protocol == "mqtt" {
+		c.Filters, _ = a.g.mqtt.Subscriptions(c.ClientID)
+	}
+	writeJSON(w, http.StatusOK, c)
+}
+
+// deleteConnection is DELETE /api/v1/connections/{id}: the connection is
+// closed, MQTT 5 with DISCONNECT 0x98 (Administrative action), AMQP with
+// amqp:connection:forced; an MQTT session is kept, as after any
+// disconnect (DELETE /api/v1/sessions/{clientId} ends one). 204, or 404.
+func (a *adminServer) deleteConnection(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	m := a.mqttServer(w)
+	if m == nil {
+		return
+	}
+	done := false
+	switch proto, rest, _ := strings.Cut(id, ":"); proto {
+	case "mqtt":
+		done = m.Disconnect(rest)
+	case "amqp":
+		if n, err := strconv.ParseUint(rest, 10, 64); err == nil && a.g.amqp != nil {
+			done = a.g.amqp.Disconnect(n)
+		}
+	}
+	if !done {
+		apiError(w, http.StatusNotFound, "no open connection %q (ids: mqtt:<client id>, amqp:<number>)", id)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
