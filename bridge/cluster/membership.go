@@ -287,11 +287,15 @@ func (h *heard) member(now time.Time) Member {
 		Connections: h.hb.Conns, LastHeard: h.at}
 }
 
-// peerCount is the number of other gateways heard from.
-func (c *Cluster) peerCount() int {
+// peerNodes is the node ids of the other gateways heard from.
+func (c *Cluster) peerNodes() map[string]bool {
 	c.mem.mu.Lock()
 	defer c.mem.mu.Unlock()
-	return len(c.mem.peers)
+	out := make(map[string]bool, len(c.mem.peers))
+	for node := range c.mem.peers {
+		out[node] = true
+	}
+	return out
 }
 
 // Duplicates lists the other processes heard announcing this gateway's

@@ -8,7 +8,12 @@ package cluster
 // gateway dead but not yet removed is waited for that long).
 //
 // Answers come to one subscription per gateway, <inbox>.<claim number>,
-// rather than a subscription per CONNECT.
+// rather than a subscription per CONNECT. Each names the gateway that
+// answers, and the claim waits for the gateways it lists as members, not
+// for as many answers: a gateway starting up (it answers claims before its
+// first heartbeat) or stopping (after its goodbye) answers too, at once,
+// and counting it could end the wait before the gateway holding the
+// session had let go of it.
 
 import (
 	"encoding/json"
@@ -46,8 +51,8 @@ type takeover struct {
 	inbox   string
 
 	mu      sync.Mutex
-	waiting map[uint64]chan struct{} // guarded by mu: claim number → one send per answer
-	next    uint64                   // guarded by mu
+	waiting map[uint64]*claimWait // guarded by mu: our claims waiting for answers, by number
+	next    uint64                // guarded by mu
 
 	takenOver, timeouts atomic.Uint64
 }
@@ -60,7 +65,7 @@ func (c *Cluster) takeoverSubject() string { return c.opts.Prefix + ".takeover" 
 
 func (c *Cluster) startTakeover() error {
 	t := c.tk
-	t.waiting = map[uint64]chan struct{}{}
+	t.waiting = map[uint64]*claimWait{}
 	t.inbox = c.opts.Conn.NewRespInbox()
 	rs, err := c.opts.Conn.Subscribe(t.inbox+".*", c.answerIn)
 	if err != nil {
@@ -91,19 +96,19 @@ func (c *Cluster) stopTakeover() {
 // has let go of it, at most TakeoverTimeout.
 func (c *Cluster) Claim(client string, stamp int64) {
 	t := c.tk
-	peers := c.peerCount()
+	pending := c.peerNodes()
 	b, _ := json.Marshal(&claimMsg{Client: client, Stamp: stamp, Node: c.opts.Node})
-	if peers == 0 {
+	if len(pending) == 0 {
 		// Nobody heard from yet: told all the same (a gateway starting
 		// meanwhile), nobody waited for.
 		_ = c.opts.Conn.Publish(c.takeoverSubject(), b)
 		return
 	}
-	ch := make(chan struct{}, peers)
+	w := &claimWait{pending: pending, done: make(chan struct{})}
 	t.mu.Lock()
 	t.next++
 	n := t.next
-	t.waiting[n] = ch
+	t.waiting[n] = w
 	t.mu.Unlock()
 	defer func() {
 		t.mu.Lock()
@@ -116,32 +121,39 @@ func (c *Cluster) Claim(client string, stamp int64) {
 	}
 	timer := time.NewTimer(c.opts.TakeoverTimeout)
 	defer timer.Stop()
-	for range peers {
-		select {
-		case <-ch:
-		case <-timer.C:
-			t.timeouts.Add(1)
-			c.log.Debug("cluster takeover: not every gateway answered", "client", client)
-			return
-		}
+	select {
+	case <-w.done:
+	case <-timer.C:
+		t.timeouts.Add(1)
+		c.log.Debug("cluster takeover: not every gateway answered", "client", client)
 	}
 }
 
-// answerIn counts one gateway's answer to a claim of ours.
+// claimWait is one claim of ours waiting: the gateways yet to answer.
+type claimWait struct {
+	pending map[string]bool // guarded by takeover.mu
+	done    chan struct{}   // closed when pending is empty
+}
+
+// answerIn takes one gateway's answer to a claim of ours: its body is the
+// answering gateway's node id; one the claim does not wait for changes
+// nothing.
 func (c *Cluster) answerIn(msg *nats.Msg) {
 	t := c.tk
 	n, err := strconv.ParseUint(msg.Subject[strings.LastIndexByte(msg.Subject, '.')+1:], 10, 64)
 	if err != nil {
 		return
 	}
+	node := string(msg.Data)
 	t.mu.Lock()
-	ch := t.waiting[n]
-	t.mu.Unlock()
-	if ch != nil {
-		select {
-		case ch <- struct{}{}:
-		default: // more answers than gateways counted (one joined meanwhile)
-		}
+	defer t.mu.Unlock()
+	w := t.waiting[n]
+	if w == nil || !w.pending[node] {
+		return
+	}
+	delete(w.pending, node)
+	if len(w.pending) == 0 {
+		close(w.done)
 	}
 }
 
@@ -157,7 +169,7 @@ func (c *Cluster) claimIn(msg *nats.Msg) {
 			c.tk.takenOver.Add(1)
 		}
 		if msg.Reply != "" {
-			_ = c.opts.Conn.Publish(msg.Reply, nil)
+			_ = c.opts.Conn.Publish(msg.Reply, []byte(c.opts.Node))
 		}
 	}
 	p := c.tk.clients.Load()
