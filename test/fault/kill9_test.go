@@ -123,7 +123,7 @@ func TestKill9Cycles(t *testing.T) {
 			defer cancel()
 			for ; ; amqpNext++ {
 				m := goamqp.NewMessage([]byte(fmt.Sprintf("amqp:%d", amqpNext)))
-				m.Header = &goamqp.MessageHeader{Durable: true}
+				m.Header = &goamqp.MessageHeader{Durable: true, Priority: 4} // 4 as MQTT's: go-amqp's zero value, 0, would come after the fence the drain stops at (docs/queues.md, "Priority")
 				r, err := snd.snd.SendWithReceipt(ctx, m, nil)
 				if err != nil {
 					amqpNext++

@@ -102,7 +102,7 @@ func TestGracefulShutdownUnderLoad(t *testing.T) {
 		defer wg.Done()
 		for n := 0; ; n++ {
 			m := goamqp.NewMessage([]byte(fmt.Sprintf("amqp:%d", n)))
-			m.Header = &goamqp.MessageHeader{Durable: true}
+			m.Header = &goamqp.MessageHeader{Durable: true, Priority: 4} // 4 as MQTT's: go-amqp's zero value, 0, would come after the fence the drain stops at (docs/queues.md, "Priority")
 			r, err := snd.SendWithReceipt(ctx, m, nil)
 			if err != nil {
 				return
