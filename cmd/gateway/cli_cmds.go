@@ -54,17 +54,8 @@ func retainedLs(c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	if c.asJSON {
-		c.printJSON(raw)
-		return nil
-	}
-	rows, err := objects(raw)
-	if err != nil {
-		return err
-	}
-	c.table(rows, []column{{"TOPIC", "topic", nil}, {"SIZE", "size", nil}, {"QOS", "qos", nil},
+	return c.show(raw, []column{{"TOPIC", "topic", nil}, {"SIZE", "size", nil}, {"QOS", "qos", nil},
 		{"ORIGIN", "origin", nil}, {"CREATED", "created", nil}, {"PAYLOAD", "payload", payloadCell}})
-	return nil
 }
 
 // payloadCell shows a binary payload (only payloadBase64 set) as such.
@@ -195,18 +186,7 @@ func queuesCreate(c *cli, args []string) error {
 }
 
 func queuesRm(c *cli, args []string) error {
-	fs := c.flags("queues rm")
-	pos, err := c.parse(fs, args, 1, 1, "queues rm NAME")
-	if err != nil {
-		return err
-	}
-	if _, err := c.call("DELETE", "/api/v1/queues/"+url.PathEscape(pos[0]), nil, nil, nil); err != nil {
-		return err
-	}
-	if !c.asJSON {
-		fmt.Fprintf(c.out, "queue %s deleted\n", pos[0])
-	}
-	return nil
+	return deleteOne(c, args, "queues rm NAME", "/api/v1/queues/", "queue %s deleted")
 }
 
 func queuesBrowse(c *cli, args []string) error {
@@ -220,17 +200,8 @@ func queuesBrowse(c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	if c.asJSON {
-		c.printJSON(raw)
-		return nil
-	}
-	rows, err := objects(raw)
-	if err != nil {
-		return err
-	}
-	c.table(rows, []column{{"ID", "id", nil}, {"TOPIC", "topic", nil}, {"SIZE", "size", nil},
+	return c.show(raw, []column{{"ID", "id", nil}, {"TOPIC", "topic", nil}, {"SIZE", "size", nil},
 		{"DELIVERIES", "deliveryCount", nil}, {"CREATED", "created", nil}, {"PAYLOAD", "payload", nil}})
-	return nil
 }
 
 func sessionsLs(c *cli, args []string) error {
@@ -239,18 +210,7 @@ func sessionsLs(c *cli, args []string) error {
 }
 
 func sessionsRm(c *cli, args []string) error {
-	fs := c.flags("sessions rm")
-	pos, err := c.parse(fs, args, 1, 1, "sessions rm CLIENTID")
-	if err != nil {
-		return err
-	}
-	if _, err := c.call("DELETE", "/api/v1/sessions/"+url.PathEscape(pos[0]), nil, nil, nil); err != nil {
-		return err
-	}
-	if !c.asJSON {
-		fmt.Fprintf(c.out, "session %s removed\n", pos[0])
-	}
-	return nil
+	return deleteOne(c, args, "sessions rm CLIENTID", "/api/v1/sessions/", "session %s removed")
 }
 
 func bridgesLs(c *cli, args []string) error {
@@ -369,6 +329,35 @@ func connectionsLs(c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
+	return c.show(raw, []column{{"ID", "id", nil}, {"PROTOCOL", "protocol", nil}, {"VERSION", "version", nil},
+		{"CLIENT", "clientId", nil}, {"USER", "user", nil}, {"REMOTE", "remote", nil},
+		{"SUBSCRIPTIONS", "subscriptions", nil}, {"QUEUED", "queued", nil}, {"SINCE", "connectedSince", nil}})
+}
+
+func connectionsKick(c *cli, args []string) error {
+	return deleteOne(c, args, "connections kick ID", "/api/v1/connections/", "connection %s closed")
+}
+
+// deleteOne runs a DELETE of one named thing (usage's one argument) at
+// pathPrefix + name, and says done with msg (a format taking the name).
+func deleteOne(c *cli, args []string, usage, pathPrefix, msg string) error {
+	fs := c.flags(strings.Fields(usage)[0] + " " + strings.Fields(usage)[1])
+	pos, err := c.parse(fs, args, 1, 1, usage)
+	if err != nil {
+		return err
+	}
+	if _, err := c.call("DELETE", pathPrefix+url.PathEscape(pos[0]), nil, nil, nil); err != nil {
+		return err
+	}
+	if !c.asJSON {
+		fmt.Fprintf(c.out, msg+"\n", pos[0])
+	}
+	return nil
+}
+
+// show prints a list the API answered: its JSON with --json, else a table
+// of cols.
+func (c *cli) show(raw []byte, cols []column) error {
 	if c.asJSON {
 		c.printJSON(raw)
 		return nil
@@ -377,23 +366,6 @@ func connectionsLs(c *cli, args []string) error {
 	if err != nil {
 		return err
 	}
-	c.table(rows, []column{{"ID", "id", nil}, {"PROTOCOL", "protocol", nil}, {"VERSION", "version", nil},
-		{"CLIENT", "clientId", nil}, {"USER", "user", nil}, {"REMOTE", "remote", nil},
-		{"SUBSCRIPTIONS", "subscriptions", nil}, {"QUEUED", "queued", nil}, {"SINCE", "connectedSince", nil}})
-	return nil
-}
-
-func connectionsKick(c *cli, args []string) error {
-	fs := c.flags("connections kick")
-	pos, err := c.parse(fs, args, 1, 1, "connections kick ID")
-	if err != nil {
-		return err
-	}
-	if _, err := c.call("DELETE", "/api/v1/connections/"+url.PathEscape(pos[0]), nil, nil, nil); err != nil {
-		return err
-	}
-	if !c.asJSON {
-		fmt.Fprintf(c.out, "connection %s closed\n", pos[0])
-	}
+	c.table(rows, cols)
 	return nil
 }
