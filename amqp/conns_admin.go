@@ -22,6 +22,9 @@ func (s *Server) ConnectionList() []ConnInfo {
 	s.mu.Lock()
 	out := make([]ConnInfo, 0, len(s.conns))
 	for c := range s.conns {
+		if c.forced.Load() {
+			continue // closing: not open any more
+		}
 		ci := ConnInfo{ID: c.id, Remote: c.nc.RemoteAddr().String(), Since: c.since}
 		if c.opened.Load() {
 			ci.Open, ci.ContainerID, ci.User = true, c.containerID, c.ident.User
@@ -54,7 +57,9 @@ func (s *Server) Disconnect(id uint64) bool {
 		}
 	}
 	s.mu.Unlock()
-	if found == nil {
+	// One that is closing already (a DELETE before, a shutdown) is not
+	// open: it stays in conns until its goroutines end.
+	if found == nil || !found.forced.CompareAndSwap(false, true) {
 		return false
 	}
 	found.forceClose()
