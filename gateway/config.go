@@ -410,7 +410,7 @@ func LoadConfig(args, environ []string, help io.Writer) (*Config, error) {
 					return "", nil // a Service named tolsey (or gateway) defines these in every pod
 				}
 				if d == nil && strings.HasPrefix(strings.ToUpper(name), envPrefix+"CLI_") {
-					return "", nil // the command-line tool's own (gateway retained ls ...: cmd/gateway/cli.go)
+					return "", nil // the command-line tool's own (gateway retained ls ...: gateway/cli)
 				}
 				if d == nil {
 					if envErr == nil {

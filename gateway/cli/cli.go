@@ -1,4 +1,8 @@
-package main
+// Package cli is the gateway binary's other half: the subcommands that talk to
+// a running gateway (its admin API, and for subscribe its MQTT or AMQP
+// listener) and completion (docs/cli.md).
+// cmd/gateway reaches it through gateway.Tool.
+package cli
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"encoding/base64"
@@ -138,16 +138,7 @@ func listing(c *cli, args []string, usage, path string, cols []column) error {
 	if err != nil {
 		return err
 	}
-	if c.asJSON {
-		c.printJSON(raw)
-		return nil
-	}
-	rows, err := objects(raw)
-	if err != nil {
-		return err
-	}
-	c.table(rows, cols)
-	return nil
+	return c.show(raw, cols)
 }
 
 func queuesLs(c *cli, args []string) error {
@@ -341,7 +332,7 @@ func connectionsKick(c *cli, args []string) error {
 // deleteOne runs a DELETE of one named thing (usage's one argument) at
 // pathPrefix + name, and says done with msg (a format taking the name).
 func deleteOne(c *cli, args []string, usage, pathPrefix, msg string) error {
-	fs := c.flags(strings.Fields(usage)[0] + " " + strings.Fields(usage)[1])
+	fs := c.flags(usage)
 	pos, err := c.parse(fs, args, 1, 1, usage)
 	if err != nil {
 		return err
