@@ -18,7 +18,7 @@ import (
 
 // The bridge's own share of a QoS 0 message's path, in-process, next to
 // bare nats.go doing the same against the same in-process nats-server in
-// the same run (issue 9's goal: the bridge at least 0.7× bare):
+// the same run (the goal in docs/bridge.md: the bridge at least 0.7× bare):
 //
 //	out/bridge: Router.Publish of QoS 0 messages → the out rule's Deliver →
 //	            subject mapping → headers → nats.go publish → a nats.go

@@ -19,7 +19,7 @@ import (
 
 var testHashes sync.Map // password -> bcrypt hash
 
-// usersFile is the users file of issue 11 (alice in group devices, ops
+// usersFile is the example users file of docs/security.md (alice in group devices, ops
 // with every right, bob with none of his own) with extra ACL rules after
 // its own; every password is "<name>-pw".
 func usersFile(t *testing.T, extra ...string) *auth.Store {

@@ -9,7 +9,7 @@ import (
 	"github.com/tolsey/tolsey/core"
 )
 
-// exampleFile is the users file of issue 11, with real hashes.
+// exampleFile is the example users file of docs/security.md, with real hashes.
 func exampleFile(t testing.TB) string {
 	t.Helper()
 	alice, err := HashBcrypt("alice-pw", 4)

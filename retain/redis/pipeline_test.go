@@ -55,7 +55,7 @@ func concurrentSets(t *testing.T, s *Store, rounds, n int) {
 // TestConcurrentSetsShareRoundTrips: Sets made at the same time go to
 // Redis as pipelines, not one command per round trip, which capped a bulk
 // load (a bridge, many MQTT publishers) at the round-trip rate: ~7k
-// retained msgs/s however many publishers (issue 15, "Retained at scale").
+// retained msgs/s however many publishers (docs/benchmarks.md, "Retained at scale").
 func TestConcurrentSetsShareRoundTrips(t *testing.T) {
 	srv := redistest.Start(t)
 	s := open(t, srv.URL(), newPrefix(), retain.Limits{})

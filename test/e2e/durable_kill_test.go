@@ -14,7 +14,7 @@ import (
 	"github.com/tolsey/tolsey/core/coretest"
 )
 
-// JMS durable subscriptions across kill -9 (issue 12, "Durable state that
+// JMS durable subscriptions across kill -9 (docs/jms.md, "Durable state that
 // survives restarts"; docs/jms.md, "Durable subscriptions"), with the
 // gateway binary as a child process, go-amqp as the durable subscriber and
 // go-amqp and paho publishers.

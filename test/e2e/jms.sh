@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The JMS suite (test/jms, issue 12): Qpid JMS 2.x (jakarta.jms) and 1.x
+# The JMS suite (test/jms, docs/jms.md): Qpid JMS 2.x (jakarta.jms) and 1.x
 # (javax.jms) against real gateway processes that the suite starts itself on
 # free ports. Builds the gateway once and hands its path to Maven as
 # -Dgateway.bin. The first run downloads the dependencies from Maven Central

@@ -17,7 +17,7 @@ import (
 	"github.com/tolsey/tolsey/core/coretest"
 )
 
-// The issue's durability drills for queues (issue 10, "Tests": durable
+// The durability drills for queues (docs/queues.md, "Tests": durable
 // queue contents across a restart and across kill -9 under load), with the
 // gateway binary as a child process and go-amqp clients.
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Security end to end with the reference clients (docs/security.md, issue 11
+# Security end to end with the reference clients (docs/security.md
 # "Tests"): users file, ACL and TLS on every listener of a real gateway
 # binary, checked by Python paho-mqtt, Qpid Proton (python3-qpid-proton),
 # rhea (npm) and Python's ssl module as a TLS 1.0/1.1 client. test/run runs

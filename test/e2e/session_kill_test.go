@@ -13,7 +13,7 @@ import (
 	"github.com/tolsey/tolsey/core/coretest"
 )
 
-// The kill -9 test of persistent MQTT sessions (issue 13, "Persistent MQTT
+// The kill -9 test of persistent MQTT sessions (docs/reliability.md, "Persistent MQTT
 // sessions"): an acknowledged QoS 1 publish to an offline persistent
 // subscriber is never lost.
 

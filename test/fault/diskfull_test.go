@@ -15,7 +15,7 @@ import (
 	"github.com/tolsey/tolsey/core/coretest"
 )
 
-// Drill 3 (issue 13), disk full: data.dir on a 4 MiB tmpfs, filled up by a
+// Drill 3 (docs/reliability.md), disk full: data.dir on a 4 MiB tmpfs, filled up by a
 // file while the gateway runs. Promised: publishers of retained messages
 // and of messages for a durable queue are refused (MQTT 5 PUBACK 0x80, the
 // store failed; 0x97 would be a quota of ours) while live traffic goes on;

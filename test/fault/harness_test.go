@@ -1,4 +1,4 @@
-// Package fault holds the drills of issue 13 (docs/reliability.md): the
+// Package fault holds the drills of docs/reliability.md: the
 // gateway binary runs as a child process on free ports, with real clients
 // and a real redis-server, and each drill breaks something under load
 // (Redis away, SIGTERM, a full disk), prints its figures with t.Logf and

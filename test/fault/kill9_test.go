@@ -13,7 +13,7 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 )
 
-// Drill 1 (issue 13), kill -9 under load: cycles of SIGKILL during a mixed
+// Drill 1 (docs/reliability.md), kill -9 under load: cycles of SIGKILL during a mixed
 // load, each followed by a restart on the same data.dir. Load per cycle:
 // MQTT 5 QoS 1 publishers to m/p<i> with a persistent subscriber to m/#
 // (session expiry 1 h) that is online for the first half of the load and

@@ -14,7 +14,7 @@ import (
 	"github.com/tolsey/tolsey/retain/redistest"
 )
 
-// Drill 2 (issue 13), Redis outage under load with retain.backend=redis.
+// Drill 2 (docs/reliability.md), Redis outage under load with retain.backend=redis.
 // The gateway reaches a real redis-server through a cutting proxy: Cut is
 // Redis gone for the gateway (every connection closed, new ones refused)
 // while Redis keeps its data, as for a Redis restart with persistence or
@@ -29,7 +29,7 @@ func TestRedisOutageUnderLoad(t *testing.T) {
 	outage := 5 * time.Second
 	readyBound := 10 * time.Second // generous on a loaded 2-core box
 	if *long {
-		outage, readyBound = 30*time.Second, 2*time.Second // the promise of issue 13
+		outage, readyBound = 30*time.Second, 2*time.Second // the promise of docs/reliability.md
 	}
 	rs := redistest.Start(t)
 	px := redistest.NewProxy(t, rs.Addr)

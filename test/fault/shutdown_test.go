@@ -12,7 +12,7 @@ import (
 	goamqp "github.com/Azure/go-amqp"
 )
 
-// Drill 6 (issue 13), graceful shutdown under load: SIGTERM while MQTT 5
+// Drill 6 (docs/reliability.md), graceful shutdown under load: SIGTERM while MQTT 5
 // and AMQP clients publish QoS 1 / unsettled. Promised: every acknowledged
 // message is stored (the retained value a publisher last saw PUBACKed, or
 // a later one it sent; every acknowledged message in the durable queue
@@ -153,7 +153,7 @@ func TestGracefulShutdownUnderLoad(t *testing.T) {
 
 	// The live subscriber: what it got of the acknowledged (reported; its
 	// session lives in memory, so the rest is not promised across a
-	// restart until sessions persist: issue 13, "Persistent MQTT sessions").
+	// restart until sessions persist: docs/reliability.md, "Persistent MQTT sessions").
 	liveGot := map[string]bool{}
 	for len(sub.msgs) > 0 {
 		m := <-sub.msgs

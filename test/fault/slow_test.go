@@ -53,7 +53,7 @@ var (
 		disconnectedDeadline: 3 * time.Minute}
 )
 
-// Drill 5 (issue 13), slow and stuck consumers: under a paced QoS 0 + QoS 1
+// Drill 5 (docs/reliability.md), slow and stuck consumers: under a paced QoS 0 + QoS 1
 // load over topics d/<j>/q0 and d/<j>/q1, MQTT subscribers that never read
 // (small receive buffers, one topic each), MQTT subscribers that read
 // slowly (a share of the topics each), AMQP receivers that grant credit and

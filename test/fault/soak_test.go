@@ -8,7 +8,7 @@ import (
 	"github.com/tolsey/tolsey/test/fault/soak"
 )
 
-// Drill 8 (issue 13), soak, short version: the mixed load of the hour-long
+// Drill 8 (docs/reliability.md), soak, short version: the mixed load of the hour-long
 // soak (test/fault/soak; command test/fault/cmd/soak) at fixed, modest
 // rates for 20 s (2 min with -long), with persistent sessions going
 // offline and back several times. Asserted: no acknowledged message lost

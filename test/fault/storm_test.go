@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// Drill 4 (issue 13), the reconnect storm: clients with persistent sessions
+// Drill 4 (docs/reliability.md), the reconnect storm: clients with persistent sessions
 // (clean session 0, each subscribed at QoS 1 to a topic of its own) lose
 // the gateway to a SIGTERM, it starts again on the same data.dir, a QoS 1
 // message is published to every offline session, and the clients all

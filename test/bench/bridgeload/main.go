@@ -38,7 +38,7 @@
 // Unpaced, publishers run flat out and QoS 0 messages a slow side cannot
 // take are dropped (the bridge's writer queue, nats.go's slow-consumer
 // limit, mochi's write queue): the rate printed is what subscribers
-// received per second, with the loss beside it. Goals (issue 9): q0out and
+// received per second, with the loss beside it. Goals (docs/bridge.md): q0out and
 // q0in at least 0.7× bare, drain at least 20,000 msgs/s.
 package main
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # JMS producer → JMS consumer through the gateway and through ActiveMQ
-# Artemis, the same Qpid JMS 2.x program against both in one run (issue 12,
+# Artemis, the same Qpid JMS 2.x program against both in one run (docs/jms.md,
 # "Performance"; docs/benchmarks.md, "JMS"):
 #
 #   test/bench/jms/run.sh [-n 20000] [-np 2000] [-size 1024] [-rounds 2]

@@ -28,7 +28,7 @@
 // time, so latency is measured on the one machine's clock. Rounds rotate
 // which target goes first.
 //
-// Goals: issue 15, docs/benchmarks.md ("MQTT side by side").
+// Goals: docs/benchmarks.md ("MQTT side by side").
 package main
 
 import (

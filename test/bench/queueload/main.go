@@ -1,6 +1,6 @@
 // Command queueload measures queue throughput through the gateway,
 // publish → store → consume → ack, and compares it with RabbitMQ in the
-// same run (issue 10, "Performance"):
+// same run (docs/queues.md, "Performance"):
 //
 //	go run ./test/bench/queueload [-n 20000 -pubs 4 -subs 4 -size 1024 -window 64] [-no-rabbitmq] [-profile dir]
 //
@@ -210,7 +210,7 @@ func runTarget(c config, name, addr, target string, g *rig.Child) (result, error
 		// Credit is managed here, not by go-amqp (Credit -1): go-amqp's
 		// automatic top-up decrements its link credit without a floor,
 		// and RabbitMQ 3.10's AMQP 1.0 plugin sends a few transfers past
-		// the credit it was given (rabbitmq-amqp1.0 issue 50: its x-credit
+		// the credit it was given (rabbitmq/rabbitmq-amqp1.0#50: its x-credit
 		// mapping), so the credit wraps to 2^32-1, go-amqp never tops up
 		// again and the receiver stalls. The policy is go-amqp's own:
 		// 256 at attach, 128 more after every 128 accepted; a flow frame

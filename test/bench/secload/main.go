@@ -23,7 +23,7 @@
 // subscribers on load/+/s<j>, payloads carrying the send time. Every
 // client logs in as the load user, except on "off". Rounds alternate the
 // order of the targets. The summary gives each target's throughput and
-// latency and its ratio to "off" (issue 11's goals: ACL ≤ 5% slower, TLS
+// latency and its ratio to "off" (the goal in docs/security.md: ACL ≤ 5% slower, TLS
 // within 20%).
 //
 // The connection phase then opens and closes MQTT sessions from -conns

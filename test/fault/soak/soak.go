@@ -1,4 +1,4 @@
-// Package soak is drill 8 of issue 13 (docs/reliability.md): a mixed load
+// Package soak is drill 8 of docs/reliability.md: a mixed load
 // held on a running gateway for a long time, while the gateway's RSS,
 // goroutines and open file descriptors are sampled, so that a leak shows
 // as a slope. The load: MQTT 5 QoS 0 and QoS 1 publishers and subscribers,

@@ -1,4 +1,4 @@
-// Command soak is drill 8 of issue 13 (docs/reliability.md): it builds the
+// Command soak is drill 8 of docs/reliability.md: it builds the
 // gateway, finds the maximum rate of a mixed load with a short probe, then
 // holds half of it for an hour on a fresh gateway (embedded retained store,
 // durable queue, persistent MQTT sessions in the embedded store) while it

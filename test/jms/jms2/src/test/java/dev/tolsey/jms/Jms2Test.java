@@ -38,7 +38,7 @@ import org.junit.jupiter.api.Timeout;
 /** Qpid JMS 2.x (jakarta.jms): what a JMS application does on its first day. */
 @Timeout(30)
 class Jms2Test extends GatewayTest {
-    // ---- what worked before issue 12 ----
+    // ---- what worked before the JMS work (docs/jms.md) ----
 
     @Test
     void connectsAnonymously() throws Exception {

@@ -25,7 +25,7 @@ import org.junit.jupiter.api.Timeout;
 
 /**
  * Subscriptions, acknowledgement modes, expiration and failover as a JMS
- * application uses them (issue 12), against the gateway as it is.
+ * application uses them (docs/jms.md), against the gateway as it is.
  */
 @Timeout(60)
 class SessionsTest extends GatewayTest {

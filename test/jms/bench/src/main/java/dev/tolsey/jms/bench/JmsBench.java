@@ -31,7 +31,7 @@ import org.apache.qpid.jms.JmsConnectionFactory;
 
 /**
  * JMS producer → JMS consumer through the gateway and through ActiveMQ
- * Artemis, the same Qpid JMS 2.x code against both, in one run (issue 12,
+ * Artemis, the same Qpid JMS 2.x code against both, in one run (docs/jms.md,
  * "Performance"; run by test/bench/jms/run.sh, which starts Artemis with its
  * own scripts; this program starts the gateway through the suite's harness,
  * embedded queue store on disk).
