@@ -551,6 +551,16 @@ func (h *hook) OnConnect(cl *mochi.Client, pk packets.Packet) error {
 	if reason := h.s.adm.refusal(cl); reason != "" {
 		return h.s.adm.refuseConnect(cl, reason) // before auth: a refused client costs no password hash
 	}
+	if cl.Properties.ProtocolVersion >= 5 && pk.Properties.AuthenticationMethod != "" {
+		// No extended authentication here (no AUTH exchange): refused with
+		// the code made for it [MQTT-4.12.0-1], rather than let in as if
+		// the method had been agreed.
+		h.s.opts.Metrics.AuthFailure("mqtt", "auth_method")
+		h.s.log.Info("mqtt connect refused", "client", cl.ID, "remote", cl.Net.Remote,
+			"reason", "auth_method", "method", core.Shorten(pk.Properties.AuthenticationMethod, 64))
+		_ = h.s.mochi.SendConnack(cl, packets.ErrBadAuthenticationMethod, false, nil)
+		return packets.ErrBadAuthenticationMethod
+	}
 	if w := &cl.Properties.Will; w.Flag > 0 {
 		if err := h.limits.CheckTopic(w.TopicName); err != nil {
 			h.s.opts.Metrics.TopicRefused("mqtt", core.LimitReason(err))
