@@ -1,6 +1,7 @@
 package mqtt
 
 import (
+	"errors"
 	"sync"
 
 	mochi "github.com/mochi-mqtt/server/v2"
@@ -49,10 +50,72 @@ func (b *backlog) keep(cl *mochi.Client, pk packets.Packet) {
 		return
 	}
 	s := b.s
+	m := matching(cl, pk)
+	if m.qos == 0 {
+		// No subscription of cl takes it: unsubscribed, or a reconnect
+		// took the session over (and the subscriptions with it) since the
+		// publisher found cl.
+		b.toSuccessor(cl, pk)
+		return
+	}
 	out := pk.Copy(false)
-	var qos byte
-	var rap bool
-	var ids []int
+	out.FixedHeader.Qos = min(pk.FixedHeader.Qos, m.qos, s.mochi.Options.Capabilities.MaximumQos)
+	if out.FixedHeader.Qos == 0 {
+		return
+	}
+	if !m.rap || cl.Properties.ProtocolVersion < 5 {
+		out.FixedHeader.Retain = false // [MQTT-3.3.1-12]
+	}
+	if len(m.ids) > 0 {
+		out.Properties.SubscriptionIdentifier = m.ids
+	}
+	if s.inflightFull(cl) {
+		s.opts.Metrics.Drop("mqtt", "inflight_full")
+		return
+	}
+	if err := s.track(cl, &out); err != nil {
+		if errors.Is(err, errTakenOver) {
+			b.toSuccessor(cl, pk)
+		}
+		return
+	}
+	// Not waiting for the send quota (docs/mqtt-frontend.md, "Receive
+	// Maximum"); counted in it, as mochi counted it before it dropped it.
+	cl.State.Inflight.DecreaseSendQuota()
+	s.opts.Metrics.Drop("mqtt", "requeued") // not lost: counted to show pressure
+	b.push(cl, out)
+}
+
+// toSuccessor hands pk to the connection that took cl's session over
+// since the publisher found cl, as mochi does for its own deliveries
+// (patch 25): put into cl's inflight store after the takeover copied it,
+// it would be in neither store, lost although its publisher had its
+// PUBACK. It goes through mochi's queue, which holds it until the new
+// connection's CONNACK; a clean start has no subscription to take it.
+func (b *backlog) toSuccessor(cl *mochi.Client, pk packets.Packet) {
+	if b.s.mochi.InSession(cl, func() {}) {
+		return // not taken over: cl no longer subscribes
+	}
+	next, ok := b.s.mochi.Clients.Get(cl.ID)
+	if !ok || next == cl {
+		return
+	}
+	if m := matching(next, pk); m.qos > 0 {
+		_ = b.s.mochi.PublishToSuccessor(cl, m.best, pk)
+	}
+}
+
+// subMatch is what cl's subscriptions make of a message: the highest QoS of
+// those that match it (0: none), the one that gives it, Retain As
+// Published from any, and their subscription identifiers.
+type subMatch struct {
+	best packets.Subscription
+	qos  byte
+	rap  bool
+	ids  []int
+}
+
+func matching(cl *mochi.Client, pk packets.Packet) (m subMatch) {
 	for _, sub := range cl.State.Subscriptions.GetAll() {
 		f := sub.Filter
 		if _, sf, ok := core.SplitShared(f); ok {
@@ -61,34 +124,16 @@ func (b *backlog) keep(cl *mochi.Client, pk packets.Packet) {
 		if !core.Match(f, pk.TopicName) || (sub.NoLocal && pk.Origin == cl.ID) {
 			continue
 		}
-		qos = max(qos, sub.Qos)
-		rap = rap || sub.RetainAsPublished
+		if m.best.Filter == "" || sub.Qos > m.best.Qos {
+			m.best = sub
+		}
+		m.qos = max(m.qos, sub.Qos)
+		m.rap = m.rap || sub.RetainAsPublished
 		if sub.Identifier > 0 {
-			ids = append(ids, sub.Identifier)
+			m.ids = append(m.ids, sub.Identifier)
 		}
 	}
-	out.FixedHeader.Qos = min(pk.FixedHeader.Qos, qos, s.mochi.Options.Capabilities.MaximumQos)
-	if out.FixedHeader.Qos == 0 {
-		return
-	}
-	if !rap || cl.Properties.ProtocolVersion < 5 {
-		out.FixedHeader.Retain = false // [MQTT-3.3.1-12]
-	}
-	if len(ids) > 0 {
-		out.Properties.SubscriptionIdentifier = ids
-	}
-	if s.inflightFull(cl) {
-		s.opts.Metrics.Drop("mqtt", "inflight_full")
-		return
-	}
-	if s.track(cl, &out) != nil {
-		return
-	}
-	// Not waiting for the send quota (docs/mqtt-frontend.md, "Receive
-	// Maximum"); counted in it, as mochi counted it before it dropped it.
-	cl.State.Inflight.DecreaseSendQuota()
-	s.opts.Metrics.Drop("mqtt", "requeued") // not lost: counted to show pressure
-	b.push(cl, out)
+	return m
 }
 
 func (b *backlog) push(cl *mochi.Client, pk packets.Packet) {

@@ -1,6 +1,7 @@
 package mqtt
 
 import (
+	"errors"
 	"sync/atomic"
 
 	mochi "github.com/mochi-mqtt/server/v2"
@@ -20,9 +21,21 @@ import (
 // its own: the client's PUBACK clears it (and gives back a unit of the
 // client's send quota, which the caller took) and a reconnecting persistent
 // session gets it again.
+//
+// Under the client id's session lock (mochi patch 35): a session taken
+// over by a new connection has been copied to it, so pk is not added to
+// this one and errTakenOver is returned.
 func (s *Server) track(cl *mochi.Client, pk *packets.Packet) error {
-	return s.trackIn(cl, pk, cl.State.Inflight.Set)
+	var err error
+	if !s.mochi.InSession(cl, func() { err = s.trackIn(cl, pk, cl.State.Inflight.Set) }) {
+		return errTakenOver
+	}
+	return err
 }
+
+// errTakenOver: the session was taken over by a new connection of its
+// client id while a message for it was on its way.
+var errTakenOver = errors.New("mqtt: session taken over")
 
 // trackBound is track for a queue delivery: the message belongs to this
 // connection, not to the session (patch 15), since its queue delivers it

@@ -281,6 +281,9 @@ func (r *replayer) write(cl *mochi.Client, c *clientReplay, pk packets.Packet) e
 		}
 		if err := r.s.track(cl, &pk); err != nil {
 			cl.State.Inflight.IncreaseSendQuota()
+			if errors.Is(err, errTakenOver) {
+				return mochi.ErrConnectionClosed // the replay ends with this connection
+			}
 			return err
 		}
 	}

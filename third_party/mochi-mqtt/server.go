@@ -199,6 +199,20 @@ func (s *Server) inSession(cl *Client, fn func()) bool {
 	return true
 }
 
+// InSession is inSession for what the gateway itself puts into a session
+// (its backlog of dropped QoS 1/2 messages, retained copies): added to a
+// connection's inflight store after a takeover copied it, a message would
+// be in neither store (gateway patch 35, as patch 25 for mochi's own).
+func (s *Server) InSession(cl *Client, fn func()) bool { return s.inSession(cl, fn) }
+
+// PublishToSuccessor delivers pk, meant for cl through sub, to the
+// connection that took cl's session over, when that session has sub's
+// filter (gateway patch 35; publishToSuccessor).
+func (s *Server) PublishToSuccessor(cl *Client, sub packets.Subscription, pk packets.Packet) error {
+	_, err := s.publishToSuccessor(cl, sub, pk, false)
+	return err
+}
+
 // sessionLock is the lock of id's stripe (gateway patch).
 func (s *Server) sessionLock(id string) *sync.Mutex {
 	h := uint32(2166136261) // FNV-1a

@@ -1,0 +1,49 @@
+package mqtt
+
+import (
+	"testing"
+
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/tolsey/tolsey/retain"
+	"github.com/tolsey/tolsey/retain/memory"
+)
+
+// TestBacklogAfterTakeoverReachesTheNewConnection: a publisher that found
+// the subscriber's connection, then had its QoS 1 copy dropped by that
+// connection's full write queue, hands the copy to the backlog (keep). When
+// a reconnect took the session over in between, the copy went into the old
+// connection's inflight store after the new one had copied it: in neither
+// store, lost although the publisher had its PUBACK (the race mochi patch
+// 25 closed for mochi's own deliveries). It now goes to the connection
+// that holds the session.
+func TestBacklogAfterTakeoverReachesTheNewConnection(t *testing.T) {
+	// The old connection's cleanup may or may not have taken its
+	// subscriptions away when the copy arrives.
+	for _, oldSubscribed := range []bool{false, true} {
+		s := startTestServer(t, memory.New(retain.Limits{}))
+		first, _ := dialSession(t, s.Addr(), "flaky", 5, true)
+		first.subscribeQoS1(t, "q/#")
+		old, ok := s.mochi.Clients.Get("flaky")
+		if !ok {
+			t.Fatal("no client flaky")
+		}
+		sub, _ := old.State.Subscriptions.Get("q/#")
+
+		next, present := dialSession(t, s.Addr(), "flaky", 5, false)
+		if !present {
+			t.Fatal("the session was not carried on")
+		}
+		if oldSubscribed {
+			old.State.Subscriptions.Add("q/#", sub)
+		}
+		// The publisher's copy, dropped by old's full queue after the takeover.
+		s.hook.backlog.keep(old, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1},
+			TopicName: "q/1", Payload: []byte("kept")})
+
+		next.expectPublish(t, "q/1", "kept", 1, false)
+		if n := old.State.Inflight.Len(); n != 0 {
+			t.Fatalf("old subscribed %v: the connection taken over holds %d messages", oldSubscribed, n)
+		}
+	}
+}
