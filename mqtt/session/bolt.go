@@ -38,6 +38,12 @@ type Bolt struct {
 	compactEvery   time.Duration
 	nextCheck      time.Time // the free space is looked at no sooner
 	compactions    int       // done since open
+
+	// open opens the file (openFile; tests make it fail). db is nil after
+	// a compaction could not reopen the file: the next Apply tries again.
+	open func(path string) (*bolt.DB, error)
+	// compactHook, when set (tests), runs as a compaction begins.
+	compactHook func()
 }
 
 var _ Backend = (*Bolt)(nil)
@@ -70,7 +76,7 @@ func OpenBolt(dir string) (*Bolt, error) {
 		return nil, fmt.Errorf("session: %s: %w", path, err)
 	}
 	return &Bolt{db: db, path: path, minCompactSize: defaultMinCompactSize, compactRatio: defaultCompactRatio,
-		compactEvery: defaultCompactEvery}, nil
+		compactEvery: defaultCompactEvery, open: openFile}, nil
 }
 
 // openFile opens a session file with the store's options.
@@ -93,18 +99,25 @@ func key(client string, k []byte) []byte {
 	return append(b, k...)
 }
 
-// Apply writes ops in one transaction: one commit, one fsync round. Then,
-// at most once every compactEvery, it looks at the file's free space and
-// compacts it when too much of it is free (maybeCompact).
+// Apply writes ops in one transaction: one commit, one fsync round.
 func (s *Bolt) Apply(ops []Op) error {
-	if err := s.apply(ops); err != nil {
-		return err
-	}
-	s.maybeCompact(time.Now())
-	return nil
+	return s.apply(ops)
 }
 
+// Maintain runs after a commit's waiters are answered (Maintainer): at
+// most once every compactEvery, it looks at the file's free space and
+// compacts it when too much of it is free (maybeCompact).
+func (s *Bolt) Maintain() { s.maybeCompact(time.Now()) }
+
 func (s *Bolt) apply(ops []Op) error {
+	if s.db == nil {
+		// A compaction swapped the file but could not reopen it.
+		db, err := s.open(s.path)
+		if err != nil {
+			return fmt.Errorf("session: reopen %s: %w", s.path, err)
+		}
+		s.db = db
+	}
 	return s.db.Update(func(tx *bolt.Tx) error {
 		clients, subs, inflight := tx.Bucket(bucketClients), tx.Bucket(bucketSubs), tx.Bucket(bucketInflight)
 		for _, op := range ops {
@@ -177,4 +190,9 @@ func (s *Bolt) Load(fn func(kind Kind, client string, key, value []byte) error) 
 }
 
 // Close closes the file.
-func (s *Bolt) Close() error { return s.db.Close() }
+func (s *Bolt) Close() error {
+	if s.db == nil {
+		return nil // closed by a compaction that could not reopen it
+	}
+	return s.db.Close()
+}

@@ -36,9 +36,9 @@ const (
 
 // maybeCompact compacts the file if it is due and worth it; a failure is
 // logged and leaves the store on its old file (or, if even reopening
-// failed, on a closed one: the next commits fail and say so).
+// failed, closed: the next commit opens it again).
 func (s *Bolt) maybeCompact(now time.Time) {
-	if now.Before(s.nextCheck) {
+	if now.Before(s.nextCheck) || s.db == nil {
 		return
 	}
 	s.nextCheck = now.Add(s.compactEvery)
@@ -68,9 +68,12 @@ func (s *Bolt) space() (size, free int64) {
 
 // compact swaps the file for a compacted copy.
 func (s *Bolt) compact() error {
+	if s.compactHook != nil {
+		s.compactHook()
+	}
 	tmp := s.path + compactSuffix
 	_ = os.Remove(tmp)
-	dst, err := openFile(tmp)
+	dst, err := s.open(tmp)
 	if err != nil {
 		return err
 	}
@@ -95,8 +98,9 @@ func (s *Bolt) compact() error {
 	}
 	// Reopen whichever file is now at path: the copy, or after a failed
 	// rename the old file.
-	db, err := openFile(s.path)
+	db, err := s.open(s.path)
 	if err != nil {
+		s.db = nil // the next Apply opens it again
 		return fmt.Errorf("reopen: %w", err)
 	}
 	s.db = db

@@ -49,6 +49,14 @@ type Backend interface {
 	Close() error
 }
 
+// Maintainer is a Backend with upkeep to do between commits (the bbolt
+// file's compaction): the Log calls Maintain on its committer goroutine
+// after a commit's waiters are answered, so that no acknowledgement waits
+// for it.
+type Maintainer interface {
+	Maintain()
+}
+
 // Log queues writes and commits them in batches through a
 // core/groupcommit loop, on a goroutine of its own. Enqueue never waits for
 // the disk: the front-end calls it on client readers, where waiting would
@@ -158,11 +166,15 @@ func (l *Log) commit(batch []item) {
 			l.commits.Add(1)
 		}
 	}
+	wrote := len(l.ops) > 0
 	clear(l.ops) // no reference to the values written
 	for _, it := range batch {
 		if it.fn != nil {
 			it.fn(err) // After's answer also looks at failed: an earlier batch may hold the ops
 		}
+	}
+	if m, ok := l.b.(Maintainer); ok && wrote {
+		m.Maintain()
 	}
 }
 
