@@ -53,7 +53,18 @@ start=$(date +%s)
 echo "building the gateway"
 CGO_ENABLED=0 go build -o "$tmp/gateway" ./cmd/gateway || die "go build ./cmd/gateway failed"
 
+# An alternate destination for the queue checks (proton_queues.py c_alternate).
+cat >"$tmp/gateway.yaml" <<'YAML'
+queues:
+  declare:
+    - name: py-alt-parked
+  addresses:
+    - prefix: alt/python/
+      alternate: py-alt-parked
+YAML
+
 "$tmp/gateway" \
+  --config="$tmp/gateway.yaml" \
   --mqtt.listen=127.0.0.1:0 \
   --mqtt.ws.listen=127.0.0.1:0 \
   --amqp.listen=127.0.0.1:0 \

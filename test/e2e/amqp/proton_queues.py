@@ -22,7 +22,7 @@ from proton import Delivery, Message, Terminus, Timeout
 from proton.reactor import Copy
 
 import proton_checks as pc
-from proton_checks import RUN, T, TOPIC, CheckFailed, body_bytes, desc, expect, expect_nothing, send
+from proton_checks import RUN, T, TOPIC, Caps, CheckFailed, body_bytes, desc, expect, expect_attach_refused, expect_nothing, send
 
 queue_checks = []
 
@@ -232,6 +232,124 @@ def c_browse(cs):
     expect(got == bodies, "consumer after the browser got %s, want %s" % (got, bodies))
     expect_nothing(r, "three messages only")
     q.wait_empty("after consuming what was browsed")
+
+
+@qcheck("queue: exclusive: the first receiver gets everything, the second stands by and takes over "
+        "(with the unsettled message) when the first leaves")
+def c_exclusive(cs):
+    q = Queue(cs, "excl", {"access": "exclusive"})
+    c = cs.connect()
+    s = c.create_sender(q.addr)
+    first = cs.connect().create_receiver(q.addr, credit=10, name="first-" + RUN)
+    standby_conn = cs.connect()
+    standby = standby_conn.create_receiver(q.addr, credit=10, name="standby-" + RUN)
+    for b in (b"x0", b"x1"):
+        send(s, Message(body=b, inferred=True, durable=True))
+    m = take(first, "x0 on the active consumer of " + q.addr)
+    expect(body_bytes(m) == b"x0", "active consumer: want x0, got " + desc(m))
+    outcome(first, Delivery.ACCEPTED)
+    m = take(first, "x1 on the active consumer")
+    expect(body_bytes(m) == b"x1", "active consumer: want x1, got " + desc(m))
+    expect_nothing(standby, "the standby of an exclusive queue gets nothing while the first is attached")
+    first.close()  # x1 unsettled: given back, to the standby
+    m = take(standby, "x1 on the standby after the active consumer left")
+    expect(body_bytes(m) == b"x1", "standby took over with %s, want x1" % desc(m))
+    expect(m.first_acquirer is False, "x1 was delivered before: %s" % header(m))
+    outcome(standby, Delivery.ACCEPTED)
+    send(s, Message(body=b"x2", inferred=True, durable=True))
+    m = take(standby, "x2 on the consumer that took over")
+    expect(body_bytes(m) == b"x2", "want x2, got " + desc(m))
+    outcome(standby, Delivery.ACCEPTED)
+    expect_nothing(standby, "three messages only")  # also sends the last accept: Proton writes while it waits
+    q.wait_empty("after the standby took everything")
+
+
+@qcheck("queue: rejected and modified{delivery-failed} past maxDeliveries go to the dead-letter queue")
+def c_dead_letter(cs):
+    dlq = Queue(cs, "dlq", {})
+    q = Queue(cs, "dl", {"maxDeliveries": 2, "deadLetter": dlq.name})
+    c = cs.connect()
+    s = c.create_sender(q.addr)
+    send(s, Message(body=b"rejected", inferred=True, durable=True))
+    send(s, Message(body=b"poison", inferred=True, durable=True))
+    r = c.create_receiver(q.addr, credit=1)
+    m = take(r, "the message to reject")
+    expect(body_bytes(m) == b"rejected", "want 'rejected' first, got " + desc(m))
+    outcome(r, Delivery.REJECTED)
+    for i in range(2):
+        m = take(r, "poison, delivery %d of 2" % (i + 1))
+        expect(body_bytes(m) == b"poison", "want poison, got " + desc(m))
+        expect(m.delivery_count == i, "poison delivery %d: %s" % (i + 1, header(m)))
+        outcome(r, Delivery.MODIFIED, failed=True)
+    expect_nothing(r, "poison failed maxDeliveries (2) times: it must not come again")
+    q.wait_empty("after the rejection and the failed deliveries")
+    counters = q.view()["counters"]
+    expect(counters["deadLettered"] == 2, "queue counters %s, want deadLettered 2" % counters)
+    d = c.create_receiver(dlq.addr, credit=10)
+    got = sorted(body_bytes(take(d, "dead letter %d of 2" % (i + 1))) for i in range(2))
+    expect(got == [b"poison", b"rejected"], "the dead-letter queue holds %s, want poison and rejected" % got)
+
+
+@qcheck("queue: a temporary queue (dynamic receiver, capability temporary-queue) takes messages from "
+        "another connection and is removed when its connection closes")
+def c_temporary(cs):
+    owner = cs.connect_unowned()
+    r = owner.create_receiver(None, dynamic=True, credit=10, options=Caps("temporary-queue"))
+    addr = r.remote_source.address
+    expect(addr and addr.startswith("queue://$tmpq/"), "temporary queue address %r, want queue://$tmpq/..." % addr)
+    name = addr[len("queue://"):]
+    expect(admin("GET", name)["config"].get("temporary") is True, "the admin API does not list %s as temporary" % name)
+    other = cs.connect()
+    s = other.create_sender(addr)
+    send(s, Message(body=b"reply", inferred=True, durable=True))
+    m = take(r, "a message sent to the temporary queue " + addr)
+    expect(body_bytes(m) == b"reply", "want reply, got " + desc(m))
+    outcome(r, Delivery.ACCEPTED)
+    owner.close()
+    deadline = time.time() + T
+    while True:
+        try:
+            admin("GET", name)
+        except CheckFailed as e:
+            if "HTTP 404" in str(e):
+                break
+            raise
+        if time.time() > deadline:
+            raise CheckFailed("temporary queue %s still there %gs after its connection closed" % (name, T))
+        time.sleep(0.05)
+    # A sender still attached to it has each message rejected: nothing is
+    # accepted and lost.
+    d = send(s, Message(body=b"too-late", inferred=True), want=Delivery.REJECTED)
+    expect(d.remote.condition is not None and d.remote.condition.name == "amqp:not-found",
+           "a send to the removed temporary queue: condition %r, want amqp:not-found" % (
+               d.remote.condition and d.remote.condition.name))
+    expect_attach_refused(lambda: other.create_sender(addr, name="late-" + RUN), "a sender to the removed temporary queue")
+
+
+@qcheck("queue: alternate destination (queues.addresses alt/python/ -> py-alt-parked) collects a publish "
+        "nobody receives; a topic receiver attached later drains it")
+def c_alternate(cs):
+    t = "alt/python/%s/1" % RUN
+    c = cs.connect()
+    s = c.create_sender(t, options=TOPIC)
+    send(s, Message(body=b"parked", inferred=True, durable=True))
+    v = admin("GET", "py-alt-parked")
+    expect(v["messages"] >= 1, "the alternate py-alt-parked holds %d messages after a publish nobody received" % v["messages"])
+    r = c.create_receiver("alt/python/%s/#" % RUN, credit=10, options=TOPIC)
+    m = take(r, "the parked message, drained by a topic receiver on alt/python/%s/#" % RUN)
+    expect(body_bytes(m) == b"parked", "want the parked message, got " + desc(m))
+    if r.fetcher.unsettled:
+        outcome(r, Delivery.ACCEPTED)
+    send(s, Message(body=b"live", inferred=True, durable=True))
+    m = take(r, "a publish once a receiver is attached goes to it live")
+    expect(body_bytes(m) == b"live", "want live, got " + desc(m))
+    if r.fetcher.unsettled:
+        outcome(r, Delivery.ACCEPTED)
+    deadline = time.time() + T
+    while admin("GET", "py-alt-parked")["messages"] != 0:
+        if time.time() > deadline:
+            raise CheckFailed("py-alt-parked not empty after draining: %s" % admin("GET", "py-alt-parked"))
+        time.sleep(0.05)
 
 
 # --- runner ------------------------------------------------------------------
