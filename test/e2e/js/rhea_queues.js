@@ -195,4 +195,62 @@ check('queue: a browser (distribution-mode copy) sees the messages; a consumer a
   await q.waitEmpty('after consuming what was browsed');
 });
 
+check('queue: exclusive: the first receiver gets everything, the second stands by and takes over (with the unsettled message) when the first leaves', async (cs) => {
+  const q = await declare(cs, 'excl', { access: 'exclusive' });
+  const c = await cs.connect();
+  const s = await sender(c, q.addr);
+  const active = await consumer(await cs.connect(), q.addr);
+  const standby = await consumer(await cs.connect(), q.addr);
+  for (const b of ['x0', 'x1']) await send(s, { body: b, durable: true });
+  let m = await next(active, 'x0 on the active consumer of ' + q.addr);
+  expect(text(m) === 'x0', 'active consumer: want x0, got ' + describe(m));
+  await settle(m, 'accept');
+  m = await next(active, 'x1 on the active consumer');
+  expect(text(m) === 'x1', 'active consumer: want x1, got ' + describe(m));
+  await nothing(standby, 'the standby of an exclusive queue gets nothing while the first is attached');
+  active.close(); // x1 unsettled: given back, to the standby
+  m = await next(standby, 'x1 on the standby after the active consumer left');
+  expect(text(m) === 'x1', `standby took over with ${describe(m)}, want x1`);
+  expect(first(m) === false, 'x1 was delivered before: ' + header(m));
+  await settle(m, 'accept');
+  await send(s, { body: 'x2', durable: true });
+  m = await next(standby, 'x2 on the consumer that took over');
+  expect(text(m) === 'x2', 'want x2, got ' + describe(m));
+  await settle(m, 'accept');
+  await nothing(standby, 'three messages only');
+  await q.waitEmpty('after the standby took everything');
+});
+
+check('queue: rejected and modified{delivery-failed} past maxDeliveries go to the dead-letter queue', async (cs) => {
+  const dlq = await declare(cs, 'dlq', {});
+  const q = await declare(cs, 'dl', { maxDeliveries: 2, deadLetter: dlq.name });
+  const c = await cs.connect();
+  const s = await sender(c, q.addr);
+  await send(s, { body: 'rejected', durable: true });
+  await send(s, { body: 'poison', durable: true });
+  const r = await consumer(c, q.addr);
+  let m = await next(r, 'the message to reject');
+  expect(text(m) === 'rejected', "want 'rejected' first, got " + describe(m));
+  await settle(m, 'reject');
+  for (let i = 0; i < 2; i++) {
+    m = await next(r, `poison, delivery ${i + 1} of 2`);
+    expect(text(m) === 'poison', 'want poison, got ' + describe(m));
+    expect(count(m) === i, `poison delivery ${i + 1}: ${header(m)}`);
+    await settle(m, 'modified', { delivery_failed: true });
+  }
+  await nothing(r, 'poison failed maxDeliveries (2) times: it must not come again');
+  await q.waitEmpty('after the rejection and the failed deliveries');
+  const counters = (await q.view()).counters;
+  expect(counters.deadLettered === 2, `queue counters ${JSON.stringify(counters)}, want deadLettered 2`);
+  const d = await consumer(c, dlq.addr);
+  const got = [];
+  for (let i = 0; i < 2; i++) {
+    const dm = await next(d, `dead letter ${i + 1} of 2`);
+    got.push(text(dm));
+    await settle(dm, 'accept');
+  }
+  got.sort();
+  expect(JSON.stringify(got) === JSON.stringify(['poison', 'rejected']), `the dead-letter queue holds ${got}, want poison and rejected`);
+});
+
 run(checks);
