@@ -51,9 +51,9 @@ func (b *backlog) keep(cl *mochi.Client, pk packets.Packet) {
 	}
 	s := b.s
 	m := matching(cl, pk)
-	if m.qos == 0 {
-		// No subscription of cl takes it: unsubscribed, or a reconnect
-		// took the session over (and the subscriptions with it) since the
+	if m.best.Filter == "" {
+		// No subscription of cl matches: unsubscribed, or a reconnect took
+		// the session over (and the subscriptions with it) since the
 		// publisher found cl.
 		b.toSuccessor(cl, pk)
 		return
@@ -87,9 +87,11 @@ func (b *backlog) keep(cl *mochi.Client, pk packets.Packet) {
 }
 
 // toSuccessor hands pk to the connection that took cl's session over
-// since the publisher found cl, as mochi does for its own deliveries
-// (patch 25): put into cl's inflight store after the takeover copied it,
-// it would be in neither store, lost although its publisher had its
+// since mochi handed it to keep, as mochi does for its own deliveries
+// (patch 25). mochi took its own copy out of cl's inflight store before
+// calling keep (patch 35: a copy the takeover had inherited is never
+// handed to keep), so the message is in no store: put into cl's after the
+// takeover copied it, it would be lost although its publisher had its
 // PUBACK. It goes through mochi's queue, which holds it until the new
 // connection's CONNACK; a clean start has no subscription to take it.
 func (b *backlog) toSuccessor(cl *mochi.Client, pk packets.Packet) {
@@ -101,7 +103,17 @@ func (b *backlog) toSuccessor(cl *mochi.Client, pk packets.Packet) {
 		return
 	}
 	if m := matching(next, pk); m.qos > 0 {
-		_ = b.s.mochi.PublishToSuccessor(cl, m.best, pk)
+		// The subscriptions merged as mochi's fan-out merges them: the
+		// highest QoS, Retain As Published from any, every identifier.
+		sub := m.best
+		sub.RetainAsPublished = m.rap
+		if len(m.ids) > 0 {
+			sub.Identifiers = make(map[string]int, len(m.ids))
+			for i, id := range m.ids {
+				sub.Identifiers[m.idFilters[i]] = id
+			}
+		}
+		_ = b.s.mochi.PublishToSuccessor(cl, sub, pk)
 	}
 }
 
@@ -113,6 +125,8 @@ type subMatch struct {
 	qos  byte
 	rap  bool
 	ids  []int
+	// idFilters[i] is the filter of ids[i].
+	idFilters []string
 }
 
 func matching(cl *mochi.Client, pk packets.Packet) (m subMatch) {
@@ -131,6 +145,7 @@ func matching(cl *mochi.Client, pk packets.Packet) (m subMatch) {
 		m.rap = m.rap || sub.RetainAsPublished
 		if sub.Identifier > 0 {
 			m.ids = append(m.ids, sub.Identifier)
+			m.idFilters = append(m.idFilters, sub.Filter)
 		}
 	}
 	return m

@@ -15,15 +15,20 @@ import (
 // a reconnect took the session over in between, the copy went into the old
 // connection's inflight store after the new one had copied it: in neither
 // store, lost although the publisher had its PUBACK (the race mochi patch
-// 25 closed for mochi's own deliveries). It now goes to the connection
-// that holds the session.
+// 25 closed for mochi's own deliveries). It now goes, once, to the
+// connection that holds the session, with the subscription's identifier.
 func TestBacklogAfterTakeoverReachesTheNewConnection(t *testing.T) {
 	// The old connection's cleanup may or may not have taken its
 	// subscriptions away when the copy arrives.
 	for _, oldSubscribed := range []bool{false, true} {
 		s := startTestServer(t, memory.New(retain.Limits{}))
 		first, _ := dialSession(t, s.Addr(), "flaky", 5, true)
-		first.subscribeQoS1(t, "q/#")
+		first.write(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1}, PacketID: 1,
+			Properties: packets.Properties{SubscriptionIdentifier: []int{7}},
+			Filters:    packets.Subscriptions{{Filter: "q/#", Qos: 1}}})
+		if pk := first.read(t); pk.FixedHeader.Type != packets.Suback || len(pk.ReasonCodes) != 1 || pk.ReasonCodes[0] != 1 {
+			t.Fatalf("want SUBACK granting QoS 1, got %v", pk)
+		}
 		old, ok := s.mochi.Clients.Get("flaky")
 		if !ok {
 			t.Fatal("no client flaky")
@@ -41,7 +46,11 @@ func TestBacklogAfterTakeoverReachesTheNewConnection(t *testing.T) {
 		s.hook.backlog.keep(old, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1},
 			TopicName: "q/1", Payload: []byte("kept")})
 
-		next.expectPublish(t, "q/1", "kept", 1, false)
+		got := next.expectPublish(t, "q/1", "kept", 1, false)
+		if ids := got.Properties.SubscriptionIdentifier; len(ids) != 1 || ids[0] != 7 {
+			t.Fatalf("the copy carries subscription identifiers %v, want [7]", ids)
+		}
+		next.expectNoAckYet(t) // a PINGRESP next: no second copy
 		if n := old.State.Inflight.Len(); n != 0 {
 			t.Fatalf("old subscribed %v: the connection taken over holds %d messages", oldSubscribed, n)
 		}

@@ -89,6 +89,9 @@ func (s *Bolt) compact() error {
 		return err
 	}
 	if err := s.db.Close(); err != nil {
+		// bbolt marks the handle closed even when Close fails: the next
+		// Apply opens the file again.
+		s.db = nil
 		os.Remove(tmp)
 		return err
 	}

@@ -897,3 +897,60 @@ func TestSubscribersCacheBoundsEntries(t *testing.T) {
 		require.Equal(t, len(x.cache.m)*per, x.cache.entries)
 	}
 }
+
+// dropCountHook counts OnPublishDropped calls.
+type dropCountHook struct {
+	HookBase
+	n atomic.Int32
+}
+
+func (h *dropCountHook) ID() string                               { return "dropcount" }
+func (h *dropCountHook) Provides(b byte) bool                     { return b == OnPublishDropped }
+func (h *dropCountHook) OnPublishDropped(*Client, packets.Packet) { h.n.Add(1) }
+
+// TestDroppedCopyTakenOverIsNotKeptTwice (patch 35): a QoS 1 copy put into
+// a subscriber's inflight store whose write queue then refuses it was
+// handed to OnPublishDropped (the gateway's backlog keeps it) before the
+// rollback. When a reconnect took the session over in between, the copy
+// was in the store the new connection inherited and the hook made a second
+// one: two deliveries. Now the rollback comes first, and a copy taken over
+// with the session is not handed to the hook; one not taken over still is.
+func TestDroppedCopyTakenOverIsNotKeptTwice(t *testing.T) {
+	for _, takeover := range []bool{true, false} {
+		s := newServerWithInlineClient()
+		h := &dropCountHook{}
+		require.NoError(t, s.AddHook(h, nil))
+		old, sub, _ := quotaClientConn(t, s, 10, 5)
+		old.Properties.Props.SessionExpiryInterval = 3600
+		s.Options.Capabilities.MaximumClientWritesPending = 0 // every enqueue fails: a full write queue
+
+		var next *Client
+		if takeover {
+			testAfterAddInflight = func(*Client) {
+				nr, nw := net.Pipe()
+				next = s.NewClient(nw, "t", "sub", false)
+				t.Cleanup(func() { next.Stop(nil); _ = nr.Close() })
+				next.Properties.ProtocolVersion = 5
+				next.Properties.Props.SessionExpiryInterval = 3600
+				mu := s.sessionLock(next.ID)
+				mu.Lock()
+				present, _ := s.inheritClientSession(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect},
+					Connect: packets.ConnectParams{ClientIdentifier: "sub"}}, next)
+				s.Clients.Add(next)
+				mu.Unlock()
+				require.True(t, present)
+			}
+		}
+		pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, TopicName: "q/1", Payload: []byte("m")}
+		_, err := s.publishToClientStall(old, sub, pk, false)
+		testAfterAddInflight = nil
+		require.ErrorIs(t, err, packets.ErrPendingClientWritesExceeded)
+		require.Equal(t, 0, old.State.Inflight.Len(), "takeover %v: the refused copy stayed in the old store", takeover)
+		if takeover {
+			require.Equal(t, int32(0), h.n.Load(), "the hook was asked to keep a copy the new connection inherited")
+			require.Len(t, next.State.Inflight.GetAll(false), 1, "the new connection did not inherit the copy")
+		} else {
+			require.Equal(t, int32(1), h.n.Load(), "a refused copy not taken over goes to the hook")
+		}
+	}
+}

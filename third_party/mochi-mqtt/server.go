@@ -1343,6 +1343,9 @@ func (s *Server) publishToClientStall(cl *Client, sub packets.Subscription, pk p
 
 	if out.FixedHeader.Qos > 0 {
 		held, added, moved, err := s.addInflight(cl, &out, pk)
+		if testAfterAddInflight != nil {
+			testAfterAddInflight(cl)
+		}
 		if moved {
 			return s.publishToSuccessor(cl, sub, pk, stall)
 		}
@@ -1380,12 +1383,26 @@ func (s *Server) publishToClientStall(cl *Client, sub packets.Subscription, pk p
 	}
 	if !queued {
 		atomic.AddInt64(&s.Info.MessagesDropped, 1)
-		cl.ops.hooks.OnPublishDropped(cl, pk)
 		if out.FixedHeader.Qos > 0 {
+			// gateway patch 35: the rollback comes first, under the id's
+			// session lock. A reconnect that took the session over since
+			// addInflight copied this entry with it: the new connection
+			// sends it, and the hook (the gateway's backlog) must not make
+			// a second copy. Otherwise the entry is gone before the hook
+			// keeps the message, so a takeover that comes later copies one
+			// of the two, never both.
+			mu := s.sessionLock(cl.ID)
+			mu.Lock()
+			moved := cl.State.takenOver.Load() || cl.State.isTakenOver.Load()
 			cl.State.Inflight.Delete(out.PacketID) // packet was dropped due to irregular circumstances, so rollback inflight.
 			cl.State.Inflight.IncreaseSendQuota()
+			mu.Unlock()
 			cl.sendHeld() // gateway patch 13: one held meanwhile may take the unit
+			if moved {
+				return out, packets.ErrPendingClientWritesExceeded
+			}
 		}
+		cl.ops.hooks.OnPublishDropped(cl, pk)
 		return out, packets.ErrPendingClientWritesExceeded
 	}
 
@@ -1430,6 +1447,11 @@ func (s *Server) addInflight(cl *Client, out *packets.Packet, pk packets.Packet)
 	held, added = cl.setInflight(out) // [MQTT-4.3.2-3] [MQTT-4.3.3-3]
 	return held, added, false, nil
 }
+
+// testAfterAddInflight, set by tests only, runs after a publisher put a
+// QoS 1/2 message into cl's inflight store and before it queues it: where
+// a takeover can come in between (patch 35).
+var testAfterAddInflight func(cl *Client)
 
 // publishToSuccessor delivers a message meant for cl, whose session a new
 // connection has taken over, to the connection that holds cl's id now,
