@@ -491,3 +491,52 @@ func BenchmarkNativePath(b *testing.B) {
 		})
 	}
 }
+
+// TestBodyKindAndTTLUnchanged: an amqp-value binary or null (or no body
+// at all) reaches AMQP receivers as it was sent, not as a data section,
+// and a message whose sender gave only an absolute-expiry-time gets no
+// header ttl (issue 12, found by test/e2e/amqp/typed_matrix.py).
+func TestBodyKindAndTTLUnchanged(t *testing.T) {
+	expiry := encoding.TimestampOf(time.Now().Add(time.Hour))
+	for name, in := range map[string]*frames.Message{
+		"binary value": {Value: []byte{0, 0xff}},
+		"null value":   {},
+		"no body":      {Header: &frames.MessageHeader{Durable: true}},
+		"absolute-expiry-time only": {Properties: &frames.MessageProperties{MessageID: "id", AbsoluteExpiryTime: expiry},
+			Value: encoding.Map{}},
+	} {
+		var src buffer.Buffer
+		if err := in.MarshalAMQP(&src); err != nil {
+			t.Fatal(err)
+		}
+		if name == "null value" { // MarshalAMQP leaves out a nil Value: write the section
+			src.Append([]byte{0x00, 0x53, 0x77, 0x40})
+		}
+		payload := src.Written()
+		var am frames.Message
+		if err := am.Decode(payload); err != nil {
+			t.Fatal(err)
+		}
+		now := time.Now()
+		ib, err := toCore(&am, payload, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var enc encoder
+		var out buffer.Buffer
+		if err := enc.encode(&out, ib.msg, false, jmsTopic, -1, deliveryHeader{}, now); err != nil {
+			t.Fatal(err)
+		}
+		want, _ := frames.SplitHop(payload)
+		got, err := frames.SplitHop(out.Written())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got.Bare, want.Bare) {
+			t.Errorf("%s: bare message changed:\n got %x\nwant %x", name, got.Bare, want.Bare)
+		}
+		if got.Header != nil && got.Header.TTL != nil {
+			t.Errorf("%s: header ttl %d, the sender gave none", name, *got.Header.TTL)
+		}
+	}
+}
