@@ -11,8 +11,8 @@
 # (docs/queues.md, "AMQP"; they declare their queues through the admin API)
 # and the transaction checks test/e2e/amqp/proton_txn.py (docs/jms.md),
 # then the type-by-type matrix test/e2e/amqp/typed_matrix.py (Proton and
-# rhea on both ends, large bodies; with a second gateway whose
-# amqp.maxFrameSize is 512), stops the gateways on exit. Exits non-zero if any check failed or the
+# rhea on both ends, large bodies, topics and queues; with a second gateway
+# whose amqp.maxFrameSize is 512), stops the gateways on exit. Exits non-zero if any check failed or the
 # gateway died.
 #
 # Environment: KEEP=1 keeps the temp dir (gateway log) for inspection.
@@ -73,13 +73,15 @@ CGO_ENABLED=0 go build -o "$tmp/gateway" ./cmd/gateway || die "go build ./cmd/ga
   >"$tmp/gateway.log" 2>&1 &
 gw_pid=$!
 # The second gateway, for the type-by-type matrix: max-frame-size 512 (the
-# smallest AMQP allows), so that the senders split their messages too.
+# smallest AMQP allows), so that the senders split their messages too;
+# queues created on first use.
 "$tmp/gateway" \
   --mqtt.listen=127.0.0.1:0 \
   --amqp.listen=127.0.0.1:0 \
   --admin.listen=127.0.0.1:0 \
   --amqp.allowAnonymous=true \
   --amqp.maxFrameSize=512 \
+  --queues.autoCreate=true \
   --retain.backend=memory \
   --data.dir="$tmp/data512" \
   --log.format=text \

@@ -12,6 +12,8 @@ and every field survive the comparison.
     proton_typed.py send --amqp HOST:PORT --topic T --cases FILE [--max-frame N]
     proton_typed.py recv --amqp HOST:PORT --topic T --count N [--max-frame N]
 
+T is a topic (attached with the capability "topic") or queue://NAME.
+
 recv prints READY when its link is attached, then one JSON line: the list
 of messages received, in order.
 """
@@ -33,6 +35,10 @@ T = 60  # seconds, per blocking operation (a 10 MB body at 512-byte frames is sl
 class Topic(LinkOption):
     def apply(self, link):
         (link.source if link.is_receiver else link.target).capabilities.put_object(symbol("topic"))
+
+
+def options(address):
+    return None if address.startswith("queue://") else Topic()
 
 
 SCALARS = {
@@ -151,7 +157,7 @@ def send(a):
     kw = {"max_frame_size": a.max_frame} if a.max_frame else {}
     c = BlockingConnection(url(a), timeout=T, allowed_mechs="ANONYMOUS", **kw)
     try:
-        s = c.create_sender(a.topic, options=Topic())
+        s = c.create_sender(a.topic, options=options(a.topic))
         for i, msg in enumerate(json.load(open(a.cases))):
             d = s.send(Raw(encode(msg)))
             if d.remote_state != Delivery.ACCEPTED:
@@ -168,7 +174,7 @@ class Receive(MessagingHandler):
     def on_start(self, event):
         kw = {"max_frame_size": self.a.max_frame} if self.a.max_frame else {}
         conn = event.container.connect(url(self.a), allowed_mechs="ANONYMOUS", **kw)
-        event.container.create_receiver(conn, self.a.topic, options=Topic())
+        event.container.create_receiver(conn, self.a.topic, options=options(self.a.topic))
 
     def on_link_opened(self, event):
         print("READY", flush=True)

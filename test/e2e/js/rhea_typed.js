@@ -12,6 +12,8 @@
 //   rhea_typed.js send --amqp HOST:PORT --topic T --cases FILE [--max-frame N]
 //   rhea_typed.js recv --amqp HOST:PORT --topic T --count N [--max-frame N]
 //
+// T is a topic (attached with the capability "topic") or queue://NAME.
+//
 // recv prints READY when its link is attached, then one JSON line: the
 // list of messages received, in order.
 'use strict';
@@ -180,7 +182,7 @@ if (args['max-frame']) opts.max_frame_size = Number(args['max-frame']);
 // frames than that (10 MB at 4096-byte frames) would wait forever. Room
 // for the largest here (10 MB at 512-byte frames).
 opts.session_buffer_size = 1 << 16;
-const TOPIC = { address: args.topic, capabilities: ['topic'] };
+const TOPIC = args.topic.startsWith('queue://') ? { address: args.topic } : { address: args.topic, capabilities: ['topic'] };
 
 function fail(why) {
   console.error('rhea_typed ' + mode + ': ' + why);
