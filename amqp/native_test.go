@@ -300,28 +300,7 @@ func TestNativeBytesUnchanged(t *testing.T) {
 		t.Fatal(err)
 	}
 	payload := src.Written()
-	var am frames.Message
-	if err := am.Decode(payload); err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	ib, err := toCore(&am, payload, now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var enc encoder
-	var out buffer.Buffer
-	if err := enc.encode(&out, ib.msg, false, jmsTopic, -1, deliveryHeader{}, now); err != nil {
-		t.Fatal(err)
-	}
-	want, err := frames.SplitHop(payload)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := frames.SplitHop(out.Written())
-	if err != nil {
-		t.Fatal(err)
-	}
+	want, got, sent := passOn(t, payload)
 	if !bytes.Equal(got.Bare, want.Bare) {
 		t.Fatalf("bare message changed:\n got %x\nwant %x", got.Bare, want.Bare)
 	}
@@ -338,7 +317,7 @@ func TestNativeBytesUnchanged(t *testing.T) {
 		t.Errorf("x-opt-jms-dest %v", v)
 	}
 	var dec frames.Message
-	if err := dec.Decode(out.Written()); err != nil {
+	if err := dec.Decode(sent); err != nil {
 		t.Fatal(err)
 	}
 	if dec.DeliveryAnnotations != nil {
@@ -490,4 +469,61 @@ func BenchmarkNativePath(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestBodyKindAndTTLUnchanged: an amqp-value binary or null (or no body
+// at all) reaches AMQP receivers as it was sent, not as a data section,
+// and a message whose sender gave only an absolute-expiry-time gets no
+// header ttl (issue 12, found by test/e2e/amqp/typed_matrix.py).
+func TestBodyKindAndTTLUnchanged(t *testing.T) {
+	expiry := encoding.TimestampOf(time.Now().Add(time.Hour))
+	for name, in := range map[string]*frames.Message{
+		"binary value": {Value: []byte{0, 0xff}},
+		"null value":   {},
+		"no body":      {Header: &frames.MessageHeader{Durable: true}},
+		"absolute-expiry-time only": {Properties: &frames.MessageProperties{MessageID: "id", AbsoluteExpiryTime: expiry},
+			Value: encoding.Map{}},
+	} {
+		var src buffer.Buffer
+		if err := in.MarshalAMQP(&src); err != nil {
+			t.Fatal(err)
+		}
+		if name == "null value" { // MarshalAMQP leaves out a nil Value: write the section
+			src.Append([]byte{0x00, 0x53, 0x77, 0x40})
+		}
+		want, got, _ := passOn(t, src.Written())
+		if !bytes.Equal(got.Bare, want.Bare) {
+			t.Errorf("%s: bare message changed:\n got %x\nwant %x", name, got.Bare, want.Bare)
+		}
+		if got.Header != nil && got.Header.TTL != nil {
+			t.Errorf("%s: header ttl %d, the sender gave none", name, *got.Header.TTL)
+		}
+	}
+}
+
+// passOn takes an AMQP message's payload in (toCore) and out again to a
+// topic receiver (encode), and splits both at the bare message.
+func passOn(t *testing.T, payload []byte) (in, out frames.Hop, sent []byte) {
+	t.Helper()
+	var am frames.Message
+	if err := am.Decode(payload); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	ib, err := toCore(&am, payload, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var enc encoder
+	var b buffer.Buffer
+	if err := enc.encode(&b, ib.msg, false, jmsTopic, -1, deliveryHeader{}, now); err != nil {
+		t.Fatal(err)
+	}
+	if in, err = frames.SplitHop(payload); err != nil {
+		t.Fatal(err)
+	}
+	if out, err = frames.SplitHop(b.Written()); err != nil {
+		t.Fatal(err)
+	}
+	return in, out, b.Written()
 }

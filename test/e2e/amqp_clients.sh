@@ -10,7 +10,9 @@
 # queue checks test/e2e/amqp/proton_queues.py and test/e2e/js/rhea_queues.js
 # (docs/queues.md, "AMQP"; they declare their queues through the admin API)
 # and the transaction checks test/e2e/amqp/proton_txn.py (docs/jms.md),
-# stops the gateway on exit. Exits non-zero if any check failed or the
+# then the type-by-type matrix test/e2e/amqp/typed_matrix.py (Proton and
+# rhea on both ends, large bodies, topics and queues; with a second gateway
+# whose amqp.maxFrameSize is 512), stops the gateways on exit. Exits non-zero if any check failed or the
 # gateway died.
 #
 # Environment: KEEP=1 keeps the temp dir (gateway log) for inspection.
@@ -20,15 +22,19 @@ root=$PWD
 
 PY=/usr/bin/python3
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/gateway-amqp-e2e.XXXXXX")
-gw_pid=""
+gw_pid="" gw512_pid=""
+stop() { # $1: a gateway's pid, or empty
+  if [[ -n "$1" ]] && kill -0 "$1" 2>/dev/null; then
+    kill -TERM "$1" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$1" 2>/dev/null || true
+    wait "$1" 2>/dev/null || true
+  fi
+}
 cleanup() {
   local rc=$?
-  if [[ -n "$gw_pid" ]] && kill -0 "$gw_pid" 2>/dev/null; then
-    kill -TERM "$gw_pid" 2>/dev/null || true
-    for _ in $(seq 50); do kill -0 "$gw_pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$gw_pid" 2>/dev/null || true
-    wait "$gw_pid" 2>/dev/null || true
-  fi
+  stop "$gw_pid"
+  stop "$gw512_pid"
   if ((rc != 0)) && [[ -f "$tmp/gateway.log" ]]; then
     echo "--- last lines of the gateway log ($tmp/gateway.log)"
     tail -n 40 "$tmp/gateway.log"
@@ -77,6 +83,21 @@ YAML
   --log.format=text \
   >"$tmp/gateway.log" 2>&1 &
 gw_pid=$!
+# The second gateway, for the type-by-type matrix: max-frame-size 512 (the
+# smallest AMQP allows), so that the senders split their messages too;
+# queues created on first use.
+"$tmp/gateway" \
+  --mqtt.listen=127.0.0.1:0 \
+  --amqp.listen=127.0.0.1:0 \
+  --admin.listen=127.0.0.1:0 \
+  --amqp.allowAnonymous=true \
+  --amqp.maxFrameSize=512 \
+  --queues.autoCreate=true \
+  --retain.backend=memory \
+  --data.dir="$tmp/data512" \
+  --log.format=text \
+  >"$tmp/gateway512.log" 2>&1 &
+gw512_pid=$!
 
 # Bound addresses come from the log ("... listening ... addr=HOST:PORT").
 addr_of() { # $1: log message
@@ -127,11 +148,26 @@ timeout 45 "$PY" test/e2e/amqp/proton_txn.py --amqp "$amqp" --admin "$admin" --m
 echo "== rhea (node $(node --version))"
 timeout 45 node test/e2e/js/rhea_checks.js --amqp "$amqp" --mqtt "$mqtt" --mqtt-ws "$mqttws" --user alice --password secret || rc=1
 timeout 45 node test/e2e/js/rhea_queues.js --amqp "$amqp" --admin "$admin" || rc=1
-
-if ! kill -0 "$gw_pid" 2>/dev/null; then
-  echo "FAIL amqp_clients: the gateway died during the checks"
+echo "== type by type, AMQP -> AMQP (Proton and rhea on both ends)"
+amqp512=""
+for _ in $(seq 150); do
+  amqp512=$(grep -E 'msg="amqp listening"' "$tmp/gateway512.log" | head -n 1 | sed -nE 's/.* addr=([^ ]+).*/\1/p' || true)
+  [[ -n "$amqp512" ]] && break
+  kill -0 "$gw512_pid" 2>/dev/null || break
+  sleep 0.1
+done
+if [[ -z "$amqp512" ]]; then
+  echo "FAIL amqp_clients: the gateway with amqp.maxFrameSize=512 did not start"
+  tail -n 20 "$tmp/gateway512.log"
   rc=1
-elif grep -qE '^panic:|fatal error:|DATA RACE' "$tmp/gateway.log"; then
+else
+  timeout 900 "$PY" test/e2e/amqp/typed_matrix.py --amqp "$amqp" --amqp512 "$amqp512" || rc=1
+fi
+
+if ! kill -0 "$gw_pid" 2>/dev/null || ! kill -0 "$gw512_pid" 2>/dev/null; then
+  echo "FAIL amqp_clients: a gateway died during the checks"
+  rc=1
+elif grep -qE '^panic:|fatal error:|DATA RACE' "$tmp/gateway.log" "$tmp/gateway512.log"; then
   echo "FAIL amqp_clients: panic or race in the gateway log"
   rc=1
 fi
