@@ -317,28 +317,20 @@ func DecodeHeaders(h nats.Header, m *core.Message, now time.Time) (Provenance, e
 		}
 		d.QoS = v[0] - '0'
 	}
-	for _, f := range []struct {
-		key string
-		to  *string
-	}{
-		{HeaderOriginNode, &p.Origin.Node},
-		{HeaderOriginClient, &p.Origin.Client},
-	} {
-		if v, ok := first(h, f.key); ok {
-			s, err := text(v)
-			if err != nil {
-				return bad(f.key, err.Error())
-			}
-			*f.to = s
-		}
+	// Each origin field on its own: a loop over their addresses would
+	// move p to the heap, an allocation for every message brought in.
+	var err error
+	if p.Origin.Node, err = optText(h, HeaderOriginNode); err != nil {
+		return bad(HeaderOriginNode, err.Error())
 	}
-	if v, ok := first(h, HeaderOriginProtocol); ok {
-		s, err := text(v)
-		if err != nil {
-			return bad(HeaderOriginProtocol, err.Error())
-		}
-		p.Origin.Protocol = core.Protocol(s)
+	if p.Origin.Client, err = optText(h, HeaderOriginClient); err != nil {
+		return bad(HeaderOriginClient, err.Error())
 	}
+	proto, err := optText(h, HeaderOriginProtocol)
+	if err != nil {
+		return bad(HeaderOriginProtocol, err.Error())
+	}
+	p.Origin.Protocol = core.Protocol(proto)
 	if vs := h[HeaderPath]; len(vs) > 0 {
 		if len(vs) > MaxHops {
 			return bad(HeaderPath, fmt.Sprintf("%d gateways, over MaxHops (%d)", len(vs), MaxHops))
@@ -363,6 +355,14 @@ func first(h nats.Header, key string) (string, bool) {
 		return vs[0], true
 	}
 	return "", false
+}
+
+// optText is the first value of key unescaped (text), "" when there is none.
+func optText(h nats.Header, key string) (string, error) {
+	if v, ok := first(h, key); ok {
+		return text(v)
+	}
+	return "", nil
 }
 
 // ours reports whether a header is one of ours or NATS's, not a NATS
