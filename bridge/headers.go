@@ -479,38 +479,32 @@ func mqttString(s string) error {
 }
 
 // headerCache keeps the headers of plain messages (no property but their
-// QoS: a device's reading, the usual QoS 0 message) by origin and QoS,
-// which is all they depend on, so that the bridge's writer does not build
-// the same map for every message of a publisher. Owned by one goroutine;
-// the maps it hands out are shared: read them, never change them.
+// QoS: a device's reading, the usual QoS 0 message) by QoS, which is all
+// they depend on, so that the bridge's writer does not build the same map
+// for every message. A plain message carries its path alone (and its QoS
+// when it has one): the path is what loop prevention needs; the origin
+// headers travel with messages that carry headers of their own. Each
+// header value costs nats.go an encoding and nats-server a scan on every
+// publish, and a NATS subscriber a parse: with the three origin headers a
+// plain message's headers were the largest part of the bridge's own cost
+// per message (docs/benchmarks.md, "Bridge, the per-message path").
+// Owned by one goroutine; the maps it hands out are shared: read them,
+// never change them.
 type headerCache struct {
-	m map[plainKey]nats.Header
+	byQoS [3]nats.Header
 }
 
-type plainKey struct {
-	origin core.Origin
-	qos    byte
-}
-
-// maxHeaderCache bounds the cache; past it, it starts again empty (a
-// gateway with more publishers than this pays a map build per message for
-// the publishers not cached, as without the cache).
-const maxHeaderCache = 4096
-
-// get is the headers of m with Path path, or nil when m is not plain.
+// get is the headers of m with Path path (the same path at every call), or
+// nil when m is not plain.
 func (c *headerCache) get(m *core.Message, path []string) nats.Header {
 	if m.ContentType != "" || m.CorrelationData != nil || m.ResponseTopic != "" || len(m.UserProperties) > 0 ||
-		m.PayloadFormat != 0 || !m.Expiry.IsZero() || m.Retain {
+		m.PayloadFormat != 0 || !m.Expiry.IsZero() || m.Retain || int(m.QoS) >= len(c.byQoS) {
 		return nil
 	}
-	k := plainKey{m.Origin, m.QoS}
-	if h, ok := c.m[k]; ok {
+	if h := c.byQoS[m.QoS]; h != nil {
 		return h
 	}
-	if c.m == nil || len(c.m) >= maxHeaderCache {
-		c.m = make(map[plainKey]nats.Header)
-	}
-	h := EncodeHeaders(m, Provenance{Origin: m.Origin, Path: path}, time.Time{})
-	c.m[k] = h
+	h := EncodeHeaders(m, Provenance{Path: path}, time.Time{})
+	c.byQoS[m.QoS] = h
 	return h
 }
