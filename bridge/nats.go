@@ -542,9 +542,11 @@ func (r *ruleLink) publishIn(msg *nats.Msg, c *mapCache[string]) bool {
 	m.QoS = r.rule.QoS
 	m.Created = now
 	m.Origin = core.Origin{Protocol: core.ProtocolNATS, Node: b.opts.Node, Client: clientID}
-	res := b.opts.Router.Publish(context.Background(), m) // the store write is bounded by retain.WriteTimeout
+	// Counted before the router delivers it: whoever received it then
+	// reads a count that holds it (TestInCountedBeforeDelivery).
 	r.in.Add(1)
 	b.m.message(r, "in")
+	res := b.opts.Router.Publish(context.Background(), m) // the store write is bounded by retain.WriteTimeout
 	if res.RetainErr != nil {
 		return retain.Refused(res.RetainErr, nil, b.log, "topic", topic, "bridge", bridgeName) != retain.StoreFailed
 	}
