@@ -317,28 +317,20 @@ func DecodeHeaders(h nats.Header, m *core.Message, now time.Time) (Provenance, e
 		}
 		d.QoS = v[0] - '0'
 	}
-	for _, f := range []struct {
-		key string
-		to  *string
-	}{
-		{HeaderOriginNode, &p.Origin.Node},
-		{HeaderOriginClient, &p.Origin.Client},
-	} {
-		if v, ok := first(h, f.key); ok {
-			s, err := text(v)
-			if err != nil {
-				return bad(f.key, err.Error())
-			}
-			*f.to = s
-		}
+	// Each origin field on its own: a loop over their addresses would
+	// move p to the heap, an allocation for every message brought in.
+	var err error
+	if p.Origin.Node, err = optText(h, HeaderOriginNode); err != nil {
+		return bad(HeaderOriginNode, err.Error())
 	}
-	if v, ok := first(h, HeaderOriginProtocol); ok {
-		s, err := text(v)
-		if err != nil {
-			return bad(HeaderOriginProtocol, err.Error())
-		}
-		p.Origin.Protocol = core.Protocol(s)
+	if p.Origin.Client, err = optText(h, HeaderOriginClient); err != nil {
+		return bad(HeaderOriginClient, err.Error())
 	}
+	proto, err := optText(h, HeaderOriginProtocol)
+	if err != nil {
+		return bad(HeaderOriginProtocol, err.Error())
+	}
+	p.Origin.Protocol = core.Protocol(proto)
 	if vs := h[HeaderPath]; len(vs) > 0 {
 		if len(vs) > MaxHops {
 			return bad(HeaderPath, fmt.Sprintf("%d gateways, over MaxHops (%d)", len(vs), MaxHops))
@@ -363,6 +355,14 @@ func first(h nats.Header, key string) (string, bool) {
 		return vs[0], true
 	}
 	return "", false
+}
+
+// optText is the first value of key unescaped (text), "" when there is none.
+func optText(h nats.Header, key string) (string, error) {
+	if v, ok := first(h, key); ok {
+		return text(v)
+	}
+	return "", nil
 }
 
 // ours reports whether a header is one of ours or NATS's, not a NATS
@@ -479,38 +479,32 @@ func mqttString(s string) error {
 }
 
 // headerCache keeps the headers of plain messages (no property but their
-// QoS: a device's reading, the usual QoS 0 message) by origin and QoS,
-// which is all they depend on, so that the bridge's writer does not build
-// the same map for every message of a publisher. Owned by one goroutine;
-// the maps it hands out are shared: read them, never change them.
+// QoS: a device's reading, the usual QoS 0 message) by QoS, which is all
+// they depend on, so that the bridge's writer does not build the same map
+// for every message. A plain message carries its path alone (and its QoS
+// when it has one): the path is what loop prevention needs; the origin
+// headers travel with messages that carry headers of their own. Each
+// header value costs nats.go an encoding and nats-server a scan on every
+// publish, and a NATS subscriber a parse: with the three origin headers a
+// plain message's headers were the largest part of the bridge's own cost
+// per message (docs/benchmarks.md, "Bridge, the per-message path").
+// Owned by one goroutine; the maps it hands out are shared: read them,
+// never change them.
 type headerCache struct {
-	m map[plainKey]nats.Header
+	byQoS [3]nats.Header
 }
 
-type plainKey struct {
-	origin core.Origin
-	qos    byte
-}
-
-// maxHeaderCache bounds the cache; past it, it starts again empty (a
-// gateway with more publishers than this pays a map build per message for
-// the publishers not cached, as without the cache).
-const maxHeaderCache = 4096
-
-// get is the headers of m with Path path, or nil when m is not plain.
+// get is the headers of m with Path path (the same path at every call), or
+// nil when m is not plain.
 func (c *headerCache) get(m *core.Message, path []string) nats.Header {
 	if m.ContentType != "" || m.CorrelationData != nil || m.ResponseTopic != "" || len(m.UserProperties) > 0 ||
-		m.PayloadFormat != 0 || !m.Expiry.IsZero() || m.Retain {
+		m.PayloadFormat != 0 || !m.Expiry.IsZero() || m.Retain || int(m.QoS) >= len(c.byQoS) {
 		return nil
 	}
-	k := plainKey{m.Origin, m.QoS}
-	if h, ok := c.m[k]; ok {
+	if h := c.byQoS[m.QoS]; h != nil {
 		return h
 	}
-	if c.m == nil || len(c.m) >= maxHeaderCache {
-		c.m = make(map[plainKey]nats.Header)
-	}
-	h := EncodeHeaders(m, Provenance{Origin: m.Origin, Path: path}, time.Time{})
-	c.m[k] = h
+	h := EncodeHeaders(m, Provenance{Path: path}, time.Time{})
+	c.byQoS[m.QoS] = h
 	return h
 }

@@ -487,7 +487,7 @@ func (r *ruleLink) startJSIn(context.Context) error {
 			if err == nil {
 				cc, err := cons.Consume(func(jm jetstream.Msg) {
 					msg := &nats.Msg{Subject: jm.Subject(), Header: jm.Headers(), Data: jm.Data()}
-					if r.publishIn(msg) {
+					if r.publishIn(msg, nil) {
 						_ = jm.Ack()
 					} else {
 						_ = jm.NakWithDelay(time.Second)

@@ -40,6 +40,14 @@
 // limit, mochi's write queue): the rate printed is what subscribers
 // received per second, with the loss beside it. Goals (docs/bridge.md): q0out and
 // q0in at least 0.7× bare, drain at least 20,000 msgs/s.
+//
+// The summary puts each QoS 0 flow's three sides side by side with the CPU
+// each process spent per delivered message (/proc): gateway, nats-server,
+// and this program's clients. The bridged flow and MQTT→MQTT share one
+// MQTT leg, so the gateway's CPU difference between them is the bridge's
+// leg less the MQTT leg it stands in for, and MQTT→MQTT/bare is the most a
+// flow with an MQTT leg reaches on this box. -profile q0out,q0in takes a
+// gateway CPU profile of each direction's first bridged phase.
 package main
 
 import (
@@ -47,6 +55,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -61,9 +70,10 @@ type config struct {
 	rate                             int // per publisher, msgs/s, QoS 0 flows; 0 = unpaced
 	idle                             time.Duration
 	flows                            map[string]bool
-	profile                          string // flow whose bridge phase is profiled
+	profile                          map[string]bool // flows whose first bridge phase is profiled
 	profileOut                       string
 	profileFor                       time.Duration
+	gateway                          string // a prebuilt gateway binary; "": build ./cmd/gateway
 }
 
 // result is one (round, flow, target) phase.
@@ -153,6 +163,27 @@ func flowDefs(c *config) []flowDef {
 	}
 }
 
+// set is the comma-separated names of s.
+func set(s string) map[string]bool {
+	m := map[string]bool{}
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			m[f] = true
+		}
+	}
+	return m
+}
+
+// profilePath is where flow's gateway profile goes: -profile-out, with the
+// flow's name before the extension when several flows are profiled.
+func (c *config) profilePath(flow string) string {
+	if len(c.profile) < 2 {
+		return c.profileOut
+	}
+	ext := filepath.Ext(c.profileOut)
+	return strings.TrimSuffix(c.profileOut, ext) + "-" + flow + ext
+}
+
 func main() {
 	var c config
 	var flows string
@@ -168,16 +199,15 @@ func main() {
 	flag.IntVar(&c.rate, "rate", 0, "QoS 0 messages/s per publisher; 0 = as fast as possible")
 	flag.StringVar(&flows, "flows", "q0out,q0in,js,drain", "flows to run, comma-separated")
 	flag.DurationVar(&c.idle, "idle", 3*time.Second, "a phase ends when subscribers get nothing for this long (QoS 0 losses)")
-	flag.StringVar(&c.profile, "profile", "", "flow (q0out, q0in, js, drain) whose first bridge phase is CPU-profiled in the gateway")
-	flag.StringVar(&c.profileOut, "profile-out", "bridgeload-gateway.pprof", "where -profile writes the gateway's profile")
+	var profile string
+	flag.StringVar(&profile, "profile", "", "flows (q0out, q0in, js, drain; comma-separated) whose first bridge phase is CPU-profiled in the gateway")
+	flag.StringVar(&c.profileOut, "profile-out", "bridgeload-gateway.pprof", "where -profile writes the gateway's profile; with several flows, each flow's name goes before the extension")
 	flag.DurationVar(&c.profileFor, "profile-seconds", 5*time.Second, "length of the -profile capture")
+	flag.StringVar(&c.gateway, "gateway", "", "run this gateway binary instead of building ./cmd/gateway (to compare builds with the same program)")
 	flag.Parse()
 	c.size = max(c.size, 8)
 	c.window = max(c.window, 1)
-	c.flows = map[string]bool{}
-	for _, f := range strings.Split(flows, ",") {
-		c.flows[strings.TrimSpace(f)] = true
-	}
+	c.flows, c.profile = set(flows), set(profile)
 
 	r, err := rig.New()
 	if err != nil {
@@ -191,9 +221,12 @@ func main() {
 }
 
 func run(r *rig.Rig, c *config) error {
-	gwBin, err := r.Build("gateway", "./cmd/gateway")
-	if err != nil {
-		return err
+	gwBin := c.gateway
+	if gwBin == "" {
+		var err error
+		if gwBin, err = r.Build("gateway", "./cmd/gateway"); err != nil {
+			return err
+		}
 	}
 	natsBin, err := r.Build("nats-server", "github.com/nats-io/nats-server/v2")
 	if err != nil {
@@ -238,14 +271,14 @@ func run(r *rig.Rig, c *config) error {
 			if wf.name != f.name {
 				continue
 			}
-			if _, err := ph.run(&w, wf.bridge, "warm-"+f.name+"-bridge", false); err != nil {
+			if _, err := ph.run(&w, wf.bridge, "warm-"+f.name+"-bridge", ""); err != nil {
 				return fmt.Errorf("%s warm-up (bridge): %w", f.name, err)
 			}
-			if _, err := ph.run(&w, wf.bare, "warm-"+f.name+"-bare", false); err != nil {
+			if _, err := ph.run(&w, wf.bare, "warm-"+f.name+"-bare", ""); err != nil {
 				return fmt.Errorf("%s warm-up (bare): %w", f.name, err)
 			}
 			if wf.mqtt != nil {
-				if _, err := ph.run(&w, wf.mqtt, "warm-"+f.name+"-mqtt", false); err != nil {
+				if _, err := ph.run(&w, wf.mqtt, "warm-"+f.name+"-mqtt", ""); err != nil {
 					return fmt.Errorf("%s warm-up (mqtt): %w", f.name, err)
 				}
 			}
@@ -255,7 +288,7 @@ func run(r *rig.Rig, c *config) error {
 	results := map[string]map[string][]result{}
 	tw := tabwriter.NewWriter(os.Stdout, 2, 8, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "round\tflow\ttarget\tsent\tdelivered\tlost\tmsgs/s\tp50\tp99\tack p50\tack p99\tgateway CPU/msg\tnats CPU/msg\tbridge drops\t")
-	profiled := false
+	profiled := map[string]bool{}
 	for round := 0; round < c.rounds; round++ {
 		for _, f := range active {
 			sides := []string{"bridge", "bare"}
@@ -267,8 +300,10 @@ func run(r *rig.Rig, c *config) error {
 			}
 			for _, side := range sides {
 				mk := map[string]func(context.Context, env, *closers) (*load, error){"bridge": f.bridge, "bare": f.bare, "mqtt": f.mqtt}[side]
-				prof := side == "bridge" && c.profile == f.name && !profiled
-				profiled = profiled || prof
+				prof := ""
+				if side == "bridge" && c.profile[f.name] && !profiled[f.name] {
+					prof, profiled[f.name] = c.profilePath(f.name), true
+				}
 				res, err := ph.run(c, mk, fmt.Sprintf("r%d-%s-%s", round, f.name, side), prof)
 				if err != nil {
 					return fmt.Errorf("round %d %s %s: %w", round+1, f.name, side, err)
@@ -291,46 +326,7 @@ func run(r *rig.Rig, c *config) error {
 	tw.Flush()
 
 	if len(active) > 0 {
-		fmt.Printf("\nSummary (mean over %d round(s)); ratio = bridge / bare msgs/s; js latency is publish → stored (ordered consumer), ack is publish → PUBACK (bridge: buffered on disk) or PubAck (bare)\n", c.rounds)
-		tw = tabwriter.NewWriter(os.Stdout, 2, 8, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "flow\ttarget\tmsgs/s\tlost\tp50\tp99\tack p99\tgateway+nats CPU/msg\tbridge/bare\tgoal\tverdict\tbridge/mqtt\t")
-		for _, f := range active {
-			b, m := mean(results[f.name]["bridge"]), mean(results[f.name]["bare"])
-			ratio := b.rate() / m.rate()
-			var q result
-			refRatio := ""
-			sides := []string{"bridge", "bare"}
-			if f.mqtt != nil {
-				q = mean(results[f.name]["mqtt"])
-				refRatio = fmt.Sprintf("%.2f", b.rate()/q.rate())
-				sides = append(sides, "mqtt")
-			}
-			goal, verdict := "-", "-"
-			if f.goal > 0 {
-				goal = fmt.Sprintf("≥ %.2f", f.goal)
-				verdict = "PASS"
-				if ratio < f.goal {
-					verdict = "FAIL"
-				}
-			}
-			for _, side := range sides {
-				x := b
-				rs, g, v, rr := fmt.Sprintf("%.2f", ratio), goal, verdict, refRatio
-				switch side {
-				case "bare":
-					x, rs, g, v, rr = m, "", "", "", ""
-				case "mqtt":
-					x, rs, g, v, rr = q, "", "", "", ""
-				}
-				ack99 := "-"
-				if x.hasAcks {
-					ack99 = rig.Ms(x.ackP99)
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%.0f\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", f.name, side, x.rate(), x.lost,
-					rig.Ms(x.p50), rig.Ms(x.p99), ack99, perMsg(x.gwCPU+x.natsCPU, x.got), rs, g, v, rr)
-			}
-		}
-		tw.Flush()
+		summary(c, active, results)
 	}
 
 	if c.flows["drain"] {
@@ -339,6 +335,69 @@ func run(r *rig.Rig, c *config) error {
 		}
 	}
 	return nil
+}
+
+// summary prints the mean of each side per flow, the ratios to bare nats.go
+// (the goal) and to MQTT→MQTT, and what the bridge costs the gateway next
+// to the MQTT leg it stands in for.
+func summary(c *config, active []flowDef, results map[string]map[string][]result) {
+	fmt.Printf("\nSummary (mean over %d round(s)); bridge/bare and bridge/mqtt are msgs/s ratios; CPU is per delivered message, from /proc, for the\n"+
+		"gateway, nats-server and this program's clients (paho costs far more per message than nats.go); js latency is publish → stored\n"+
+		"(ordered consumer), ack is publish → PUBACK (bridge: buffered on disk) or PubAck (bare)\n", c.rounds)
+	tw := tabwriter.NewWriter(os.Stdout, 2, 8, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "flow\ttarget\tmsgs/s\tlost\tp50\tp99\tack p99\tgateway CPU\tnats CPU\tclients CPU\tbridge/bare\tgoal\tverdict\tbridge/mqtt\t")
+	var notes []string
+	for _, f := range active {
+		b, m := mean(results[f.name]["bridge"]), mean(results[f.name]["bare"])
+		ratio := b.rate() / m.rate()
+		var q result
+		refRatio := ""
+		sides := []string{"bridge", "bare"}
+		if f.mqtt != nil {
+			q = mean(results[f.name]["mqtt"])
+			refRatio = fmt.Sprintf("%.2f", b.rate()/q.rate())
+			sides = append(sides, "mqtt")
+		}
+		goal, verdict := "-", "-"
+		if f.goal > 0 {
+			goal = fmt.Sprintf("≥ %.2f", f.goal)
+			verdict = "PASS"
+			if ratio < f.goal {
+				verdict = "FAIL"
+			}
+		}
+		for _, side := range sides {
+			x := b
+			rs, g, v, rr := fmt.Sprintf("%.2f", ratio), goal, verdict, refRatio
+			switch side {
+			case "bare":
+				x, rs, g, v, rr = m, "", "", "", ""
+			case "mqtt":
+				x, rs, g, v, rr = q, "", "", "", ""
+			}
+			ack99 := "-"
+			if x.hasAcks {
+				ack99 = rig.Ms(x.ackP99)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%.0f\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", f.name, side, x.rate(), x.lost,
+				rig.Ms(x.p50), rig.Ms(x.p99), ack99, perMsg(x.gwCPU, x.got), perMsg(x.natsCPU, x.got), perMsg(x.cliCPU, x.got), rs, g, v, rr)
+		}
+		if f.mqtt != nil {
+			// Bridged and MQTT→MQTT share one MQTT leg (publishers in
+			// for q0out, subscribers out for q0in); the other leg is
+			// NATS for one, MQTT for the other. The gateway's CPU
+			// difference is the bridge's leg less the MQTT leg it
+			// replaces; bare/mqtt is the most any flow with an MQTT
+			// leg could reach if the bridge cost nothing.
+			d := float64(b.gwCPU)/float64(max(b.got, 1)) - float64(q.gwCPU)/float64(max(q.got, 1))
+			notes = append(notes, fmt.Sprintf("  %s: gateway CPU per message bridged %s vs MQTT→MQTT %s (%+.1f µs: the bridge's leg less the MQTT leg it replaces); MQTT→MQTT reaches %.2f× bare",
+				f.name, perMsg(b.gwCPU, b.got), perMsg(q.gwCPU, q.got), d/1e3, q.rate()/m.rate()))
+		}
+	}
+	tw.Flush()
+	for _, n := range notes {
+		fmt.Println(n)
+	}
 }
 
 func mean(rs []result) result {

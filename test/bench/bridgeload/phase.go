@@ -20,8 +20,9 @@ type phaser struct {
 	ns *natsServer
 }
 
-// run sets a flow's phase up with fresh clients, runs it and measures it.
-func (p *phaser) run(c *config, mk func(context.Context, env, *closers) (*load, error), tag string, profile bool) (result, error) {
+// run sets a flow's phase up with fresh clients, runs it and measures it,
+// and profiles the gateway's CPU into profile meanwhile ("": not).
+func (p *phaser) run(c *config, mk func(context.Context, env, *closers) (*load, error), tag string, profile string) (result, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	var cs closers
@@ -43,8 +44,8 @@ func (p *phaser) run(c *config, mk func(context.Context, env, *closers) (*load, 
 	}
 	cli0 := rig.SelfCPU()
 	var profDone <-chan error
-	if profile {
-		profDone = rig.ProfileGateway(p.gw.Admin, c.profileFor, c.profileOut)
+	if profile != "" {
+		profDone = rig.ProfileGateway(p.gw.Admin, c.profileFor, profile)
 	}
 	t0 := time.Now()
 	if err := l.start(ctx, t0); err != nil {
@@ -112,7 +113,7 @@ func (p *phaser) run(c *config, mk func(context.Context, env, *closers) (*load, 
 		if err := <-profDone; err != nil {
 			fmt.Fprintf(os.Stderr, "profile: %v\n", err)
 		} else {
-			fmt.Fprintf(os.Stderr, "  gateway CPU profile of %s: %s\n", tag, c.profileOut)
+			fmt.Fprintf(os.Stderr, "  gateway CPU profile of %s: %s\n", tag, profile)
 		}
 	}
 	return res, nil
@@ -173,8 +174,8 @@ func drainPhase(c *config, gw *rig.Child, ns *natsServer) error {
 	// with jitter after a long outage): the drain is timed from its
 	// reconnect, which the bridge reports in tolsey_bridge_connected.
 	var profDone <-chan error
-	if c.profile == "drain" {
-		profDone = rig.ProfileGateway(gw.Admin, c.profileFor+10*time.Second, c.profileOut)
+	if c.profile["drain"] {
+		profDone = rig.ProfileGateway(gw.Admin, c.profileFor+10*time.Second, c.profilePath("drain"))
 	}
 	tStart := time.Now()
 	if err := ns.start(); err != nil {
@@ -227,7 +228,7 @@ func drainPhase(c *config, gw *rig.Child, ns *natsServer) error {
 		if err := <-profDone; err != nil {
 			fmt.Fprintf(os.Stderr, "profile: %v\n", err)
 		} else {
-			fmt.Fprintf(os.Stderr, "  gateway CPU profile of the drain: %s\n", c.profileOut)
+			fmt.Fprintf(os.Stderr, "  gateway CPU profile of the drain: %s\n", c.profilePath("drain"))
 		}
 	}
 
