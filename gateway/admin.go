@@ -50,6 +50,8 @@ func newAdminServer(g *Gateway) *adminServer {
 	a.routeQueues(mux)
 	a.routeSessions(mux)
 	a.routeConnections(mux)
+	mux.HandleFunc("GET /api/v1/subscriptions", a.listSubscriptions)
+	mux.HandleFunc("GET /api/v1/topics", a.listTopics)
 	mux.HandleFunc("POST /api/v1/publish", a.publish)
 	mux.HandleFunc("POST /api/v1/reload", a.reload)
 	// Profiles for performance work, as Caddy's admin API has them. The admin

@@ -43,7 +43,6 @@ func (a *adminServer) routeConnections(mux *http.ServeMux) {
 	mux.HandleFunc("GET /api/v1/connections", a.listConnections)
 	mux.HandleFunc("GET /api/v1/connections/{id}", a.getConnection)
 	mux.HandleFunc("DELETE /api/v1/connections/{id}", a.deleteConnection)
-	mux.HandleFunc("GET /api/v1/subscriptions", a.listSubscriptions)
 }
 
 // connections is every open client connection, sorted by ID; nil after
