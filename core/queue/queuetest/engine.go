@@ -2,6 +2,7 @@ package queuetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"testing"
@@ -138,6 +139,59 @@ func runEngine(t *testing.T, open Factory) {
 		}
 		if fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Fatalf("after a reopen: delivered %v, want %v", got, want)
+		}
+	})
+}
+
+func runPurge(t *testing.T, open Factory) {
+	t.Run("purge", func(t *testing.T) {
+		ctx := context.Background()
+		b, _ := open(t)
+		e := Engine(t, b)
+		for _, name := range []string{"p", "idle"} {
+			if _, err := e.Declare(ctx, queue.Config{Name: name}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// A queue with a consumer: one message in flight stays, the
+		// ready ones (in the window or still in the log) go.
+		for i := range 5 {
+			Put(t, e, "p", Msg("t", i))
+		}
+		q, _ := e.Queue("p")
+		c, wake := Consume(t, q)
+		defer c.Close()
+		first := Next(t, c, wake)
+		if n, err := q.Purge(ctx); err != nil || n != 4 {
+			t.Fatalf("purge: %d, %v; want 4", n, err)
+		}
+		if got := q.Info().Messages; got != 1 {
+			t.Fatalf("after the purge %d messages, want the one in flight", got)
+		}
+		c.Ack(first.ID)
+		Put(t, e, "p", Msg("t", 9))
+		if d := Next(t, c, wake); string(d.Msg.Payload) != "m9" {
+			t.Fatalf("after the purge the consumer got %s, want m9 (the purged ones gone)", d.Msg.Payload)
+		}
+		// A queue nobody consumes: everything is in the log.
+		q, _ = e.Queue("idle")
+		for i := range 3 {
+			Put(t, e, "idle", Msg("t", i))
+		}
+		if n, err := q.Purge(ctx); err != nil || n != 3 || q.Info().Messages != 0 {
+			t.Fatalf("purge of an idle queue: %d, %v, %d left; want 3 and none", n, err, q.Info().Messages)
+		}
+		Put(t, e, "idle", Msg("t", 7))
+		c2, wake2 := Consume(t, q)
+		defer c2.Close()
+		if d := Next(t, c2, wake2); string(d.Msg.Payload) != "m7" {
+			t.Fatalf("after purging the idle queue the consumer got %s, want m7", d.Msg.Payload)
+		}
+		if err := e.Delete(ctx, "idle"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := q.Purge(ctx); !errors.Is(err, queue.ErrNotFound) {
+			t.Fatalf("purge of a deleted queue: %v", err)
 		}
 	})
 }
