@@ -37,12 +37,12 @@ type Queue struct {
 	resBytes int64
 	// The window: records read from the log, ready or in flight.
 	entries  map[uint64]*entry
-	ready    idHeap // ready entries, oldest first
-	through  uint64 // the highest ID read from the log
-	more     bool   // the log may hold records not read yet
-	loading  bool   // a loader runs (or Purge, which reads the log as one)
+	ready    idHeap    // ready entries, oldest first
+	through  uint64    // the highest ID read from the log
+	more     bool      // the log may hold records not read yet
+	loading  bool      // a loader runs (or Purge, which reads the log as one)
 	loaded   sync.Cond // on mu: broadcast when loading ends (Purge waits for it)
-	retry    bool   // the last Read failed: the poller tries again
+	retry    bool      // the last Read failed: the poller tries again
 	cons     []*Consumer
 	rr       int // where the next non-exclusive notification round starts
 	counters Counters
