@@ -22,12 +22,13 @@ import (
 	"github.com/tolsey/tolsey/core/tlsconf"
 )
 
-// adminServer is the admin HTTP API: /healthz, /readyz, /metrics,
-// /api/v1/retained, /api/v1/bridges and /api/v1/queues.
+// adminServer is the admin HTTP API: /healthz, /readyz, /metrics and
+// /api/v1/... (docs/admin-api.md, docs/openapi.yaml).
 type adminServer struct {
 	g   *Gateway
 	ln  *accept.Listener // retries temporary accept errors; Err says if it died
 	srv *http.Server
+	mux *http.ServeMux // its routes (docs/openapi.yaml lists them)
 	wg  sync.WaitGroup
 
 	rates queueRates // GET /api/v1/queues's in and out rates
@@ -61,6 +62,7 @@ func newAdminServer(g *Gateway) *adminServer {
 	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	a.mux = mux
 	a.srv = &http.Server{Handler: a.protect(mux), ReadHeaderTimeout: 10 * time.Second}
 	return a
 }
