@@ -82,16 +82,11 @@ func (a *adminServer) connections(w http.ResponseWriter) ([]connJSON, bool) {
 // prefix of the remote address), paged by ?after=ID&limit=N (default
 // 1,000, at most 10,000).
 func (a *adminServer) listConnections(w http.ResponseWriter, r *http.Request) {
-	limit, ok := limitParam(w, r, 1000, 10_000)
+	limit, proto, ok := connListParams(w, r)
 	if !ok {
 		return
 	}
 	q := r.URL.Query()
-	proto := q.Get("protocol")
-	if proto != "" && proto != "mqtt" && proto != "amqp" {
-		apiError(w, http.StatusBadRequest, "protocol must be mqtt or amqp")
-		return
-	}
 	all, ok := a.connections(w)
 	if !ok {
 		return
@@ -111,6 +106,21 @@ func (a *adminServer) listConnections(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// connListParams reads the parameters the lists of connections and of
+// subscriptions share: ?limit=N (default 1,000, at most 10,000) and
+// ?protocol=mqtt|amqp ("" when absent); false after writing 400.
+func connListParams(w http.ResponseWriter, r *http.Request) (limit int, proto string, ok bool) {
+	if limit, ok = limitParam(w, r, 1000, 10_000); !ok {
+		return 0, "", false
+	}
+	proto = r.URL.Query().Get("protocol")
+	if proto != "" && proto != "mqtt" && proto != "amqp" {
+		apiError(w, http.StatusBadRequest, "protocol must be mqtt or amqp")
+		return 0, "", false
+	}
+	return limit, proto, true
 }
 
 // amqpConnID is the admin API's id of AMQP connection number n.

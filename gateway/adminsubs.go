@@ -61,16 +61,11 @@ func amqpSubJSON(s amqp.SubInfo) subJSON {
 // ?after=ID&limit=N (default 1,000, at most 10,000). A persistent MQTT
 // session that is offline is not listed: GET /api/v1/sessions shows it.
 func (a *adminServer) listSubscriptions(w http.ResponseWriter, r *http.Request) {
-	limit, ok := limitParam(w, r, 1000, 10_000)
+	limit, proto, ok := connListParams(w, r)
 	if !ok {
 		return
 	}
 	q := r.URL.Query()
-	proto := q.Get("protocol")
-	if proto != "" && proto != "mqtt" && proto != "amqp" {
-		apiError(w, http.StatusBadRequest, "protocol must be mqtt or amqp")
-		return
-	}
 	m := a.mqttServer(w)
 	if m == nil {
 		return

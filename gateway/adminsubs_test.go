@@ -27,31 +27,10 @@ func TestAdminConnectionCountersAndSubscriptions(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
-	conn, err := net.Dial("tcp", g.MQTTAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
 	got := make(chan string, 16)
-	mc := paho.NewClient(paho.ClientConfig{Conn: conn, OnPublishReceived: []func(paho.PublishReceived) (bool, error){
+	mc, as := bothClients(ctx, t, g, paho.ClientConfig{OnPublishReceived: []func(paho.PublishReceived) (bool, error){
 		func(p paho.PublishReceived) (bool, error) { got <- p.Packet.Topic; return true, nil },
-	}})
-	if ca, err := mc.Connect(ctx, &paho.Connect{ClientID: "dev-1", CleanStart: true, KeepAlive: 30}); err != nil || ca.ReasonCode != 0 {
-		t.Fatalf("connect: %v %+v", err, ca)
-	}
-	defer mc.Disconnect(&paho.Disconnect{})
-	if _, err := mc.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{
-		{Topic: "a/#", QoS: 1}, {Topic: "$share/g/b/+", QoS: 0}}}); err != nil {
-		t.Fatal(err)
-	}
-	ac, err := goamqp.Dial(ctx, "amqp://"+g.AMQPAddr(), &goamqp.ConnOptions{ContainerID: "jms-app", SASLType: goamqp.SASLTypeAnonymous()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ac.Close()
-	as, err := ac.NewSession(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	}}, "dev-1", "jms-app", "a/#", "$share/g/b/+")
 	recv, err := as.NewReceiver(ctx, "a/#", &goamqp.ReceiverOptions{Credit: 50})
 	if err != nil {
 		t.Fatal(err)
@@ -138,4 +117,44 @@ func TestAdminConnectionCountersAndSubscriptions(t *testing.T) {
 		}
 	}
 	mustCall(t, g, "GET", "/api/v1/subscriptions?protocol=stomp", http.StatusBadRequest)
+}
+
+// bothClients connects an MQTT 5 client of cfg (its Conn dialled here) as
+// id, subscribed to filters (the first at QoS 1), and opens an AMQP
+// session as containerID; both close when the test ends.
+func bothClients(ctx context.Context, t *testing.T, g *Gateway, cfg paho.ClientConfig, id, containerID string, filters ...string) (*paho.Client, *goamqp.Session) {
+	t.Helper()
+	conn, err := net.Dial("tcp", g.MQTTAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Conn = conn
+	mc := paho.NewClient(cfg)
+	if ca, err := mc.Connect(ctx, &paho.Connect{ClientID: id, CleanStart: true, KeepAlive: 30}); err != nil || ca.ReasonCode != 0 {
+		t.Fatalf("connect: %v %+v", err, ca)
+	}
+	t.Cleanup(func() { _ = mc.Disconnect(&paho.Disconnect{}) })
+	if len(filters) > 0 {
+		var subs []paho.SubscribeOptions
+		for i, f := range filters {
+			qos := byte(0)
+			if i == 0 {
+				qos = 1
+			}
+			subs = append(subs, paho.SubscribeOptions{Topic: f, QoS: qos})
+		}
+		if _, err := mc.Subscribe(ctx, &paho.Subscribe{Subscriptions: subs}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ac, err := goamqp.Dial(ctx, "amqp://"+g.AMQPAddr(), &goamqp.ConnOptions{ContainerID: containerID, SASLType: goamqp.SASLTypeAnonymous()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ac.Close() })
+	as, err := ac.NewSession(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mc, as
 }

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -20,24 +19,7 @@ func TestAdminTopics(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
-	conn, err := net.Dial("tcp", g.MQTTAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	mc := paho.NewClient(paho.ClientConfig{Conn: conn})
-	if ca, err := mc.Connect(ctx, &paho.Connect{ClientID: "pub", CleanStart: true, KeepAlive: 30}); err != nil || ca.ReasonCode != 0 {
-		t.Fatalf("connect: %v %+v", err, ca)
-	}
-	defer mc.Disconnect(&paho.Disconnect{})
-	ac, err := goamqp.Dial(ctx, "amqp://"+g.AMQPAddr(), &goamqp.ConnOptions{SASLType: goamqp.SASLTypeAnonymous()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ac.Close()
-	as, err := ac.NewSession(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	mc, as := bothClients(ctx, t, g, paho.ClientConfig{}, "pub", "")
 	recv, err := as.NewReceiver(ctx, "t/5", &goamqp.ReceiverOptions{Credit: 10})
 	if err != nil {
 		t.Fatal(err)

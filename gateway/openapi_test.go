@@ -7,7 +7,6 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -282,27 +281,7 @@ func TestOpenAPIResponsesValidate(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
-	conn, err := net.Dial("tcp", g.MQTTAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	mc := paho.NewClient(paho.ClientConfig{Conn: conn})
-	if _, err := mc.Connect(ctx, &paho.Connect{ClientID: "dev-1", CleanStart: true, KeepAlive: 30}); err != nil {
-		t.Fatal(err)
-	}
-	defer mc.Disconnect(&paho.Disconnect{})
-	if _, err := mc.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: "a/#", QoS: 1}, {Topic: "$share/g/b/+"}}}); err != nil {
-		t.Fatal(err)
-	}
-	ac, err := goamqp.Dial(ctx, "amqp://"+g.AMQPAddr(), &goamqp.ConnOptions{ContainerID: "app", SASLType: goamqp.SASLTypeAnonymous()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ac.Close()
-	as, err := ac.NewSession(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	mc, as := bothClients(ctx, t, g, paho.ClientConfig{}, "dev-1", "app", "a/#", "$share/g/b/+")
 	if _, err := as.NewReceiver(ctx, "a/#", nil); err != nil {
 		t.Fatal(err)
 	}
