@@ -164,9 +164,14 @@ func storeStatus(err error) int {
 	return http.StatusServiceUnavailable
 }
 
+// started reports whether the gateway has made the parts the API reads
+// (the retained store, the router), else writes 503 "starting": the admin
+// API serves /readyz before them, and ready orders their reads.
+func (a *adminServer) started(w http.ResponseWriter) bool { return a.mqttServer(w) != nil }
+
 func (a *adminServer) listRetained(w http.ResponseWriter, r *http.Request) {
 	f, ok := filterParam(w, r)
-	if !ok {
+	if !ok || !a.started(w) {
 		return
 	}
 	limit := 1000
@@ -209,7 +214,7 @@ func (a *adminServer) listRetained(w http.ResponseWriter, r *http.Request) {
 
 func (a *adminServer) deleteRetained(w http.ResponseWriter, r *http.Request) {
 	f, ok := filterParam(w, r)
-	if !ok {
+	if !ok || !a.started(w) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 60*time.Second)

@@ -40,6 +40,9 @@ func (a *adminServer) listTopics(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	if !a.started(w) {
+		return
+	}
 	q := r.URL.Query()
 	filter := q.Get("filter")
 	if filter == "" {
