@@ -121,7 +121,7 @@ func TestAdminConnectionCountersAndSubscriptions(t *testing.T) {
 
 // bothClients connects an MQTT 5 client of cfg (its Conn dialled here) as
 // id, subscribed to filters (the first at QoS 1), and opens an AMQP
-// session as containerID; both close when the test ends.
+// session as containerID (amqpSession); both close when the test ends.
 func bothClients(ctx context.Context, t *testing.T, g *Gateway, cfg paho.ClientConfig, id, containerID string, filters ...string) (*paho.Client, *goamqp.Session) {
 	t.Helper()
 	conn, err := net.Dial("tcp", g.MQTTAddr())
@@ -147,14 +147,37 @@ func bothClients(ctx context.Context, t *testing.T, g *Gateway, cfg paho.ClientC
 			t.Fatal(err)
 		}
 	}
-	ac, err := goamqp.Dial(ctx, "amqp://"+g.AMQPAddr(), &goamqp.ConnOptions{ContainerID: containerID, SASLType: goamqp.SASLTypeAnonymous()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ac.Close() })
-	as, err := ac.NewSession(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, as := amqpSession(t, g, containerID)
 	return mc, as
+}
+
+// TestAdminSubscriptionsDurableAndShared: a JMS durable subscription's
+// link is listed as durable, a shared one with its name as share group.
+func TestAdminSubscriptionsDurableAndShared(t *testing.T) {
+	g := startGateway(t, "--data.dir="+t.TempDir(), "--amqp.listen=127.0.0.1:0")
+	c, _ := durableReceiver(t, g, "jms-1", "sub1", "orders/#")
+	defer c.Close()
+	_, s := amqpSession(t, g, "jms-2")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := s.NewReceiver(ctx, "prices/#", &goamqp.ReceiverOptions{Name: "shared1",
+		SourceCapabilities: []string{"shared"}}); err != nil {
+		t.Fatal(err)
+	}
+
+	subs := decode[[]subJSON](t, mustCall(t, g, "GET", "/api/v1/subscriptions?protocol=amqp", http.StatusOK))
+	if len(subs) != 2 {
+		t.Fatalf("subscriptions: %+v", subs)
+	}
+	d, sh := subs[0], subs[1]
+	if d.Filter != "orders/#" || !d.Durable || d.Link != "sub1" || d.ClientID != "jms-1" || d.QoS != 1 {
+		t.Errorf("the durable subscription: %+v", d)
+	}
+	if sh.Filter != "prices/#" || sh.Durable || sh.ShareGroup == "" || sh.ClientID != "jms-2" {
+		t.Errorf("the shared subscription: %+v", sh)
+	}
+	one := decode[connJSON](t, mustCall(t, g, "GET", "/api/v1/connections/"+d.Connection, http.StatusOK))
+	if len(one.LinkList) != 1 || !one.LinkList[0].Durable || one.LinkList[0].Subscription == "" {
+		t.Errorf("the durable subscriber's links: %+v", one.LinkList)
+	}
 }
