@@ -35,6 +35,7 @@ func (q *Queue) Purge(ctx context.Context) (int, error) {
 		q.removeLocked(e)
 		ids = append(ids, e.rec.ID)
 	}
+	clear(q.ready) // the entries go with their records
 	q.ready = q.ready[:0]
 	budget -= len(ids)
 	after := q.through
