@@ -220,6 +220,7 @@ type ClientState struct {
 	outbound        outboundQueue      // queue for pending outbound packets (gateway patch: was a channel)
 	acks            ackQueue           // acks of inbound publishes a hook answers later, in order (gateway patch 12)
 	hold            publishHold        // PUBLISHes held back while a hook asks (gateway patch 13)
+	held            heldAcks           // acks the reader holds until its burst ends (gateway patch 26); owned by the reader
 	endOnce         sync.Once          // only end once
 	isTakenOver     atomic.Bool        // used to identify orphaned clients
 	takenOver       atomic.Bool        // another connection took the session: only its DISCONNECT is written (gateway patch)
@@ -696,6 +697,7 @@ func (cl *Client) readStops() bool {
 		return true
 	}
 	if cl.ackRoomFull() { // gateway patch 12: backpressure while deferred acks hold the receive quota
+		_ = cl.flushHeld() // gateway patch 26: not while waiting; a failed write ends the client
 		cl.waitForAckRoom()
 		if cl.Closed() {
 			return true
@@ -725,6 +727,17 @@ func (cl *Client) awaitInput() error {
 // when the next packet is not there yet or the client is closed (Read
 // finds out which).
 func (cl *Client) readBurst(packetHandler ReadFn) error {
+	cl.State.held.on = true // gateway patch 26: the acks written meanwhile go out together
+	err := cl.readHeld(packetHandler)
+	cl.State.held.on = false
+	if ferr := cl.flushHeld(); err == nil {
+		err = ferr
+	}
+	return err
+}
+
+// readHeld is readBurst's loop.
+func (cl *Client) readHeld(packetHandler ReadFn) error {
 	for {
 		fh := new(packets.FixedHeader)
 		if err := cl.ReadFixedHeader(fh); err != nil {
@@ -1010,12 +1023,29 @@ func (cl *Client) readBody(n int) ([]byte, error) {
 // WritePacket encodes and writes a packet to the client, waiting for a
 // write in progress to end (at most the write timeout).
 func (cl *Client) WritePacket(pk packets.Packet) error {
-	return cl.writePacket(pk, true)
+	return cl.writePacketMode(pk, writeWait)
 }
 
 // writePacket is WritePacket; with wait false it does not wait for a write
 // in progress and returns ErrWriteBusy instead (gateway patch).
 func (cl *Client) writePacket(pk packets.Packet, wait bool) error {
+	if wait {
+		return cl.writePacketMode(pk, writeWait)
+	}
+	return cl.writePacketMode(pk, writeNoWait)
+}
+
+// writeMode is how a write goes out (gateway patches 6 and 26).
+type writeMode uint8
+
+const (
+	writeWait   writeMode = iota // wait for a write in progress (at most the write timeout)
+	writeNoWait                  // refuse with ErrWriteBusy instead of waiting (a DISCONNECT is left pending)
+	writeHold                    // as writeWait, but left in outbuf for the reader's flushHeld (patch 26)
+)
+
+// writePacketMode is writePacket with the write's mode.
+func (cl *Client) writePacketMode(pk packets.Packet, mode writeMode) error {
 	if cl.Closed() {
 		return ErrConnectionClosed
 	}
@@ -1051,7 +1081,7 @@ func (cl *Client) writePacket(pk packets.Packet, wait bool) error {
 	pk = cl.ops.hooks.OnPacketEncode(cl, pk)
 
 	buf := writeBufs.Get() // gateway patch 21: was new(bytes.Buffer), per packet
-	err := cl.encodeWrite(&pk, buf, wait)
+	err := cl.encodeWrite(&pk, buf, mode)
 	writeBufs.Put(buf)
 	return err
 }
@@ -1064,7 +1094,7 @@ var writeBufs = mempool.NewBuffer(64 << 10)
 
 // encodeWrite is writePacket once pk is prepared: it encodes pk into buf
 // and writes it. OnPacketSent gets buf's bytes, valid during the call only.
-func (cl *Client) encodeWrite(pk *packets.Packet, buf *bytes.Buffer, wait bool) error {
+func (cl *Client) encodeWrite(pk *packets.Packet, buf *bytes.Buffer, mode writeMode) error {
 	var err error
 	switch pk.FixedHeader.Type {
 	case packets.Connect:
@@ -1108,7 +1138,7 @@ func (cl *Client) encodeWrite(pk *packets.Packet, buf *bytes.Buffer, wait bool) 
 		return packets.ErrPacketTooLarge // [MQTT-3.1.2-24] [MQTT-3.1.2-25]
 	}
 
-	n, err := cl.writeEncoded(buf.Bytes(), pk.FixedHeader.Type, wait)
+	n, err := cl.writeEncoded(buf.Bytes(), pk.FixedHeader.Type, mode)
 	if err != nil {
 		return err
 	}
@@ -1138,8 +1168,9 @@ func (cl *Client) refused(typ byte) bool {
 // in progress, it does not wait: a DISCONNECT is left for that write's
 // goroutine to write after it (writePending), anything else is refused
 // with ErrWriteBusy. A failed write ends the connection (failWrites).
-func (cl *Client) writeEncoded(b []byte, typ byte, wait bool) (int64, error) {
-	if wait {
+// With writeHold it stays in outbuf for the reader to flush (patch 26).
+func (cl *Client) writeEncoded(b []byte, typ byte, mode writeMode) (int64, error) {
+	if mode != writeNoWait {
 		cl.Net.wmu.Lock()
 	} else if !cl.Net.wmu.TryLock() {
 		if typ != packets.Disconnect {
@@ -1154,7 +1185,7 @@ func (cl *Client) writeEncoded(b []byte, typ byte, wait bool) (int64, error) {
 	var err error
 	if cl.refused(typ) { // again under wmu: a takeover may have come since
 		err = ErrConnectionClosed
-	} else if n, err = cl.writeLocked(b, typ == packets.Disconnect); err != nil {
+	} else if n, err = cl.writeLocked(b, typ == packets.Disconnect, mode == writeHold); err != nil {
 		cl.failWrites(err)
 	}
 	cl.Net.wmu.Unlock()
@@ -1172,7 +1203,7 @@ func (cl *Client) writePending() {
 			return
 		}
 		if p := cl.Net.pending.Swap(nil); p != nil && !cl.State.writesDone.Load() {
-			if _, err := cl.writeLocked(*p, true); err != nil {
+			if _, err := cl.writeLocked(*p, true, false); err != nil {
 				cl.failWrites(err)
 			}
 		}
@@ -1184,9 +1215,10 @@ func (cl *Client) writePending() {
 }
 
 // writeLocked writes b, or batches it in outbuf while more packets are
-// queued and flush is false. The caller holds wmu.
-func (cl *Client) writeLocked(b []byte, flush bool) (int64, error) {
-	if cl.State.outbound.Len() == 0 || flush {
+// queued or hold is set (patch 26: the reader flushes) and flush is not.
+// The caller holds wmu.
+func (cl *Client) writeLocked(b []byte, flush, hold bool) (int64, error) {
+	if (cl.State.outbound.Len() == 0 && !hold) || flush {
 		if cl.Net.outbuf == nil {
 			return cl.writeOut(b)
 		}

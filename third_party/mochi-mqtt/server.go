@@ -1192,7 +1192,7 @@ func (s *Server) processPublish(cl *Client, pk packets.Packet) error {
 		s.hooks.OnQosPublish(cl, ack, ack.Created, 0)
 	}
 
-	err = cl.WritePacket(ack)
+	err = cl.writeReaderAck(ack) // gateway patch 26: with the rest of the reader's burst
 	if err != nil {
 		return err
 	}
