@@ -428,6 +428,7 @@ func (cl *Client) writeLoop() {
 		if pk == nil || cl.Closed() {
 			for pk != nil { // closed: what is left is dropped, as before
 				cl.ackWritten(pk) // gateway patch 12
+				releaseShared(pk) // gateway patch 27
 				atomic.AddInt32(&cl.State.outboundQty, -1)
 				pk = q.pop()
 			}
@@ -469,6 +470,7 @@ func (cl *Client) writeQueued(pk *packets.Packet) {
 	}
 	cl.ackWritten(pk) // gateway patch 12
 	atomic.AddInt32(&cl.State.outboundQty, -1)
+	releaseShared(pk) // gateway patch 27; last: pk may be the shared encoding's own packet
 }
 
 // ParseConnect parses the connect parameters and properties for a client.
@@ -1057,6 +1059,22 @@ func (cl *Client) writePacketMode(pk packets.Packet, mode writeMode) error {
 		return nil
 	}
 
+	if sp := pk.Mods.Shared; sp != nil {
+		return cl.writeShared(&pk, sp.Bytes()) // gateway patch 27
+	}
+	pk = cl.prepareWrite(pk)
+
+	buf := writeBufs.Get() // gateway patch 21: was new(bytes.Buffer), per packet
+	err := cl.encodeWrite(&pk, buf, mode)
+	writeBufs.Put(buf)
+	return err
+}
+
+// prepareWrite sets what pk's encoding for cl depends on, the message
+// expiry interval left, cl's limits and what it asked for, and runs the
+// OnPacketEncode hooks (gateway patch 27: a function of its own, shared
+// with the encodings shared by several clients).
+func (cl *Client) prepareWrite(pk packets.Packet) packets.Packet {
 	if pk.Expiry > 0 {
 		expiry := pk.Expiry - time.Now().Unix()
 		if expiry < 1 {
@@ -1078,12 +1096,7 @@ func (cl *Client) writePacketMode(pk packets.Packet, mode writeMode) error {
 		pk.Mods.AllowResponseInfo = true // [MQTT-3.1.2-28] we need to know which properties we can encode
 	}
 
-	pk = cl.ops.hooks.OnPacketEncode(cl, pk)
-
-	buf := writeBufs.Get() // gateway patch 21: was new(bytes.Buffer), per packet
-	err := cl.encodeWrite(&pk, buf, mode)
-	writeBufs.Put(buf)
-	return err
+	return cl.ops.hooks.OnPacketEncode(cl, pk)
 }
 
 // writeBufs holds the buffers packets are encoded into and writes are
@@ -1143,15 +1156,19 @@ func (cl *Client) encodeWrite(pk *packets.Packet, buf *bytes.Buffer, mode writeM
 		return err
 	}
 
+	cl.sent(pk, buf.Bytes(), n)
+	return err
+}
+
+// sent counts pk, written as b (n bytes), and tells the hooks.
+func (cl *Client) sent(pk *packets.Packet, b []byte, n int64) {
 	atomic.AddInt64(&cl.ops.info.BytesSent, n)
 	atomic.AddInt64(&cl.ops.info.PacketsSent, 1)
 	if pk.FixedHeader.Type == packets.Publish {
 		atomic.AddInt64(&cl.ops.info.MessagesSent, 1)
 	}
 
-	cl.ops.hooks.OnPacketSent(cl, *pk, buf.Bytes())
-
-	return err
+	cl.ops.hooks.OnPacketSent(cl, *pk, b)
 }
 
 // refused reports whether a packet of type typ may no longer be written:

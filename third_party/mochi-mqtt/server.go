@@ -1269,14 +1269,16 @@ func (s *Server) publishToSubscribersStall(pk packets.Packet, stall bool) {
 		inlineSubscription.Handler(s.inlineClient, inlineSubscription.Subscription, pk)
 	}
 
+	var f fanout // gateway patch 27: QoS 0 copies encoded once per variant
 	for id, subs := range subscribers.Subscriptions {
 		if cl, ok := s.Clients.Get(id); ok {
-			_, err := s.publishToClientStall(cl, subs, pk, stall)
+			_, err := s.publishToClientShared(cl, subs, pk, stall, &f)
 			if err != nil {
 				s.Log.Debug("failed publishing packet", "error", err, "client", cl.ID, "packet", pk)
 			}
 		}
 	}
+	f.release()
 }
 
 func (s *Server) publishToClient(cl *Client, sub packets.Subscription, pk packets.Packet) (packets.Packet, error) {
@@ -1286,6 +1288,12 @@ func (s *Server) publishToClient(cl *Client, sub packets.Subscription, pk packet
 // publishToClientStall is publishToClient; with stall, a QoS 0 copy waits
 // for room in a full outbound queue (gateway patch 22, enqueueStall).
 func (s *Server) publishToClientStall(cl *Client, sub packets.Subscription, pk packets.Packet, stall bool) (packets.Packet, error) {
+	return s.publishToClientShared(cl, sub, pk, stall, nil)
+}
+
+// publishToClientShared is publishToClientStall; with f, a QoS 0 copy
+// whose encoding does not depend on cl shares f's (gateway patch 27).
+func (s *Server) publishToClientShared(cl *Client, sub packets.Subscription, pk packets.Packet, stall bool, f *fanout) (packets.Packet, error) {
 	if sub.NoLocal && pk.Origin == cl.ID {
 		return pk, nil // [MQTT-3.8.3-3]
 	}
@@ -1358,13 +1366,21 @@ func (s *Server) publishToClientStall(cl *Client, sub packets.Subscription, pk p
 		return out, packets.CodeDisconnect
 	}
 
+	q := f.shared(cl, &out) // gateway patch 27: nil when cl needs an encoding of its own
+	if q == nil {
+		own := out // on the heap only in this branch
+		q = &own
+	}
 	queued := false
 	if stall && out.FixedHeader.Qos == 0 {
-		queued = cl.enqueueStall(&out, s.Options.SlowSubscriberStall)
+		queued = cl.enqueueStall(q, s.Options.SlowSubscriberStall)
 	} else {
-		queued = cl.enqueue(&out)
+		queued = cl.enqueue(q)
 	}
 	if !queued {
+		if sp := q.Mods.Shared; sp != nil {
+			sp.Release()
+		}
 		atomic.AddInt64(&s.Info.MessagesDropped, 1)
 		cl.ops.hooks.OnPublishDropped(cl, pk)
 		if out.FixedHeader.Qos > 0 {
