@@ -1187,9 +1187,19 @@ func (s *Server) processPublish(cl *Client, pk packets.Packet) error {
 		return nil
 	}
 
-	if ok := cl.State.Inflight.Set(ack); ok {
-		atomic.AddInt64(&s.Info.Inflight, 1)
-		s.hooks.OnQosPublish(cl, ack, ack.Created, 0)
+	// gateway patch 28: only a QoS 2 PUBLISH leaves state to keep (its
+	// PUBREC, until the PUBREL). Upstream also put a QoS 1 one's PUBACK in
+	// the inflight store and took it out again once written, with
+	// OnQosPublish and OnQosComplete around it (a session store wrote it
+	// and deleted it), and the map, emptied each time, was made again
+	// for every message (patch 5): ~7 KB allocated per QoS 1 PUBLISH. No
+	// other goroutine reads a client's inbound ids, so nothing could see
+	// it there; patch 12's path (deferred acks) never kept it either.
+	if pk.FixedHeader.Qos == 2 {
+		if ok := cl.State.Inflight.Set(ack); ok {
+			atomic.AddInt64(&s.Info.Inflight, 1)
+			s.hooks.OnQosPublish(cl, ack, ack.Created, 0)
+		}
 	}
 
 	err = cl.writeReaderAck(ack) // gateway patch 26: with the rest of the reader's burst
@@ -1198,11 +1208,7 @@ func (s *Server) processPublish(cl *Client, pk packets.Packet) error {
 	}
 
 	if pk.FixedHeader.Qos == 1 {
-		if ok := cl.State.Inflight.Delete(ack.PacketID); ok {
-			atomic.AddInt64(&s.Info.Inflight, -1)
-		}
 		cl.State.Inflight.IncreaseReceiveQuota()
-		s.hooks.OnQosComplete(cl, ack)
 	}
 
 	s.publishToSubscribersFrom(cl, pk)
