@@ -508,8 +508,7 @@ func (h *hook) Filters(fn func(string)) {
 // (docs/queues.md, "Alternate destinations"). One lookup in mochi's topic
 // index; asked only for topics an alternate covers.
 func (h *hook) Reaches(m *core.Message) bool {
-	subs := h.s.mochi.Topics.Subscribers(m.Topic)
-	return len(subs.Subscriptions) > 0 || len(subs.Shared) > 0
+	return h.reachesAny(m.Topic)
 }
 
 // Deliver implements core.Subscriber: a message from another front-end is
@@ -518,6 +517,9 @@ func (h *hook) Reaches(m *core.Message) bool {
 func (h *hook) Deliver(m *core.Message, d core.Delivery) error {
 	if m.Expired(time.Now()) {
 		return nil
+	}
+	if d.Share == "" && !h.reachesAny(m.Topic) {
+		return nil // no MQTT session here takes it: nothing to inject
 	}
 	cl := h.s.inline()
 	if cl == nil {
@@ -540,6 +542,20 @@ func (h *hook) Deliver(m *core.Message, d core.Delivery) error {
 	h.s.sessions.holdDelivery(d.Acks, mark) // until the sessions it reached have it on disk
 	h.out.Out(m.Created)
 	return nil
+}
+
+// reachesAny reports whether topic matches any subscription in mochi's
+// index: a session's, connected or persistent and offline, a shared
+// group's or an inline one. Deliver skips the inject without one: an
+// AMQP, bridge or cluster message nobody here subscribes to cost a
+// packet, mochi's publish path and its hooks for nothing (a fifth of the
+// gateway's CPU per AMQP→AMQP message). The lookup is the one the fan-out
+// itself makes first (patch 23's cache), so a message that does go in
+// pays for it once more from the cache. A share copy (Delivery.Share) is
+// not skipped here: markShare answers it, ErrNoMember included.
+func (h *hook) reachesAny(topic string) bool {
+	subs := h.s.mochi.Topics.SubscribersCached(topic)
+	return len(subs.Subscriptions) > 0 || len(subs.Shared) > 0 || len(subs.InlineSubscriptions) > 0
 }
 
 // OnConnect refuses a will whose topic is over the topic limits, as

@@ -1,6 +1,7 @@
 package mqtt
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"net"
@@ -223,3 +224,28 @@ func BenchmarkHookQoS1Routed(b *testing.B) {
 type benchTaker struct{ n atomic.Int64 }
 
 func (t *benchTaker) Deliver(*core.Message, core.Delivery) error { t.n.Add(1); return nil }
+
+// BenchmarkRouterPublishNoMQTTSubscriber is one AMQP-origin QoS 0 message
+// routed to one AMQP-side subscriber (benchTaker) with no MQTT subscriber:
+// the router's fan-out, which also hands it to the front-end's "#"
+// (Deliver). Before Deliver asked mochi's index first, the message was
+// injected through mochi's publish path anyway.
+func BenchmarkRouterPublishNoMQTTSubscriber(b *testing.B) {
+	s := benchServer(b)
+	taker := new(benchTaker)
+	if _, err := s.opts.Router.Subscribe("load/#", taker, core.SubOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	if s.inline() == nil {
+		b.Fatal("no inline client")
+	}
+	m := &core.Message{Topic: "load/p0/s0", Payload: make([]byte, 64), Origin: core.Origin{Protocol: core.ProtocolAMQP}}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		s.opts.Router.Publish(ctx, m)
+	}
+	if taker.n.Load() == 0 {
+		b.Fatal("nothing delivered")
+	}
+}

@@ -81,6 +81,11 @@ func TestSlowSubscriberStallLosesNothing(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no SUBACK")
 	}
+	// The SUBSCRIBE's retained replay holds the subscriber's live
+	// PUBLISHes (patch 13) until after the SUBACK is written; held QoS 0
+	// ones over the queue's 4 are dropped, which is not what is tested
+	// here (71 of 8,000 were, now and then, on a loaded machine).
+	waitUntil(t, "the replay to end", func() bool { return s.hook.replay.holding.Load() == 0 })
 
 	const pubs, n = 4, 2000
 	burst := qos0Publishes("burst/x", make([]byte, 64), n)

@@ -174,7 +174,7 @@ func (a *ackQueue) drop(p *PendingAck) {
 func (cl *Client) writeAck(p *PendingAck, ack packets.Packet, settle bool) error {
 	a := &cl.State.acks
 	if p == nil && !a.busy() {
-		return cl.WritePacket(ack)
+		return cl.writeReaderAck(ack) // gateway patch 26
 	}
 	a.mu.Lock()
 	if p == nil {

@@ -221,6 +221,7 @@ type ClientState struct {
 	outbound        outboundQueue      // queue for pending outbound packets (gateway patch: was a channel)
 	acks            ackQueue           // acks of inbound publishes a hook answers later, in order (gateway patch 12)
 	hold            publishHold        // PUBLISHes held back while a hook asks (gateway patch 13)
+	held            heldAcks           // acks the reader holds until its burst ends (gateway patch 26); owned by the reader
 	endOnce         sync.Once          // only end once
 	isTakenOver     atomic.Bool        // used to identify orphaned clients
 	takenOver       atomic.Bool        // another connection took the session: only its DISCONNECT is written (gateway patch)
@@ -429,6 +430,7 @@ func (cl *Client) writeLoop() {
 		if pk == nil || cl.Closed() {
 			for pk != nil { // closed: what is left is dropped, as before
 				cl.ackWritten(pk) // gateway patch 12
+				releaseShared(pk) // gateway patch 27
 				atomic.AddInt32(&cl.State.outboundQty, -1)
 				pk = q.pop()
 			}
@@ -470,6 +472,7 @@ func (cl *Client) writeQueued(pk *packets.Packet) {
 	}
 	cl.ackWritten(pk) // gateway patch 12
 	atomic.AddInt32(&cl.State.outboundQty, -1)
+	releaseShared(pk) // gateway patch 27; last: pk may be the shared encoding's own packet
 }
 
 // ParseConnect parses the connect parameters and properties for a client.
@@ -698,6 +701,7 @@ func (cl *Client) readStops() bool {
 		return true
 	}
 	if cl.ackRoomFull() { // gateway patch 12: backpressure while deferred acks hold the receive quota
+		_ = cl.flushHeld() // gateway patch 26: not while waiting; a failed write ends the client
 		cl.waitForAckRoom()
 		if cl.Closed() {
 			return true
@@ -727,6 +731,17 @@ func (cl *Client) awaitInput() error {
 // when the next packet is not there yet or the client is closed (Read
 // finds out which).
 func (cl *Client) readBurst(packetHandler ReadFn) error {
+	cl.State.held.on = true // gateway patch 26: the acks written meanwhile go out together
+	err := cl.readHeld(packetHandler)
+	cl.State.held.on = false
+	if ferr := cl.flushHeld(); err == nil {
+		err = ferr
+	}
+	return err
+}
+
+// readHeld is readBurst's loop.
+func (cl *Client) readHeld(packetHandler ReadFn) error {
 	for {
 		fh := new(packets.FixedHeader)
 		if err := cl.ReadFixedHeader(fh); err != nil {
@@ -1015,12 +1030,29 @@ func (cl *Client) readBody(n int) ([]byte, error) {
 // WritePacket encodes and writes a packet to the client, waiting for a
 // write in progress to end (at most the write timeout).
 func (cl *Client) WritePacket(pk packets.Packet) error {
-	return cl.writePacket(pk, true)
+	return cl.writePacketMode(pk, writeWait)
 }
 
 // writePacket is WritePacket; with wait false it does not wait for a write
 // in progress and returns ErrWriteBusy instead (gateway patch).
 func (cl *Client) writePacket(pk packets.Packet, wait bool) error {
+	if wait {
+		return cl.writePacketMode(pk, writeWait)
+	}
+	return cl.writePacketMode(pk, writeNoWait)
+}
+
+// writeMode is how a write goes out (gateway patches 6 and 26).
+type writeMode uint8
+
+const (
+	writeWait   writeMode = iota // wait for a write in progress (at most the write timeout)
+	writeNoWait                  // refuse with ErrWriteBusy instead of waiting (a DISCONNECT is left pending)
+	writeHold                    // as writeWait, but left in outbuf for the reader's flushHeld (patch 26)
+)
+
+// writePacketMode is writePacket with the write's mode.
+func (cl *Client) writePacketMode(pk packets.Packet, mode writeMode) error {
 	if cl.Closed() {
 		return ErrConnectionClosed
 	}
@@ -1032,6 +1064,22 @@ func (cl *Client) writePacket(pk packets.Packet, wait bool) error {
 		return nil
 	}
 
+	if sp := pk.Mods.Shared; sp != nil {
+		return cl.writeShared(&pk, sp.Bytes()) // gateway patch 27
+	}
+	pk = cl.prepareWrite(pk)
+
+	buf := writeBufs.Get() // gateway patch 21: was new(bytes.Buffer), per packet
+	err := cl.encodeWrite(&pk, buf, mode)
+	writeBufs.Put(buf)
+	return err
+}
+
+// prepareWrite sets what pk's encoding for cl depends on, the message
+// expiry interval left, cl's limits and what it asked for, and runs the
+// OnPacketEncode hooks (gateway patch 27: a function of its own, shared
+// with the encodings shared by several clients).
+func (cl *Client) prepareWrite(pk packets.Packet) packets.Packet {
 	if pk.Expiry > 0 {
 		expiry := pk.Expiry - time.Now().Unix()
 		if expiry < 1 {
@@ -1053,12 +1101,7 @@ func (cl *Client) writePacket(pk packets.Packet, wait bool) error {
 		pk.Mods.AllowResponseInfo = true // [MQTT-3.1.2-28] we need to know which properties we can encode
 	}
 
-	pk = cl.ops.hooks.OnPacketEncode(cl, pk)
-
-	buf := writeBufs.Get() // gateway patch 21: was new(bytes.Buffer), per packet
-	err := cl.encodeWrite(&pk, buf, wait)
-	writeBufs.Put(buf)
-	return err
+	return cl.ops.hooks.OnPacketEncode(cl, pk)
 }
 
 // writeBufs holds the buffers packets are encoded into and writes are
@@ -1069,7 +1112,7 @@ var writeBufs = mempool.NewBuffer(64 << 10)
 
 // encodeWrite is writePacket once pk is prepared: it encodes pk into buf
 // and writes it. OnPacketSent gets buf's bytes, valid during the call only.
-func (cl *Client) encodeWrite(pk *packets.Packet, buf *bytes.Buffer, wait bool) error {
+func (cl *Client) encodeWrite(pk *packets.Packet, buf *bytes.Buffer, mode writeMode) error {
 	var err error
 	switch pk.FixedHeader.Type {
 	case packets.Connect:
@@ -1113,11 +1156,17 @@ func (cl *Client) encodeWrite(pk *packets.Packet, buf *bytes.Buffer, wait bool) 
 		return packets.ErrPacketTooLarge // [MQTT-3.1.2-24] [MQTT-3.1.2-25]
 	}
 
-	n, err := cl.writeEncoded(buf.Bytes(), pk.FixedHeader.Type, wait)
+	n, err := cl.writeEncoded(buf.Bytes(), pk.FixedHeader.Type, mode)
 	if err != nil {
 		return err
 	}
 
+	cl.sent(pk, buf.Bytes(), n)
+	return err
+}
+
+// sent counts pk, written as b (n bytes), and tells the hooks.
+func (cl *Client) sent(pk *packets.Packet, b []byte, n int64) {
 	atomic.AddInt64(&cl.ops.info.BytesSent, n)
 	atomic.AddInt64(&cl.ops.info.PacketsSent, 1)
 	cl.Net.Stats.BytesSent.Add(n) // gateway patch 33
@@ -1126,9 +1175,7 @@ func (cl *Client) encodeWrite(pk *packets.Packet, buf *bytes.Buffer, wait bool) 
 		cl.Net.Stats.MessagesSent.Add(1)
 	}
 
-	cl.ops.hooks.OnPacketSent(cl, *pk, buf.Bytes())
-
-	return err
+	cl.ops.hooks.OnPacketSent(cl, *pk, b)
 }
 
 // refused reports whether a packet of type typ may no longer be written:
@@ -1145,8 +1192,9 @@ func (cl *Client) refused(typ byte) bool {
 // in progress, it does not wait: a DISCONNECT is left for that write's
 // goroutine to write after it (writePending), anything else is refused
 // with ErrWriteBusy. A failed write ends the connection (failWrites).
-func (cl *Client) writeEncoded(b []byte, typ byte, wait bool) (int64, error) {
-	if wait {
+// With writeHold it stays in outbuf for the reader to flush (patch 26).
+func (cl *Client) writeEncoded(b []byte, typ byte, mode writeMode) (int64, error) {
+	if mode != writeNoWait {
 		cl.Net.wmu.Lock()
 	} else if !cl.Net.wmu.TryLock() {
 		if typ != packets.Disconnect {
@@ -1161,7 +1209,7 @@ func (cl *Client) writeEncoded(b []byte, typ byte, wait bool) (int64, error) {
 	var err error
 	if cl.refused(typ) { // again under wmu: a takeover may have come since
 		err = ErrConnectionClosed
-	} else if n, err = cl.writeLocked(b, typ == packets.Disconnect); err != nil {
+	} else if n, err = cl.writeLocked(b, typ == packets.Disconnect, mode == writeHold); err != nil {
 		cl.failWrites(err)
 	}
 	cl.Net.wmu.Unlock()
@@ -1179,7 +1227,7 @@ func (cl *Client) writePending() {
 			return
 		}
 		if p := cl.Net.pending.Swap(nil); p != nil && !cl.State.writesDone.Load() {
-			if _, err := cl.writeLocked(*p, true); err != nil {
+			if _, err := cl.writeLocked(*p, true, false); err != nil {
 				cl.failWrites(err)
 			}
 		}
@@ -1191,9 +1239,10 @@ func (cl *Client) writePending() {
 }
 
 // writeLocked writes b, or batches it in outbuf while more packets are
-// queued and flush is false. The caller holds wmu.
-func (cl *Client) writeLocked(b []byte, flush bool) (int64, error) {
-	if cl.State.outbound.Len() == 0 || flush {
+// queued or hold is set (patch 26: the reader flushes) and flush is not.
+// The caller holds wmu.
+func (cl *Client) writeLocked(b []byte, flush, hold bool) (int64, error) {
+	if (cl.State.outbound.Len() == 0 && !hold) || flush {
 		if cl.Net.outbuf == nil {
 			return cl.writeOut(b)
 		}

@@ -1201,22 +1201,28 @@ func (s *Server) processPublish(cl *Client, pk packets.Packet) error {
 		return nil
 	}
 
-	if ok := cl.State.Inflight.Set(ack); ok {
-		atomic.AddInt64(&s.Info.Inflight, 1)
-		s.hooks.OnQosPublish(cl, ack, ack.Created, 0)
+	// gateway patch 28: only a QoS 2 PUBLISH leaves state to keep (its
+	// PUBREC, until the PUBREL). Upstream also put a QoS 1 one's PUBACK in
+	// the inflight store and took it out again once written, with
+	// OnQosPublish and OnQosComplete around it (a session store wrote it
+	// and deleted it), and the map, emptied each time, was made again
+	// for every message (patch 5): ~7 KB allocated per QoS 1 PUBLISH. No
+	// other goroutine reads a client's inbound ids, so nothing could see
+	// it there; patch 12's path (deferred acks) never kept it either.
+	if pk.FixedHeader.Qos == 2 {
+		if ok := cl.State.Inflight.Set(ack); ok {
+			atomic.AddInt64(&s.Info.Inflight, 1)
+			s.hooks.OnQosPublish(cl, ack, ack.Created, 0)
+		}
 	}
 
-	err = cl.WritePacket(ack)
+	err = cl.writeReaderAck(ack) // gateway patch 26: with the rest of the reader's burst
 	if err != nil {
 		return err
 	}
 
 	if pk.FixedHeader.Qos == 1 {
-		if ok := cl.State.Inflight.Delete(ack.PacketID); ok {
-			atomic.AddInt64(&s.Info.Inflight, -1)
-		}
 		cl.State.Inflight.IncreaseReceiveQuota()
-		s.hooks.OnQosComplete(cl, ack)
 	}
 
 	s.publishToSubscribersFrom(cl, pk)
@@ -1283,14 +1289,16 @@ func (s *Server) publishToSubscribersStall(pk packets.Packet, stall bool) {
 		inlineSubscription.Handler(s.inlineClient, inlineSubscription.Subscription, pk)
 	}
 
+	var f fanout // gateway patch 27: QoS 0 copies encoded once per variant
 	for id, subs := range subscribers.Subscriptions {
 		if cl, ok := s.Clients.Get(id); ok {
-			_, err := s.publishToClientStall(cl, subs, pk, stall)
+			_, err := s.publishToClientShared(cl, subs, pk, stall, &f)
 			if err != nil {
 				s.Log.Debug("failed publishing packet", "error", err, "client", cl.ID, "packet", pk)
 			}
 		}
 	}
+	f.release()
 }
 
 func (s *Server) publishToClient(cl *Client, sub packets.Subscription, pk packets.Packet) (packets.Packet, error) {
@@ -1300,6 +1308,12 @@ func (s *Server) publishToClient(cl *Client, sub packets.Subscription, pk packet
 // publishToClientStall is publishToClient; with stall, a QoS 0 copy waits
 // for room in a full outbound queue (gateway patch 22, enqueueStall).
 func (s *Server) publishToClientStall(cl *Client, sub packets.Subscription, pk packets.Packet, stall bool) (packets.Packet, error) {
+	return s.publishToClientShared(cl, sub, pk, stall, nil)
+}
+
+// publishToClientShared is publishToClientStall; with f, a QoS 0 copy
+// whose encoding does not depend on cl shares f's (gateway patch 27).
+func (s *Server) publishToClientShared(cl *Client, sub packets.Subscription, pk packets.Packet, stall bool, f *fanout) (packets.Packet, error) {
 	if sub.NoLocal && pk.Origin == cl.ID {
 		return pk, nil // [MQTT-3.8.3-3]
 	}
@@ -1375,13 +1389,21 @@ func (s *Server) publishToClientStall(cl *Client, sub packets.Subscription, pk p
 		return out, packets.CodeDisconnect
 	}
 
+	q := f.shared(cl, &out) // gateway patch 27: nil when cl needs an encoding of its own
+	if q == nil {
+		own := out // on the heap only in this branch
+		q = &own
+	}
 	queued := false
 	if stall && out.FixedHeader.Qos == 0 {
-		queued = cl.enqueueStall(&out, s.Options.SlowSubscriberStall)
+		queued = cl.enqueueStall(q, s.Options.SlowSubscriberStall)
 	} else {
-		queued = cl.enqueue(&out)
+		queued = cl.enqueue(q)
 	}
 	if !queued {
+		if sp := q.Mods.Shared; sp != nil {
+			sp.Release()
+		}
 		atomic.AddInt64(&s.Info.MessagesDropped, 1)
 		if out.FixedHeader.Qos > 0 {
 			// gateway patch 35: the rollback comes first, under the id's

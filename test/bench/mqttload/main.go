@@ -14,7 +14,9 @@
 //
 // Every phase uses fresh connections of this program's own MQTT client
 // (client.go; MQTT 3.1.1 by default, which all four speak) and reads the
-// server's CPU time (utime+stime, /proc/PID/stat) before and after.
+// server's CPU time (utime+stime, /proc/PID/stat) and its write system
+// calls (syscw, /proc/PID/io: below 1 per delivered message when it
+// coalesces packets into one write) before and after.
 // Scenarios, each at QoS 0 and 1, unpaced, 64 B payloads:
 //
 //   - pairs (4 → 4): publisher i publishes round-robin on load/p{i}/s{j},
@@ -38,6 +40,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -208,7 +211,7 @@ func run(r *rig.Rig, o *options) error {
 	}
 	results := map[key][]result{}
 	tw := tabwriter.NewWriter(os.Stdout, 2, 8, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "round\tscenario\tQoS\ttarget\texpected\tdelivered\tdrops\tmsgs/s\tp50\tp99\tserver CPU/msg\t")
+	fmt.Fprintln(tw, "round\tscenario\tQoS\ttarget\texpected\tdelivered\tdrops\tmsgs/s\tp50\tp99\tserver CPU/msg\twrites/msg\t")
 	for round := 0; round < o.rounds; round++ {
 		for _, s := range scens {
 			for i := range targets {
@@ -219,9 +222,9 @@ func run(r *rig.Rig, o *options) error {
 				}
 				k := key{s.name, s.qos, t.name}
 				results[k] = append(results[k], res)
-				fmt.Fprintf(os.Stderr, "  round %d %-8s QoS %d %-10s %8.0f msgs/s %6d drops %6.1f µs/msg\n", round+1, s.name, s.qos, t.name, res.rate(), res.drops(), res.cpuPerMsg())
-				fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%d\t%d\t%d\t%.0f\t%s\t%s\t%.1f µs\t\n", round+1, s.name, s.qos, t.name,
-					res.want, res.got, res.drops(), res.rate(), rig.Ms(res.p50), rig.Ms(res.p99), res.cpuPerMsg())
+				fmt.Fprintf(os.Stderr, "  round %d %-8s QoS %d %-10s %8.0f msgs/s %6d drops %6.1f µs/msg %5.2f writes/msg\n", round+1, s.name, s.qos, t.name, res.rate(), res.drops(), res.cpuPerMsg(), res.writesPerMsg())
+				fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%d\t%d\t%d\t%.0f\t%s\t%s\t%.1f µs\t%.2f\t\n", round+1, s.name, s.qos, t.name,
+					res.want, res.got, res.drops(), res.rate(), rig.Ms(res.p50), rig.Ms(res.p99), res.cpuPerMsg(), res.writesPerMsg())
 			}
 		}
 	}
@@ -232,7 +235,7 @@ func run(r *rig.Rig, o *options) error {
 	tw = tabwriter.NewWriter(os.Stdout, 2, 8, 2, ' ', tabwriter.AlignRight)
 	head := "scenario\tQoS\t"
 	for _, t := range targets {
-		head += t.name + " msgs/s\tdrops\tµs\t"
+		head += t.name + " msgs/s\tdrops\tµs\twr/msg\t"
 	}
 	for _, t := range targets[1:] {
 		head += "gw/" + t.name + "\t"
@@ -251,9 +254,9 @@ func run(r *rig.Rig, o *options) error {
 			means[i] = mean(results[key{s.name, s.qos, t.name}])
 			m := means[i]
 			if s.rate > 0 {
-				line += fmt.Sprintf("p50 %s p99 %s\t%d\t%.1f\t", rig.Ms(m.p50), rig.Ms(m.p99), m.drops(), m.cpuPerMsg())
+				line += fmt.Sprintf("p50 %s p99 %s\t%d\t%.1f\t%.2f\t", rig.Ms(m.p50), rig.Ms(m.p99), m.drops(), m.cpuPerMsg(), m.writesPerMsg())
 			} else {
-				line += fmt.Sprintf("%.0f\t%d\t%.1f\t", m.rate(), m.drops(), m.cpuPerMsg())
+				line += fmt.Sprintf("%.0f\t%d\t%.1f\t%.2f\t", m.rate(), m.drops(), m.cpuPerMsg(), m.writesPerMsg())
 			}
 		}
 		for i := range targets[1:] {
@@ -275,11 +278,33 @@ type result struct {
 	elapsed   time.Duration
 	p50, p99  time.Duration
 	srvCPU    time.Duration
+	writes    int64 // the server's write system calls (syscw)
 }
 
 func (r result) rate() float64      { return float64(r.got) / r.elapsed.Seconds() }
 func (r result) drops() int         { return r.want - r.got }
 func (r result) cpuPerMsg() float64 { return float64(r.srvCPU) / float64(max(r.got, 1)) / 1e3 }
+
+// writesPerMsg is the server's write system calls per delivered message:
+// below 1 when it coalesces packets into one write (its acks and the
+// PUBACKs it writes to QoS 1 publishers count too).
+func (r result) writesPerMsg() float64 { return float64(r.writes) / float64(max(r.got, 1)) }
+
+// writeCalls reads syscw, the write-like system calls pid made so far
+// (write, writev, sendmsg...), from /proc/PID/io; 0 when it cannot.
+func writeCalls(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "syscw: "); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
 
 func mean(rs []result) result {
 	var m result
@@ -290,10 +315,12 @@ func mean(rs []result) result {
 		m.p50 += r.p50
 		m.p99 += r.p99
 		m.srvCPU += r.srvCPU
+		m.writes += r.writes
 		rate += r.rate()
 	}
 	n := max(len(rs), 1)
 	m.want, m.got, m.p50, m.p99, m.srvCPU = m.want/n, m.got/n, m.p50/time.Duration(n), m.p99/time.Duration(n), m.srvCPU/time.Duration(n)
+	m.writes /= int64(n)
 	m.elapsed = time.Duration(float64(m.got) / (rate / float64(n)) * float64(time.Second))
 	return m
 }
@@ -350,6 +377,7 @@ func phase(t target, s scenario, o *options, tag string) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
+	w0 := writeCalls(t.child.PID)
 	if o.profile != "" && t.child.Admin != "" && tag != "warm" {
 		prof := rig.ProfileGateway(t.child.Admin, o.profFor, filepath.Join(o.profile, fmt.Sprintf("%s-%s-q%d.pprof", tag, s.name, s.qos)))
 		defer func() {
@@ -392,7 +420,7 @@ func phase(t target, s scenario, o *options, tag string) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
-	res := result{want: int(want), got: int(total()), srvCPU: cpu1 - cpu0}
+	res := result{want: int(want), got: int(total()), srvCPU: cpu1 - cpu0, writes: writeCalls(t.child.PID) - w0}
 	if res.got == 0 {
 		return res, errors.New("no message delivered")
 	}

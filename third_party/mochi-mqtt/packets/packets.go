@@ -145,6 +145,17 @@ type Mods struct {
 	MaxSize             uint32 // the maximum packet size specified by the client / server
 	DisallowProblemInfo bool   // if problem info is disallowed
 	AllowResponseInfo   bool   // if response info is disallowed
+	// Shared is set on a PUBLISH encoded once for several clients (gateway
+	// patch 27): the writer writes its bytes instead of encoding pk. Copy
+	// leaves it out.
+	Shared SharedEncoding
+}
+
+// SharedEncoding is the encoding of a PUBLISH queued for several clients
+// (gateway patch 27): Bytes is valid until the last of them calls Release.
+type SharedEncoding interface {
+	Bytes() []byte
+	Release()
 }
 
 // ConnectParams contains packet values which are specifically related to connect packets.
