@@ -11,7 +11,8 @@
 //	queues/<name>/n       records and bytes held (two big-endian uint64),
 //	                      written in the transaction that changes them
 //	queues/<name>/m/<id>  the records: big-endian uint64 ID → core/codec
-//	                      encoding; IDs come from the bucket's sequence,
+//	                      compact encoding (a payload that ends the AMQP
+//	                      native bytes is written once); IDs come from the bucket's sequence,
 //	                      which bbolt keeps in the file, so they are never
 //	                      reused after a reopen
 //	queues/<name>/d/<id>  the delivery state of a record given back
@@ -411,9 +412,12 @@ type qlog struct {
 
 // Append implements queue.Log: the message is encoded on the caller's
 // goroutine and queued to the writer; done comes after the commit that
-// holds it.
+// holds it. EncodeCompact: a message received over AMQP would otherwise
+// carry its payload twice (in its native bytes too), and a record of 2 KiB
+// instead of 1 fills a bbolt page alone, so every leaf of two spans two
+// pages (an allocation per spill, and twice the bytes to write and fsync).
 func (l *qlog) Append(m *core.Message, done func(uint64, error)) {
-	o := op{log: l, data: codec.Encode(m), size: int64(m.Size()), done: done}
+	o := op{log: l, data: codec.EncodeCompact(m), size: int64(m.Size()), done: done}
 	if !l.b.loop.Add(o) {
 		done(0, fmt.Errorf("%w: embedded %s: closed", queue.ErrUnavailable, l.b.path))
 	}

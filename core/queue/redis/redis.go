@@ -389,9 +389,10 @@ type rlog struct {
 }
 
 // Append implements queue.Log: encoded on the caller's goroutine, queued
-// to the writer, done once Redis has answered.
+// to the writer, done once Redis has answered. EncodeCompact: an AMQP
+// message's payload goes to Redis once, not also inside its native bytes.
 func (l *rlog) Append(m *core.Message, done func(uint64, error)) {
-	o := op{log: l, data: string(codec.Encode(m)), size: m.Size(), done: done}
+	o := op{log: l, data: string(codec.EncodeCompact(m)), size: m.Size(), done: done}
 	if !l.b.loop.Add(o) {
 		done(0, fmt.Errorf("%w: redis: closed", queue.ErrUnavailable))
 	}

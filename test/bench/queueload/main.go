@@ -2,7 +2,7 @@
 // publish → store → consume → ack, and compares it with RabbitMQ in the
 // same run (issue 10, "Performance"):
 //
-//	go run ./test/bench/queueload [-n 20000 -pubs 4 -subs 4 -size 1024 -window 64] [-no-rabbitmq] [-profile dir]
+//	go run ./test/bench/queueload [-n 20000 -pubs 4 -subs 4 -size 1024 -window 64] [-no-rabbitmq] [-profile dir [-profile-for 3s]]
 //
 // Targets, each a fresh server process with one durable queue "load":
 // the gateway binary with queues.backend=embedded (fsync'd group commits),
@@ -44,7 +44,8 @@ import (
 
 type config struct {
 	n, pubs, subs, size, window int
-	profile                     string // -profile: where the gateway's CPU profiles go
+	profile                     string        // -profile: where the gateway's CPU and allocation profiles go
+	profileFor                  time.Duration // -profile-for: the CPU profile's length
 }
 
 type result struct {
@@ -68,6 +69,7 @@ func main() {
 	flag.IntVar(&c.size, "size", 1024, "payload bytes (at least 8: the send time)")
 	flag.IntVar(&c.window, "window", 64, "unsettled sends in flight per sender")
 	flag.StringVar(&c.profile, "profile", "", "write each gateway's CPU profile (admin /debug/pprof/profile, while its senders run) to this directory")
+	flag.DurationVar(&c.profileFor, "profile-for", 3*time.Second, "the CPU profile's length (-profile)")
 	skipRabbit := flag.Bool("no-rabbitmq", false, "leave RabbitMQ out")
 	flag.Parse()
 	c.size = max(c.size, 8)
@@ -273,7 +275,8 @@ func runTarget(c config, name, addr, target string, g *rig.Child) (result, error
 	profiled := make(chan error, 1)
 	if c.profile != "" && g != nil && g.Admin != "" {
 		go func() {
-			profiled <- profile(ctx, g.Admin, filepath.Join(c.profile, strings.ReplaceAll(name, " ", "-")+".pprof"))
+			profiled <- profile(ctx, g.Admin, fmt.Sprintf("profile?seconds=%d", int(c.profileFor.Seconds())),
+				filepath.Join(c.profile, strings.ReplaceAll(name, " ", "-")+".pprof"))
 		}()
 	} else {
 		profiled <- nil
@@ -309,6 +312,12 @@ func runTarget(c config, name, addr, target string, g *rig.Child) (result, error
 	wg.Wait()
 	if err := <-profiled; err != nil {
 		return result{}, fmt.Errorf("profile: %w", err)
+	}
+	if c.profile != "" && g != nil && g.Admin != "" {
+		// Allocations since the gateway started: the run and its setup.
+		if err := profile(ctx, g.Admin, "allocs", filepath.Join(c.profile, strings.ReplaceAll(name, " ", "-")+".allocs.pprof")); err != nil {
+			return result{}, fmt.Errorf("profile: %w", err)
+		}
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -358,10 +367,11 @@ func send(ctx context.Context, snd *goamqp.Sender, n int, c config) error {
 	return nil
 }
 
-// profile fetches a 3 s CPU profile from the gateway's admin API at admin
-// into path: the middle of a run of -n 100000 or so.
-func profile(ctx context.Context, admin, path string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+admin+"/debug/pprof/profile?seconds=3", nil)
+// profile fetches /debug/pprof/<which> from the gateway's admin API at
+// admin into path: a CPU profile of -profile-for from the run's start (a
+// run of -n 100000 or so lasts longer), or the allocations at its end.
+func profile(ctx context.Context, admin, which, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+admin+"/debug/pprof/"+which, nil)
 	if err != nil {
 		return err
 	}
