@@ -20,6 +20,7 @@
 package embedded
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -117,6 +118,10 @@ type txQueue struct {
 	// queues: nothing given back), so that a removal looks for a state
 	// only where there may be one.
 	states *bolt.Bucket
+	// Cursors on records and states for removals, made once per
+	// transaction: bbolt's Get and Delete each make a cursor and grow its
+	// stack, and a removal through one seek of a kept cursor does both.
+	cur, stateCur *bolt.Cursor
 }
 
 var (
@@ -374,22 +379,30 @@ func (b *Backend) apply(queues *bolt.Bucket, o *op) error {
 	if ids == nil {
 		ids = []uint64{o.rm} // does not escape: no allocation
 	}
+	if q.cur == nil {
+		q.cur = q.bucket.Cursor()
+	}
 	for _, id := range ids {
 		binary.BigEndian.PutUint64(key[:], id)
-		v := q.bucket.Get(key[:])
-		if v == nil {
+		k, v := q.cur.Seek(key[:])
+		if !bytes.Equal(k, key[:]) {
 			continue // removed before, or never stored
 		}
 		meta, err := codec.ReadMeta(v)
 		if err != nil {
 			return fmt.Errorf("queue %q record %d: %w", o.log.name, id, err)
 		}
-		if err := q.bucket.Delete(key[:]); err != nil {
+		if err := q.cur.Delete(); err != nil {
 			return err
 		}
 		if q.states != nil {
-			if err := q.states.Delete(key[:]); err != nil {
-				return err
+			if q.stateCur == nil {
+				q.stateCur = q.states.Cursor()
+			}
+			if k, _ := q.stateCur.Seek(key[:]); bytes.Equal(k, key[:]) {
+				if err := q.stateCur.Delete(); err != nil {
+					return err
+				}
 			}
 		}
 		q.records--
