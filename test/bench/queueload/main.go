@@ -2,7 +2,7 @@
 // publish → store → consume → ack, and compares it with RabbitMQ in the
 // same run (issue 10, "Performance"):
 //
-//	go run ./test/bench/queueload [-n 20000 -pubs 4 -subs 4 -size 1024 -window 64] [-no-rabbitmq] [-profile dir [-profile-for 3s]]
+//	go run ./test/bench/queueload [-n 20000 -pubs 4 -subs 4 -size 1024 -window 64] [-no-redis] [-no-rabbitmq] [-profile dir [-profile-for 3s]]
 //
 // Targets, each a fresh server process with one durable queue "load":
 // the gateway binary with queues.backend=embedded (fsync'd group commits),
@@ -71,6 +71,7 @@ func main() {
 	flag.StringVar(&c.profile, "profile", "", "write each gateway's CPU profile (admin /debug/pprof/profile, while its senders run) to this directory")
 	flag.DurationVar(&c.profileFor, "profile-for", 3*time.Second, "the CPU profile's length (-profile)")
 	skipRabbit := flag.Bool("no-rabbitmq", false, "leave RabbitMQ out")
+	skipRedis := flag.Bool("no-redis", false, "leave the gateway with the Redis backend out")
 	flag.Parse()
 	c.size = max(c.size, 8)
 
@@ -116,14 +117,16 @@ func main() {
 	run("gateway embedded", addr, "queue://load", g)
 	g.Kill()
 
-	red, err := r.StartRedis("redis")
-	if err != nil {
-		r.Fatal(err)
+	if !*skipRedis {
+		red, err := r.StartRedis("redis")
+		if err != nil {
+			r.Fatal(err)
+		}
+		addr, g = gateway("gw-redis", "--queues.backend=redis", "--retain.redis.url=redis://"+red.Addr+"/0")
+		run("gateway redis", addr, "queue://load", g)
+		g.Kill()
+		red.Kill()
 	}
-	addr, g = gateway("gw-redis", "--queues.backend=redis", "--retain.redis.url=redis://"+red.Addr+"/0")
-	run("gateway redis", addr, "queue://load", g)
-	g.Kill()
-	red.Kill()
 
 	if !*skipRabbit {
 		dir := filepath.Join(r.Dir, "rabbitmq")
