@@ -85,9 +85,15 @@ func AppendCompact(dst []byte, m *core.Message) []byte {
 	return appendVersion(dst, m, payloadIsNativeTail(m))
 }
 
-// EncodeCompact returns the AppendCompact encoding of m in a new slice.
+// EncodeCompact returns the AppendCompact encoding of m in a new slice,
+// of the size it needs (the hint counts the payload twice otherwise).
 func EncodeCompact(m *core.Message) []byte {
-	return AppendCompact(make([]byte, 0, EncodedSizeHint(m)), m)
+	tail := payloadIsNativeTail(m)
+	hint := EncodedSizeHint(m)
+	if tail {
+		hint -= len(m.Payload)
+	}
+	return appendVersion(make([]byte, 0, hint), m, tail)
 }
 
 // payloadIsNativeTail reports whether m's native bytes end with its

@@ -80,6 +80,9 @@ func TestCompactWritesPayloadOnce(t *testing.T) {
 	if compact[0] != versionTail || len(compact) > len(v1)-len(payload)+2 {
 		t.Fatalf("compact: version %d, %d bytes; v1 %d bytes", compact[0], len(compact), len(v1))
 	}
+	if cap(compact) > len(compact)+len(payload)/2 { // the hint, not twice the payload
+		t.Fatalf("compact: %d bytes in a buffer of %d", len(compact), cap(compact))
+	}
 	got, err := Decode(compact)
 	if err != nil {
 		t.Fatal(err)
