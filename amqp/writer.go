@@ -39,6 +39,10 @@ type writer struct {
 	tag   [4]byte
 	spare []*outLink
 	disp  frames.Disposition // the outcome of a held publish being written
+	last  uint32             // disp.Last, when disp covers a range
+	// answeredSpare is the answered list the writer sent last, emptied,
+	// for the holders to fill next (no allocation per pass).
+	answeredSpare []heldOutcome
 }
 
 // transferOverhead bounds the frame header plus a transfer performative
@@ -203,19 +207,37 @@ func (w *writer) flush() {
 
 // writeAnswered sends the outcomes of held publishes (heldPublish),
 // except for sessions that ended meanwhile: their deliveries are gone.
+// A run of consecutive delivery ids of one session, all accepted, goes
+// out as one disposition of the range first..last [2.7.6]: a queue's
+// group commit answers its appends together, in order, so a sender with
+// many unsettled messages gets one frame per commit instead of one per
+// message (and the client reads one).
 func (w *writer) writeAnswered() {
 	c := w.c
 	c.answeredMu.Lock()
 	list := c.answered
-	c.answered = nil
+	c.answered = w.answeredSpare
 	c.answeredMu.Unlock()
-	for _, a := range list {
-		if a.s.w.ended {
-			continue
+	for i := 0; i < len(list); {
+		a := list[i]
+		j := i + 1
+		if a.state == stateAccepted {
+			for j < len(list) && list[j].s == a.s && list[j].state == a.state && list[j].id == list[j-1].id+1 {
+				j++
+			}
 		}
-		w.disp = frames.Disposition{Role: frames.RoleReceiver, First: a.id, Settled: true, State: a.state}
-		w.write(a.s.ch, &w.disp, nil)
+		if !a.s.w.ended {
+			w.disp = frames.Disposition{Role: frames.RoleReceiver, First: a.id, Settled: true, State: a.state}
+			if j-i > 1 {
+				w.last = list[j-1].id
+				w.disp.Last = &w.last
+			}
+			w.write(a.s.ch, &w.disp, nil)
+		}
+		i = j
 	}
+	clear(list) // the sessions and states are not kept alive by the spare
+	w.answeredSpare = list[:0]
 }
 
 // pumpReady sends from every link that got new messages.

@@ -27,11 +27,19 @@
 //	native protocol, native bytes: each uvarint length + bytes (if flag 128;
 //	          last, so that data written before it existed reads unchanged)
 //
+// Version 2 (written only by AppendCompact) is version 1 but for the
+// payload field, which holds the payload's length alone (uvarint): the
+// payload is the last that many bytes of the native bytes, which must be
+// present. A message received over AMQP with one data section and no
+// footer is stored that way with its payload once, not twice (its native
+// bytes end with it): half the bytes a queue writes and fsyncs.
+//
 // Expiry comes first so that Meta can answer "when does it expire and how big
 // is it" without allocating, which is all the in-memory indexes keep.
 package codec
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -43,6 +51,9 @@ import (
 
 // Version is the layout version written as the first byte.
 const Version = 1
+
+// versionTail is version 2: the payload is the native bytes' tail.
+const versionTail = 2
 
 const (
 	flagRetain      = 1 << 0
@@ -64,7 +75,37 @@ var (
 )
 
 // Append appends the encoding of m to dst and returns the extended slice.
-func Append(dst []byte, m *core.Message) []byte {
+func Append(dst []byte, m *core.Message) []byte { return appendVersion(dst, m, false) }
+
+// AppendCompact is Append, but writes version 2 when m's payload is the
+// tail of its native bytes. For stores whose readers are this package's
+// Decode (the queue backends), not for what another gateway of an older
+// version may read (the cluster's wire).
+func AppendCompact(dst []byte, m *core.Message) []byte {
+	return appendVersion(dst, m, payloadIsNativeTail(m))
+}
+
+// EncodeCompact returns the AppendCompact encoding of m in a new slice,
+// of the size it needs (the hint counts the payload twice otherwise).
+func EncodeCompact(m *core.Message) []byte {
+	tail := payloadIsNativeTail(m)
+	hint := EncodedSizeHint(m)
+	if tail {
+		hint -= len(m.Payload)
+	}
+	return appendVersion(make([]byte, 0, hint), m, tail)
+}
+
+// payloadIsNativeTail reports whether m's native bytes end with its
+// payload. Compared by content, not by address, so it holds for a message
+// decoded from a store as well as for one as received (amqp's nativeOf
+// points the payload into the native bytes).
+func payloadIsNativeTail(m *core.Message) bool {
+	n, p := m.Native.Bytes, m.Payload
+	return m.Native.Protocol != "" && len(p) > 0 && len(p) <= len(n) && bytes.Equal(n[len(n)-len(p):], p)
+}
+
+func appendVersion(dst []byte, m *core.Message, tail bool) []byte {
 	var flags byte
 	if m.Retain {
 		flags |= flagRetain
@@ -85,7 +126,11 @@ func Append(dst []byte, m *core.Message) []byte {
 	if m.Native.Protocol != "" {
 		flags |= flagNative
 	}
-	dst = append(dst, Version, flags, m.QoS, m.PayloadFormat)
+	version := byte(Version)
+	if tail {
+		version = versionTail
+	}
+	dst = append(dst, version, flags, m.QoS, m.PayloadFormat)
 	if !m.Expiry.IsZero() {
 		dst = appendTime(dst, m.Expiry)
 	}
@@ -93,7 +138,11 @@ func Append(dst []byte, m *core.Message) []byte {
 		dst = appendTime(dst, m.Created)
 	}
 	dst = appendString(dst, m.Topic)
-	dst = appendBytes(dst, m.Payload)
+	if tail {
+		dst = binary.AppendUvarint(dst, uint64(len(m.Payload)))
+	} else {
+		dst = appendBytes(dst, m.Payload)
+	}
 	dst = appendString(dst, m.ContentType)
 	dst = appendBytes(dst, m.CorrelationData)
 	dst = appendString(dst, m.ResponseTopic)
@@ -276,15 +325,33 @@ func (r *reader[T]) skipTime() int64 {
 	return unixNanos(sec, int64(nsec))
 }
 
-func (r *reader[T]) header() byte {
-	if v := r.byte(); r.err == nil && v != Version {
+// header reads the version and the flags; tail is version 2's.
+func (r *reader[T]) header() (flags byte, tail bool) {
+	v := r.byte()
+	if r.err == nil && v != Version && v != versionTail {
 		r.err = fmt.Errorf("%w %d", ErrVersion, v)
 	}
-	flags := r.byte()
+	flags = r.byte()
 	if r.err == nil && flags&^flagsKnown != 0 {
 		r.err = ErrCorrupt
 	}
-	return flags
+	if r.err == nil && v == versionTail && flags&flagNative == 0 {
+		r.err = ErrCorrupt // a tail of nothing
+	}
+	return flags, v == versionTail
+}
+
+// tailLength reads version 2's payload length, bounded by what remains
+// (the native bytes come later and must hold it: checked by the caller).
+func (r *reader[T]) tailLength() int {
+	n := r.uvarint()
+	if r.err == nil && n > uint64(len(r.b)-r.off) {
+		r.err = ErrTruncated
+	}
+	if r.err != nil {
+		return 0
+	}
+	return int(n)
 }
 
 // Decode decodes a message. Nothing of the result aliases b, which may be
@@ -299,7 +366,7 @@ func DecodeString(s string) (*core.Message, error) { return decode(s) }
 
 func decode[T bytesLike](b T) (*core.Message, error) {
 	r := reader[T]{b: b}
-	flags := r.header()
+	flags, tail := r.header()
 	m := &core.Message{Retain: flags&flagRetain != 0, CorrelationKind: core.IDKind(flags&flagKind) >> kindShift}
 	m.QoS = r.byte()
 	m.PayloadFormat = r.byte()
@@ -310,7 +377,12 @@ func decode[T bytesLike](b T) (*core.Message, error) {
 		m.Created = r.time()
 	}
 	m.Topic = r.string(core.MaxTopicLength)
-	m.Payload = r.bytes()
+	tailLen := 0
+	if tail {
+		tailLen = r.tailLength()
+	} else {
+		m.Payload = r.bytes()
+	}
 	m.ContentType = r.string(math.MaxInt)
 	if cd := r.bytes(); flags&flagCorrelation != 0 {
 		m.CorrelationData = cd
@@ -338,6 +410,15 @@ func decode[T bytesLike](b T) (*core.Message, error) {
 	if flags&flagNative != 0 {
 		m.Native.Protocol = core.Protocol(r.string(math.MaxInt))
 		m.Native.Bytes = r.bytes()
+	}
+	if tail && r.err == nil {
+		n := m.Native.Bytes
+		if tailLen > len(n) {
+			r.err = ErrCorrupt
+		} else {
+			// Shares the native bytes, as a received message's does.
+			m.Payload = n[len(n)-tailLen : len(n) : len(n)]
+		}
 	}
 	if r.err == nil && r.off != len(b) {
 		r.err = ErrCorrupt // trailing bytes
@@ -371,7 +452,7 @@ func ReadMetaString(s string) (Meta, error) { return readMeta(s) }
 
 func readMeta[T bytesLike](b T) (Meta, error) {
 	r := reader[T]{b: b}
-	flags := r.header()
+	flags, tail := r.header()
 	r.byte() // qos
 	r.byte() // payload format
 	var m Meta
@@ -387,8 +468,14 @@ func readMeta[T bytesLike](b T) (Meta, error) {
 		size += j - i
 	}
 	add(core.MaxTopicLength) // topic
-	add(math.MaxInt)         // payload
-	add(math.MaxInt)         // content type
+	tailLen := 0
+	if tail {
+		tailLen = r.tailLength()
+		size += tailLen
+	} else {
+		add(math.MaxInt) // payload
+	}
+	add(math.MaxInt) // content type
 	if i, j := r.span(math.MaxInt); j > i && flags&flagCorrelation == 0 {
 		r.err = ErrCorrupt
 	} else {
@@ -408,7 +495,11 @@ func readMeta[T bytesLike](b T) (Meta, error) {
 	}
 	if flags&flagNative != 0 {
 		r.span(math.MaxInt) // native protocol
-		add(math.MaxInt)    // native bytes (Message.Size counts them)
+		i, j := r.span(math.MaxInt)
+		size += j - i // native bytes (Message.Size counts them)
+		if tail && r.err == nil && tailLen > j-i {
+			r.err = ErrCorrupt
+		}
 	}
 	if r.err == nil && r.off != len(b) {
 		r.err = ErrCorrupt

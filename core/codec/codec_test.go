@@ -57,40 +57,75 @@ func TestRoundTrip(t *testing.T) {
 		"uuid correlation": {Topic: "a", Payload: []byte{1}, CorrelationKind: core.IDUUID,
 			CorrelationData: []byte("0f8fad5b-d9cb-469f-a165-70867728950e")},
 		"native": {Topic: "a", Payload: []byte("{}"), Native: core.Native{Protocol: core.ProtocolAMQP, Bytes: []byte{0, 0x53, 0x77, 0xc1, 1, 0}}},
+		// The payload is the native bytes' tail: EncodeCompact writes it once.
+		"native tail": {Topic: "a", Payload: []byte("{}"), Native: core.Native{Protocol: core.ProtocolAMQP, Bytes: []byte{0, 0x53, 0x75, 0xa0, 2, '{', '}'}}},
 	}
 	for name, m := range cases {
-		t.Run(name, func(t *testing.T) {
-			b := Encode(m)
-			if len(b) > EncodedSizeHint(m) {
-				t.Fatalf("encoded %d bytes, hint %d", len(b), EncodedSizeHint(m))
-			}
-			got, err := Decode(b)
-			if err != nil {
-				t.Fatal(err)
-			}
-			equal(t, m, got)
-			got2, err := DecodeString(string(b))
-			if err != nil {
-				t.Fatal(err)
-			}
-			equal(t, m, got2)
-			meta, err := ReadMeta(b)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if want := MetaOf(m); meta != want {
-				t.Fatalf("meta %+v, want %+v", meta, want)
-			}
-			// The decoded payload must not alias the input.
-			if len(got.Payload) > 0 {
-				for i := range b {
-					b[i] = 0xff
-				}
-				if !bytes.Equal(got.Payload, m.Payload) {
-					t.Fatal("decoded payload aliases the input buffer")
-				}
-			}
-		})
+		for _, enc := range []struct {
+			name   string
+			encode func(*core.Message) []byte
+		}{{"v1", Encode}, {"compact", EncodeCompact}} {
+			t.Run(name+"/"+enc.name, func(t *testing.T) { roundTrip(t, m, enc.encode(m)) })
+		}
+	}
+}
+
+// TestCompactWritesPayloadOnce: a payload that ends the native bytes is
+// not written a second time, and reads back as it was.
+func TestCompactWritesPayloadOnce(t *testing.T) {
+	payload := bytes.Repeat([]byte{7}, 1024)
+	native := append([]byte{0, 0x53, 0x75, 0xb0, 0, 0, 4, 0}, payload...)
+	m := &core.Message{Topic: "$queue/load", Payload: native[8:], Native: core.Native{Protocol: core.ProtocolAMQP, Bytes: native}}
+	v1, compact := Encode(m), EncodeCompact(m)
+	if compact[0] != versionTail || len(compact) > len(v1)-len(payload)+2 {
+		t.Fatalf("compact: version %d, %d bytes; v1 %d bytes", compact[0], len(compact), len(v1))
+	}
+	if cap(compact) > len(compact)+len(payload)/2 { // the hint, not twice the payload
+		t.Fatalf("compact: %d bytes in a buffer of %d", len(compact), cap(compact))
+	}
+	got, err := Decode(compact)
+	if err != nil {
+		t.Fatal(err)
+	}
+	equal(t, m, got)
+	// A payload that is not the tail (a footer follows it) is written whole.
+	m.Native.Bytes = append(native[:len(native):len(native)], 0, 0x53, 0x78, 0xc1, 1, 0)
+	if b := EncodeCompact(m); b[0] != Version || !bytes.Equal(b, Encode(m)) {
+		t.Fatalf("not a tail: version %d", b[0])
+	}
+}
+
+func roundTrip(t *testing.T, m *core.Message, b []byte) {
+	t.Helper()
+	if len(b) > EncodedSizeHint(m) {
+		t.Fatalf("encoded %d bytes, hint %d", len(b), EncodedSizeHint(m))
+	}
+	got, err := Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	equal(t, m, got)
+	want := append([]byte(nil), got.Payload...)
+	got2, err := DecodeString(string(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	equal(t, m, got2)
+	meta, err := ReadMeta(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := MetaOf(m); meta != want {
+		t.Fatalf("meta %+v, want %+v", meta, want)
+	}
+	// The decoded payload must not alias the input.
+	if len(got.Payload) > 0 {
+		for i := range b {
+			b[i] = 0xff
+		}
+		if !bytes.Equal(got.Payload, want) {
+			t.Fatal("decoded payload aliases the input buffer")
+		}
 	}
 }
 
@@ -100,9 +135,37 @@ func TestDecodeRejects(t *testing.T) {
 		t.Errorf("nil: %v", err)
 	}
 	bad := append([]byte{}, good...)
-	bad[0] = 2
+	bad[0] = 3
 	if _, err := Decode(bad); !errors.Is(err, ErrVersion) {
 		t.Errorf("version: %v", err)
+	}
+	// Version 2 without native bytes, or with a tail longer than they are.
+	bad[0] = versionTail
+	if _, err := Decode(bad); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("tail without native: %v", err)
+	}
+	if _, err := ReadMeta(bad); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("meta, tail without native: %v", err)
+	}
+	long := []byte{versionTail, flagNative, 0, 0, 1, 'a', 3, 0, 0, 0, 0, 0, 0, 0, 1, 'x', 2, 'p', 'q'}
+	if _, err := Decode(long); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("tail longer than native: %v", err)
+	}
+	if _, err := ReadMeta(long); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("meta, tail longer than native: %v", err)
+	}
+	long[6] = 2 // now it is the tail
+	if m, err := Decode(long); err != nil || string(m.Payload) != "pq" {
+		t.Errorf("tail: %v %v", m, err)
+	}
+	compact := EncodeCompact(&core.Message{Topic: "a", Payload: []byte("pq"), Native: core.Native{Protocol: "x", Bytes: []byte("pq")}})
+	for i := range len(compact) {
+		if _, err := Decode(compact[:i]); err == nil {
+			t.Errorf("compact truncated at %d decoded", i)
+		}
+		if _, err := ReadMeta(compact[:i]); err == nil {
+			t.Errorf("compact meta truncated at %d decoded", i)
+		}
 	}
 	if _, err := Decode(append(append([]byte{}, good...), 0)); !errors.Is(err, ErrCorrupt) {
 		t.Errorf("trailing: %v", err)
@@ -156,6 +219,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add(Encode(full()))
 	f.Add(Encode(&core.Message{Topic: "a", Payload: []byte{1}}))
 	f.Add([]byte{Version, 0xff})
+	f.Add(EncodeCompact(&core.Message{Topic: "a", Payload: []byte("pq"), Native: core.Native{Protocol: "x", Bytes: []byte("opq")}}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := Decode(b)
 		meta, merr := ReadMeta(b)
@@ -169,11 +233,13 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("meta %+v want %+v", meta, want)
 		}
 		// Whatever decodes re-encodes to something that decodes the same.
-		m2, err := Decode(Encode(m))
-		if err != nil {
-			t.Fatal(err)
+		for _, encode := range []func(*core.Message) []byte{Encode, EncodeCompact} {
+			m2, err := Decode(encode(m))
+			if err != nil {
+				t.Fatal(err)
+			}
+			equal(t, m, m2)
 		}
-		equal(t, m, m2)
 	})
 }
 

@@ -44,7 +44,16 @@ type Reader struct {
 	// stream, and after SASL frames, when the client restarts with the
 	// AMQP header).
 	headerOK bool
+	// full: the last read filled the buffer, so the peer had more waiting
+	// (a busy sender): the next compaction doubles the buffer, up to
+	// maxReadAhead, and a read syscall then brings many frames instead of
+	// three of 1 KiB. A quiet connection keeps the first 4 KiB.
+	full bool
 }
+
+// maxReadAhead bounds the growth of the buffer for busy peers; a frame
+// larger than it still gets a buffer of its size.
+const maxReadAhead = 32 << 10
 
 // NewReader returns a Reader on r accepting frames up to maxFrameSize.
 func NewReader(r io.Reader, maxFrameSize uint32) *Reader {
@@ -59,8 +68,8 @@ func (r *Reader) fill(n int) error {
 	}
 	if len(r.buf)-r.start < n {
 		// Not enough room after start: compact, growing if needed.
-		if len(r.buf) < n {
-			nb := make([]byte, max(n, 2*len(r.buf), 4096))
+		if len(r.buf) < n || r.full && len(r.buf) < maxReadAhead {
+			nb := make([]byte, max(n, min(2*len(r.buf), maxReadAhead), 4096))
 			copy(nb, r.buf[r.start:r.end])
 			r.buf = nb
 		} else {
@@ -72,6 +81,7 @@ func (r *Reader) fill(n int) error {
 	for r.end-r.start < n {
 		m, err := r.r.Read(r.buf[r.end:])
 		r.end += m
+		r.full = r.end == len(r.buf)
 		if err != nil {
 			if r.end-r.start >= n {
 				return nil

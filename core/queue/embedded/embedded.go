@@ -11,7 +11,8 @@
 //	queues/<name>/n       records and bytes held (two big-endian uint64),
 //	                      written in the transaction that changes them
 //	queues/<name>/m/<id>  the records: big-endian uint64 ID → core/codec
-//	                      encoding; IDs come from the bucket's sequence,
+//	                      compact encoding (a payload that ends the AMQP
+//	                      native bytes is written once); IDs come from the bucket's sequence,
 //	                      which bbolt keeps in the file, so they are never
 //	                      reused after a reopen
 //	queues/<name>/d/<id>  the delivery state of a record given back
@@ -19,6 +20,7 @@
 package embedded
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -116,6 +118,10 @@ type txQueue struct {
 	// queues: nothing given back), so that a removal looks for a state
 	// only where there may be one.
 	states *bolt.Bucket
+	// Cursors on records and states for removals, made once per
+	// transaction: bbolt's Get and Delete each make a cursor and grow its
+	// stack, and a removal through one seek of a kept cursor does both.
+	cur, stateCur *bolt.Cursor
 }
 
 var (
@@ -373,22 +379,30 @@ func (b *Backend) apply(queues *bolt.Bucket, o *op) error {
 	if ids == nil {
 		ids = []uint64{o.rm} // does not escape: no allocation
 	}
+	if q.cur == nil {
+		q.cur = q.bucket.Cursor()
+	}
 	for _, id := range ids {
 		binary.BigEndian.PutUint64(key[:], id)
-		v := q.bucket.Get(key[:])
-		if v == nil {
+		k, v := q.cur.Seek(key[:])
+		if !bytes.Equal(k, key[:]) {
 			continue // removed before, or never stored
 		}
 		meta, err := codec.ReadMeta(v)
 		if err != nil {
 			return fmt.Errorf("queue %q record %d: %w", o.log.name, id, err)
 		}
-		if err := q.bucket.Delete(key[:]); err != nil {
+		if err := q.cur.Delete(); err != nil {
 			return err
 		}
 		if q.states != nil {
-			if err := q.states.Delete(key[:]); err != nil {
-				return err
+			if q.stateCur == nil {
+				q.stateCur = q.states.Cursor()
+			}
+			if k, _ := q.stateCur.Seek(key[:]); bytes.Equal(k, key[:]) {
+				if err := q.stateCur.Delete(); err != nil {
+					return err
+				}
 			}
 		}
 		q.records--
@@ -411,9 +425,12 @@ type qlog struct {
 
 // Append implements queue.Log: the message is encoded on the caller's
 // goroutine and queued to the writer; done comes after the commit that
-// holds it.
+// holds it. EncodeCompact: a message received over AMQP would otherwise
+// carry its payload twice (in its native bytes too), and a record of 2 KiB
+// instead of 1 fills a bbolt page alone, so every leaf of two spans two
+// pages (an allocation per spill, and twice the bytes to write and fsync).
 func (l *qlog) Append(m *core.Message, done func(uint64, error)) {
-	o := op{log: l, data: codec.Encode(m), size: int64(m.Size()), done: done}
+	o := op{log: l, data: codec.EncodeCompact(m), size: int64(m.Size()), done: done}
 	if !l.b.loop.Add(o) {
 		done(0, fmt.Errorf("%w: embedded %s: closed", queue.ErrUnavailable, l.b.path))
 	}

@@ -1,6 +1,7 @@
 package embedded
 
 import (
+	"bytes"
 	"context"
 	"path/filepath"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 	"go.uber.org/goleak"
 
+	"github.com/tolsey/tolsey/core"
 	"github.com/tolsey/tolsey/core/coretest"
 	"github.com/tolsey/tolsey/core/queue"
 	"github.com/tolsey/tolsey/core/queue/queuetest"
@@ -248,5 +250,54 @@ func TestBrowseLaterPagesListNoAcknowledged(t *testing.T) {
 	}
 	if len(page2) != 1 || page2[0].ID != ids[2] {
 		t.Fatalf("page 2 lists %d records (want only the third): an acknowledged record was listed", len(page2))
+	}
+}
+
+// TestNativeTailStoredOnce: a message received over AMQP (one data
+// section, no footer: its payload ends its native bytes) is written with
+// its payload once, and reads back whole after a reopen.
+func TestNativeTailStoredOnce(t *testing.T) {
+	path := filepath.Join(t.TempDir(), FileName)
+	b := open(t, path)
+	l, err := b.Open(context.Background(), queue.Config{Name: "q"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload := bytes.Repeat([]byte("p"), 1024)
+	native := append([]byte{0, 0x53, 0x75, 0xb0, 0, 0, 4, 0}, payload...)
+	m := &core.Message{Topic: "$queue/q", QoS: 1, Payload: native[8:],
+		Native: core.Native{Protocol: core.ProtocolAMQP, Bytes: native}}
+	done := make(chan error, 1)
+	l.Append(m, func(_ uint64, err error) { done <- err })
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	var stored int
+	if err := b.db.View(func(tx *bolt.Tx) error {
+		_, v := tx.Bucket(bucketQueues).Bucket([]byte("q")).Bucket(bucketRecords).Cursor().First()
+		stored = len(v)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if stored >= len(native)+len(payload) {
+		t.Fatalf("record of %d bytes for %d native bytes: the payload is stored twice", stored, len(native))
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b = open(t, path)
+	defer b.Close()
+	if l, err = b.Open(context.Background(), queue.Config{Name: "q"}); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := l.Read(context.Background(), 0, 10)
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("read %d records: %v", len(recs), err)
+	}
+	got := recs[0].Msg
+	if !bytes.Equal(got.Payload, payload) || !bytes.Equal(got.Native.Bytes, native) || got.Size() != m.Size() {
+		t.Fatalf("read back payload %d B, native %d B, size %d; want %d, %d, %d",
+			len(got.Payload), len(got.Native.Bytes), got.Size(), len(payload), len(native), m.Size())
 	}
 }

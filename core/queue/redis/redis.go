@@ -389,7 +389,11 @@ type rlog struct {
 }
 
 // Append implements queue.Log: encoded on the caller's goroutine, queued
-// to the writer, done once Redis has answered.
+// to the writer, done once Redis has answered. codec.Encode, not the
+// compact form the embedded backend writes: several gateways share a
+// queue's stream, and during a rolling upgrade one of an older version
+// could not decode a version-2 record (its reads of the queue would fail
+// until another gateway claimed the record).
 func (l *rlog) Append(m *core.Message, done func(uint64, error)) {
 	o := op{log: l, data: string(codec.Encode(m)), size: m.Size(), done: done}
 	if !l.b.loop.Add(o) {
