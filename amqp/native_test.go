@@ -474,7 +474,7 @@ func BenchmarkNativePath(b *testing.B) {
 // TestBodyKindAndTTLUnchanged: an amqp-value binary or null (or no body
 // at all) reaches AMQP receivers as it was sent, not as a data section,
 // and a message whose sender gave only an absolute-expiry-time gets no
-// header ttl (issue 12, found by test/e2e/amqp/typed_matrix.py).
+// header ttl (docs/jms.md, found by test/e2e/amqp/typed_matrix.py).
 func TestBodyKindAndTTLUnchanged(t *testing.T) {
 	expiry := encoding.TimestampOf(time.Now().Add(time.Hour))
 	for name, in := range map[string]*frames.Message{

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Type-by-type AMQP -> AMQP checks through the gateway, Proton and rhea on
-both ends (issue 12; docs/mapping.md, "AMQP -> AMQP").
+both ends (docs/jms.md; docs/mapping.md, "AMQP -> AMQP").
 
 Run by test/e2e/amqp_clients.sh against running gateways. For every pair
 (proton->rhea, rhea->proton, proton->proton, rhea->rhea) a receiver
