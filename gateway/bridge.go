@@ -128,7 +128,13 @@ func (g *Gateway) Bridges() []bridge.Status {
 	return out
 }
 
+// listBridges is GET /api/v1/bridges; 503 while the gateway starts: Start
+// sets the bridges while the admin API already serves.
 func (a *adminServer) listBridges(w http.ResponseWriter, _ *http.Request) {
+	if !a.g.ready.Load() {
+		apiError(w, http.StatusServiceUnavailable, "starting")
+		return
+	}
 	writeJSON(w, http.StatusOK, a.g.Bridges())
 }
 
