@@ -93,8 +93,10 @@ func (c *Cluster) stopTakeover() {
 
 // Claim implements the MQTT front-end's Cluster: it tells the others that
 // client connects here at stamp and waits until each gateway heard from
-// has let go of it, at most TakeoverTimeout.
-func (c *Cluster) Claim(client string, stamp int64) {
+// has let go of it, at most TakeoverTimeout. It reports whether each did:
+// false after the timeout or when the claim could not be sent, when a
+// gateway may still hold the client's session and write it.
+func (c *Cluster) Claim(client string, stamp int64) bool {
 	t := c.tk
 	pending := c.peerNodes()
 	b, _ := json.Marshal(&claimMsg{Client: client, Stamp: stamp, Node: c.opts.Node})
@@ -102,7 +104,7 @@ func (c *Cluster) Claim(client string, stamp int64) {
 		// Nobody heard from yet: told all the same (a gateway starting
 		// meanwhile), nobody waited for.
 		_ = c.opts.Conn.Publish(c.takeoverSubject(), b)
-		return
+		return true
 	}
 	w := &claimWait{pending: pending, done: make(chan struct{})}
 	t.mu.Lock()
@@ -117,15 +119,17 @@ func (c *Cluster) Claim(client string, stamp int64) {
 	}()
 	if err := c.opts.Conn.PublishRequest(c.takeoverSubject(), t.inbox+"."+strconv.FormatUint(n, 10), b); err != nil {
 		t.timeouts.Add(1)
-		return // NATS down: nobody can be told; the client is let in (docs/cluster.md)
+		return false // NATS down: nobody can be told (docs/cluster.md, "Client takeover")
 	}
 	timer := time.NewTimer(c.opts.TakeoverTimeout)
 	defer timer.Stop()
 	select {
 	case <-w.done:
+		return true
 	case <-timer.C:
 		t.timeouts.Add(1)
 		c.log.Debug("cluster takeover: not every gateway answered", "client", client)
+		return false
 	}
 }
 

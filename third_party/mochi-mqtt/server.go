@@ -199,6 +199,18 @@ func (s *Server) inSession(cl *Client, fn func()) bool {
 	return true
 }
 
+// WithSessionLock runs fn under id's session lock, the one the takeover
+// of a session and the end of a connection's session hold (gateway patch
+// 30): a hook that ends a session itself (a gateway of a cluster letting
+// it go to another) then cannot interleave with a connection of id taking
+// it over here. fn must not take the lock again.
+func (s *Server) WithSessionLock(id string, fn func()) {
+	mu := s.sessionLock(id)
+	mu.Lock()
+	defer mu.Unlock()
+	fn()
+}
+
 // sessionLock is the lock of id's stripe (gateway patch).
 func (s *Server) sessionLock(id string) *sync.Mutex {
 	h := uint32(2166136261) // FNV-1a
