@@ -8,6 +8,7 @@ package mqtt
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"sync"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/tolsey/tolsey/core"
 	"github.com/tolsey/tolsey/mqtt/session"
 	"github.com/tolsey/tolsey/retain"
 	"github.com/tolsey/tolsey/retain/memory"
@@ -231,4 +233,44 @@ func TestTakenOverLeavesANewerLocalSession(t *testing.T) {
 	pub := dialRaw(t, s.Addr(), "pub", 0)
 	pub.publishWait(t, "d/x", "m1", 1, 1)
 	cur.expectPublish(t, "d/x", "m1", 1, false)
+}
+
+// A copy the cluster picked this gateway for, for one shared group
+// (Router.PublishShare), reaches one member of that group and nobody else;
+// when the group's last member here leaves between the front-end's check
+// and mochi's fan-out, the copy reaches nobody and is refused
+// (core.ErrNoMember: the cluster hands it on to another gateway). Before,
+// mochi, finding no group, gave it to every plain subscriber (they had it
+// already from its own gateway) and it counted as taken.
+func TestShareCopyAfterLastMemberLeftIsHandedOn(t *testing.T) {
+	s := startTestServer(t, memory.New(retain.Limits{}))
+	member := dialRaw(t, s.Addr(), "member", 0)
+	member.subscribeQoS1(t, "$share/g/t/#")
+	plain := dialRaw(t, s.Addr(), "plain", 0)
+	plain.subscribeQoS1(t, "t/#")
+	ctx := context.Background()
+	const group = "$share/g/t/#"
+
+	if res := s.opts.Router.PublishShare(ctx, &core.Message{Topic: "t/x", QoS: 1, Payload: []byte("one")}, group); res.Matched <= res.Failed {
+		t.Fatalf("a copy for a group with a member here: %+v", res)
+	}
+	member.expectPublish(t, "t/x", "one", 1, false)
+
+	hook := func() {
+		member.write(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Unsubscribe, Qos: 1},
+			PacketID: 2, Filters: packets.Subscriptions{{Filter: group}}})
+		if pk := member.read(t); pk.FixedHeader.Type != packets.Unsuback {
+			t.Errorf("want UNSUBACK, got %v", packets.PacketNames[pk.FixedHeader.Type])
+		}
+	}
+	testHookShareInject.Store(&hook)
+	t.Cleanup(func() { testHookShareInject.Store(nil) })
+	res := s.opts.Router.PublishShare(ctx, &core.Message{Topic: "t/x", QoS: 1, Payload: []byte("two")}, group)
+	testHookShareInject.Store(nil)
+	if res.Matched > res.Failed || !errors.Is(res.Err, core.ErrNoMember) {
+		t.Errorf("a copy whose last member left: want it refused with ErrNoMember, got %+v", res)
+	}
+	// The fence comes next to the plain subscriber, not the copy.
+	s.opts.Router.Publish(ctx, &core.Message{Topic: "t/fence", QoS: 1, Payload: []byte("fence")})
+	plain.expectPublish(t, "t/fence", "fence", 1, false)
 }

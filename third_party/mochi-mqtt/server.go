@@ -1275,6 +1275,11 @@ func (s *Server) publishToSubscribersStall(pk packets.Packet, stall bool) {
 			subscribers.SelectShared()
 		}
 		subscribers.MergeSharedSelected()
+	} else if pk.Mods.SharedOnly {
+		// gateway patch 31: a message for a shared group whose last member
+		// here left since the caller looked: without the hook, which would
+		// keep that group only, it reached every plain subscriber.
+		return
 	}
 
 	for _, inlineSubscription := range subscribers.InlineSubscriptions {
