@@ -160,7 +160,6 @@ type claimWait struct {
 // claimed id on an older connection it keeps (container.go).
 const answerInUse = "\x00in-use"
 
-
 // answerIn takes one gateway's answer to a claim of ours: its body is the
 // answering gateway's node id; one the claim does not wait for changes
 // nothing.
