@@ -412,3 +412,83 @@ func BenchmarkClusterConnect(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkClusterCross is one QoS 0 message per op published by an MQTT
+// client on gateway a to a subscriber on b, through NATS: the in-process
+// cross path, to profile the cluster's own cost per message
+// (docs/cluster.md, "Benchmarks"). A QoS 1 publish every 1,000 paces the
+// publisher, so that no queue drops.
+//
+//	go test -run '^$' -bench ClusterCross -benchtime=100000x -cpuprofile /tmp/cpu.out ./test/e2e/
+func BenchmarkClusterCross(b *testing.B) {
+	s := startNATS(b, 0, "")
+	r := redistest.Start(b)
+	ga := startGateway(b, clusterArgs(s, r, "a")...)
+	gb := startGateway(b, clusterArgs(s, r, "b")...)
+	eventually(b, "a to list b", func() bool {
+		st, _ := clusterOf(ga.AdminAddr())
+		return memberNodes(st) == "a,b"
+	})
+	got := make(chan struct{}, 1024)
+	dial := func(addr, id string, recv func(paho.PublishReceived) (bool, error)) *paho.Client {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			b.Fatal(err)
+		}
+		cfg := paho.ClientConfig{ClientID: id, Conn: conn}
+		if recv != nil {
+			cfg.OnPublishReceived = []func(paho.PublishReceived) (bool, error){recv}
+		}
+		cl := paho.NewClient(cfg)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if ca, err := cl.Connect(ctx, &paho.Connect{ClientID: id, CleanStart: true, KeepAlive: 30}); err != nil || ca.ReasonCode != 0 {
+			b.Fatalf("connect %s: %v", id, err)
+		}
+		b.Cleanup(func() { _ = cl.Disconnect(&paho.Disconnect{}) })
+		return cl
+	}
+	sub := dial(gb.MQTTAddr(), "bsub", func(pr paho.PublishReceived) (bool, error) {
+		if pr.Packet.Topic == "bx/t" {
+			got <- struct{}{}
+		}
+		return true, nil
+	})
+	ctx := context.Background()
+	if _, err := sub.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: "bx/t"}}}); err != nil {
+		b.Fatal(err)
+	}
+	pub := dial(ga.MQTTAddr(), "bpub", nil)
+	payload := make([]byte, 64)
+	eventually(b, "b's subscription known to a", func() bool {
+		_, _ = pub.Publish(ctx, &paho.Publish{Topic: "bx/t", Payload: payload})
+		select {
+		case <-got:
+			return true
+		case <-time.After(100 * time.Millisecond):
+			return false
+		}
+	})
+	for len(got) > 0 {
+		<-got
+	}
+	done := make(chan struct{})
+	go func() {
+		for range b.N {
+			<-got
+		}
+		close(done)
+	}()
+	b.ResetTimer()
+	for i := range b.N {
+		_, _ = pub.Publish(ctx, &paho.Publish{Topic: "bx/t", Payload: payload})
+		if i%1000 == 999 {
+			_, _ = pub.Publish(ctx, &paho.Publish{Topic: "bz/pace", QoS: 1})
+		}
+	}
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		b.Fatal("not every message arrived on b")
+	}
+}
