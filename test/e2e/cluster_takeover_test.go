@@ -12,6 +12,7 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 	pahov3 "github.com/eclipse/paho.mqtt.golang"
 	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 
 	"github.com/tolsey/tolsey/gateway"
 	"github.com/tolsey/tolsey/mqtt"
@@ -491,4 +492,46 @@ func BenchmarkClusterCross(b *testing.B) {
 	case <-time.After(time.Minute):
 		b.Fatal("not every message arrived on b")
 	}
+}
+
+// A claim one listed gateway does not answer in time (here a member that
+// only ever sent a heartbeat, as a gateway dead but not yet removed):
+// with Redis sessions a resume (clean start 0) is refused as server busy,
+// 0x89, rather than given a session that gateway may still hold and
+// write; a clean start goes ahead. Before, the resume read the stored
+// session anyway and was accepted.
+func TestClusterClaimNotAnsweredRefusesResume(t *testing.T) {
+	s := startNATS(t, 0, "")
+	r := startRedis(t)
+	b := startGateway(t, clusterArgs(s, r, "b", "--cluster.heartbeat=10s", "--cluster.takeoverTimeout=300ms",
+		"--mqtt.sessions.backend=redis")...)
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	hb, _ := json.Marshal(map[string]any{"n": "z", "i": "silent", "s": time.Now().UnixMilli(), "up": 1})
+	eventually(t, "b to list the silent member z", func() bool {
+		_ = nc.Publish("gw.node.z", hb)
+		st, _ := clusterOf(b.AdminAddr())
+		return memberNodes(st) == "b,z"
+	})
+
+	conn, err := net.Dial("tcp", b.MQTTAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := paho.NewClient(paho.ClientConfig{ClientID: "resumer", Conn: conn})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cp := persistentConnect()
+	cp.ClientID = "resumer"
+	ca, err := cl.Connect(ctx, cp)
+	if ca == nil || ca.ReasonCode != 0x89 {
+		t.Fatalf("a resume whose claim z did not answer: want CONNACK 0x89, got %+v (%v)", ca, err)
+	}
+	if st := clusterStatus(t, b); st.Takeover == nil || st.Takeover.Timeouts == 0 {
+		t.Fatalf("b's takeover timeouts: %+v", st.Takeover)
+	}
+	connectWatched(t, b.MQTTAddr(), "cleaner", nil) // a clean start goes ahead
 }
