@@ -220,13 +220,17 @@ func (c *conn) serve() {
 		MaxFrameSize:        c.s.opts.MaxFrameSize,
 		ChannelMax:          ptr(uint16(c.s.opts.MaxSessions - 1)),
 		IdleTimeOut:         uint32(c.idle / time.Millisecond),
-		OfferedCapabilities: []encoding.Symbol{capAnonymousRelay, capShSubs},
+		OfferedCapabilities: []encoding.Symbol{capAnonymousRelay, capShSubs, capSoleConnection},
 		// node: a bridge from another gateway learns which node it reached
 		// (bridge.AMQPNodeProperty), for loop prevention.
 		Properties: encoding.Fields{{Key: "product", Value: "tolsey"}, {Key: "tolsey:node", Value: c.s.opts.Node}},
 	}
+	refused := false
 	if err == nil {
 		c.containerID = open.ContainerID
+		if refused = c.claimContainer(open); refused {
+			ours.Properties = append(ours.Properties, encoding.Field{Key: propOpenFailed, Value: true})
+		}
 		c.opened.Store(true)
 		if st := c.s.opts.Auth.Load(); st != c.authSt.Load() {
 			c.s.recheckConn(c, st) // a reload came during the login: its recheck skipped us
@@ -234,7 +238,11 @@ func (c *conn) serve() {
 		c.log = c.log.With("container", c.containerID)
 		c.log.Debug("amqp connection open", "user", c.ident.User)
 		if err = c.send(outItem{body: ours}); err == nil {
-			err = c.loop()
+			if refused {
+				err = errContainerInUse // container.go: the close follows the open at once
+			} else {
+				err = c.loop()
+			}
 		}
 	} else {
 		_ = c.send(outItem{body: ours}) // close must follow an open [2.4.1]
@@ -448,6 +456,9 @@ func (c *conn) finish(err error) {
 	c.s.removeTemp(c.temps)
 	var ce *ConnError
 	switch {
+	case errors.Is(err, errContainerInUse):
+		_ = c.send(outItem{body: &frames.Close{Error: containerInUse()}, close: true})
+		c.log.Info("amqp connection refused: its container-id is in use (sole-connection-for-container)")
 	case errors.Is(err, errPeerClosed):
 		_ = c.send(outItem{body: &frames.Close{}, close: true})
 		c.log.Debug("amqp connection closed by client")

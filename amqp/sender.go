@@ -421,7 +421,7 @@ func linkBlocks(props encoding.Fields, def bool) bool {
 func (l *outLink) feedRetained(ctx context.Context, since time.Time) {
 	defer l.finishRetained()
 	opts := &l.c.s.opts
-	rule := retain.Replay{Store: opts.Store, Node: opts.Node, Metrics: opts.Metrics, Log: l.c.log}
+	rule := retain.Replay{Store: opts.Store, Node: opts.Node, Metrics: opts.Metrics, Log: l.c.log, Live: opts.Router}
 	rule.Run(ctx, l.filter, since, l.pushRetained)
 }
 

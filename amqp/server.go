@@ -35,11 +35,14 @@ type Options struct {
 	// (AMQP 1.0 §5.2.1, starttls.go).
 	TLS *tls.Config
 
-	Router  *core.Router   // required
-	Store   retain.Matcher // required: late subscribers are served from it
-	Metrics *metrics.Metrics
-	Logger  *slog.Logger
-	Node    string // node.id, stamped on messages and used to skip duplicate retained copies
+	Router *core.Router // required
+	// Containers, in a cluster, makes a container id that asks for it
+	// unique across gateways (container.go); nil: on this gateway only.
+	Containers Containers
+	Store      retain.Matcher // required: late subscribers are served from it
+	Metrics    *metrics.Metrics
+	Logger     *slog.Logger
+	Node       string // node.id, stamped on messages and used to skip duplicate retained copies
 
 	// MaxMessageSize is the largest message accepted, announced as the
 	// receiving links' max-message-size; 0 = no limit.
@@ -170,6 +173,7 @@ type Server struct {
 	closing  bool          // Shutdown has begun: spawn refuses
 	quit     chan struct{} // closed when Shutdown begins: waits end early
 	conns    map[*conn]struct{}
+	ctrs     containerIDs             // container.go
 	wg       sync.WaitGroup           // every goroutine started by spawn
 	connSeq  atomic.Uint64            // connection numbers (temporary addresses, logs)
 	tmpMu    sync.Mutex               // guards tmp
@@ -359,6 +363,7 @@ func (s *Server) forget(c *conn) {
 	s.mu.Lock()
 	delete(s.conns, c)
 	s.mu.Unlock()
+	s.dropContainer(c)
 }
 
 // Shutdown stops accepting, closes every connection with

@@ -208,6 +208,9 @@ type Router struct {
 	// shares is the cluster's view of shared groups (shared.go), nil
 	// without a cluster.
 	shares atomic.Pointer[sharesBox]
+	// remote: retained messages received from other gateways
+	// (remoteretained.go).
+	remote remoteRetained
 }
 
 type snode struct {
@@ -508,6 +511,8 @@ func (r *Router) publishTo(ctx context.Context, m *Message, acks *Acks, target s
 		} else {
 			res.Retained = true
 		}
+	} else if m.Retain && m.Origin.Node != r.opts.Node && target == "" {
+		r.noteRemoteRetained(m) // before the fan-out (remoteretained.go)
 	}
 	var errs []error
 	r.matching(m.Topic, true, func(matches []*Subscription) {

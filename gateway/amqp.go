@@ -48,9 +48,13 @@ func (g *Gateway) startAMQP(context.Context) error {
 		MaxLinksPerConnection: g.cfg.AMQP.MaxLinks,
 		MaxSelectorLength:     g.cfg.AMQP.MaxSelector,
 		MaxTxnMessages:        g.cfg.AMQP.MaxTxnMessages,
+		Containers:            g.amqpContainers(),
 	})
 	if err != nil {
 		return err
+	}
+	if c := g.cluster.Load(); c != nil {
+		c.SetContainers(s) // before any connection opens: claims from other gateways reach it
 	}
 	if err := s.Start(); err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tolsey/tolsey/amqp"
 	"github.com/tolsey/tolsey/bridge/cluster"
 	"github.com/tolsey/tolsey/mqtt"
 )
@@ -96,6 +97,15 @@ func (g *Gateway) startCluster(ctx context.Context) error {
 // mqttCluster is the cluster as the MQTT front-end's Options.Cluster:
 // nil (not a nil pointer in an interface) outside a cluster.
 func (g *Gateway) mqttCluster() mqtt.Cluster {
+	if c := g.cluster.Load(); c != nil {
+		return c
+	}
+	return nil
+}
+
+// amqpContainers is the cluster as the AMQP front-end's
+// Options.Containers: nil outside a cluster.
+func (g *Gateway) amqpContainers() amqp.Containers {
 	if c := g.cluster.Load(); c != nil {
 		return c
 	}

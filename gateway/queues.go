@@ -59,7 +59,9 @@ func (g *Gateway) startQueues(ctx context.Context) error {
 		Backend: b,
 		Limits:  g.cfg.Queues.Limits,
 		Window:  g.cfg.Queues.Window,
-		Logger:  g.log.With("part", "queues"),
+		// One shared queue per name for the whole cluster (docs/cluster.md).
+		LocalOnly: g.cfg.Cluster.Enabled && g.cfg.Queues.Backend == "redis",
+		Logger:    g.log.With("part", "queues"),
 	})
 	if err != nil {
 		return err

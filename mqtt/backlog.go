@@ -89,7 +89,7 @@ func (b *backlog) keep(cl *mochi.Client, pk packets.Packet) {
 // toSuccessor hands pk to the connection that took cl's session over
 // since mochi handed it to keep, as mochi does for its own deliveries
 // (patch 25). mochi took its own copy out of cl's inflight store before
-// calling keep (patch 35: a copy the takeover had inherited is never
+// calling keep (patch 32: a copy the takeover had inherited is never
 // handed to keep), so the message is in no store: put into cl's after the
 // takeover copied it, it would be lost although its publisher had its
 // PUBACK. It goes through mochi's queue, which holds it until the new

@@ -21,6 +21,7 @@ package mqtt
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	mochi "github.com/mochi-mqtt/server/v2"
@@ -34,8 +35,9 @@ import (
 type Cluster interface {
 	// Claim tells the other gateways that client connects here at stamp
 	// (unix ns) and returns once each has let go of it, or after the
-	// cluster's takeover timeout. On the client's reader.
-	Claim(client string, stamp int64)
+	// cluster's takeover timeout. It reports whether each has: false when
+	// one may still hold the client's session. On the client's reader.
+	Claim(client string, stamp int64) bool
 }
 
 // clusterIDs is this gateway's newest connection of each client id while
@@ -43,7 +45,8 @@ type Cluster interface {
 // OnDisconnect, the cluster's goroutine in TakenOver).
 type clusterIDs struct {
 	mu    sync.Mutex
-	local map[string]localConn
+	local map[string]localConn // guarded by mu
+	swept int                  // guarded by mu: len(local) after the last sweep
 }
 
 type localConn struct {
@@ -53,7 +56,14 @@ type localConn struct {
 
 // claim stamps cl's CONNECT and claims its id in the cluster, then reads
 // its session from a shared store when this gateway does not hold it. It
-// refuses cl when a newer connection elsewhere took the id meanwhile.
+// refuses cl when a newer connection elsewhere took the id meanwhile, and
+// a resumed session (clean start 0, shared store) when a gateway did not
+// answer the claim in time: that one may still hold the session and write
+// it, so what the store has is not known to be its last state. The client
+// is told the server is busy (MQTT 5 0x89; 3.1.1 0x03 Server unavailable)
+// and tries again: by then that gateway has answered, or is dead and left
+// the member list (docs/cluster.md, "Client takeover"). A clean start
+// needs nothing from the store and goes ahead.
 func (s *Server) claim(cl *mochi.Client) error {
 	if s.opts.Cluster == nil || cl.Net.Inline {
 		return nil
@@ -63,19 +73,44 @@ func (s *Server) claim(cl *mochi.Client) error {
 	if s.ids.local == nil {
 		s.ids.local = map[string]localConn{}
 	}
+	if len(s.ids.local) >= 2*s.ids.swept+64 {
+		// mochi calls OnDisconnect only for a client it attached: one whose
+		// CONNACK could not be written leaves its entry (forgetLocal never
+		// runs). Swept when the map has doubled, so the cost per connect
+		// stays constant, as auth.go does with its own.
+		for id, lc := range s.ids.local {
+			if lc.cl.Closed() {
+				delete(s.ids.local, id)
+			}
+		}
+		s.ids.swept = len(s.ids.local)
+	}
 	s.ids.local[cl.ID] = localConn{cl: cl, stamp: stamp}
 	s.ids.mu.Unlock()
-	s.opts.Cluster.Claim(cl.ID, stamp)
+	answered := s.opts.Cluster.Claim(cl.ID, stamp)
 	if cl.Closed() {
 		return packets.ErrSessionTakenOver // a newer CONNECT elsewhere won (TakenOver)
 	}
-	if ss := s.sessions; ss != nil {
-		if cl.Properties.Clean {
-			ss.dropStored(cl.ID)
-		} else {
-			ss.fetch(cl.ID)
-		}
+	ss := s.sessions
+	if ss == nil {
+		return nil
 	}
+	if cl.Properties.Clean {
+		ss.dropStored(cl.ID)
+		return nil
+	}
+	if _, shared := ss.b.(session.Shared); shared && !answered && !ss.isKnown(cl.ID) {
+		s.forgetLocal(cl) // refused: mochi calls no OnDisconnect
+		code := packets.ErrServerBusy
+		if cl.Properties.ProtocolVersion < 5 {
+			code = packets.ErrServerUnavailable
+		}
+		s.log.Warn("mqtt connect refused: a gateway did not let go of the client's session in time",
+			"client", cl.ID, "remote", cl.Net.Remote)
+		_ = s.mochi.SendConnack(cl, code, false, nil)
+		return code
+	}
+	ss.fetch(cl.ID)
 	return nil
 }
 
@@ -124,27 +159,47 @@ func (s *Server) TakenOver(client string, stamp int64, node string, done func(en
 		done(ended)
 		return
 	}
-	cl, ok := s.mochi.Clients.Get(client)
-	if !ok || cl.Net.Inline {
-		done(ended) // not held here: nothing to wait for
-		return
+	if h := testHookTakenOver.Load(); h != nil {
+		(*h)(client)
 	}
-	// Forgotten first: the ending connection's OnDisconnect, and
-	// messages fanned out to it meanwhile, must not write to the store
-	// the other gateway now reads.
-	if ss.forget(client) {
-		ss.forgetHeld(client)
-	}
-	if s.mochi.Clients.DeleteIf(client, cl) {
-		cl.ClearInflights()
-		s.mochi.UnsubscribeClient(cl)
-	}
+	// Under the id's session lock (mochi patch 29), which a connection of
+	// client taking the session over here holds while it inherits it: the
+	// session let go is the one mochi holds for no newer local connection.
+	// A connection of client registered here since the check above (its
+	// CONNECT came after the claim) holds or restores the session itself;
+	// removing it then took the subscriptions it had just inherited
+	// (indexed by client id) and forgot what it stores.
+	letGo := false
+	s.mochi.WithSessionLock(client, func() {
+		s.ids.mu.Lock()
+		_, newer := s.ids.local[client]
+		s.ids.mu.Unlock()
+		cl, ok := s.mochi.Clients.Get(client)
+		if newer || !ok || cl.Net.Inline {
+			return // not held here, or held by a newer connection: nothing to wait for
+		}
+		letGo = true
+		// Forgotten first: the ending connection's OnDisconnect, and
+		// messages fanned out to it meanwhile, must not write to the
+		// store the other gateway now reads (enqueueKnown).
+		if ss.forget(client) {
+			ss.forgetHeld(client)
+		}
+		if s.mochi.Clients.DeleteIf(client, cl) {
+			cl.ClearInflights()
+			s.mochi.UnsubscribeClient(cl)
+		}
+	})
 	// Everything queued so far (the zero Mark: since the start), this
 	// session's writes among it, is written before the answer.
-	if !ss.log.After(session.Mark{}, func(error) { done(ended) }) {
+	if !letGo || !ss.log.After(session.Mark{}, func(error) { done(ended) }) {
 		done(ended)
 	}
 }
+
+// testHookTakenOver, set by a test only, runs in TakenOver after the old
+// connection was told and before the session is let go.
+var testHookTakenOver atomic.Pointer[func(client string)]
 
 // fetch reads client's session from a shared store, unless mochi holds
 // it: the session another gateway let go of (TakenOver there). Its

@@ -12,6 +12,8 @@ package mqtt
 // it. mochi passes nothing else of ours from InjectPacket to its fan-out.
 
 import (
+	"sync/atomic"
+
 	mochi "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
@@ -23,6 +25,13 @@ import (
 // none (the message entered another gateway, which decided). An MQTT
 // client cannot send a user property key with a NUL [MQTT-1.5.4-2].
 const shareMarker = "\x00tolsey-share"
+
+// shareTaken replaces the marker's value once OnSelectSubscribers has
+// picked a member of the group a copy is for: Deliver reads it back after
+// the fan-out (on its own goroutine) to tell a copy taken from one no
+// member took, which the cluster hands on. No group is named so ($share/
+// first).
+const shareTaken = "\x00taken"
 
 // markShare adds the marker to pk when the cluster decided for it. It
 // reports false when pk must not be injected: a message for one group
@@ -36,6 +45,10 @@ func (h *hook) markShare(pk *packets.Packet, m *core.Message, d core.Delivery) b
 		if len(h.s.mochi.Topics.Subscribers(m.Topic).Shared[d.Share]) == 0 {
 			return false
 		}
+		// The last member may leave before the fan-out: then mochi finds
+		// no group and, without this, gave the copy to the plain
+		// subscribers (mochi patch 30).
+		pk.Mods.SharedOnly = true
 	case r.Clustered() && m.Origin.Node != "" && m.Origin.Node != h.s.opts.Node:
 	default:
 		return true
@@ -43,6 +56,13 @@ func (h *hook) markShare(pk *packets.Packet, m *core.Message, d core.Delivery) b
 	u := pk.Properties.User
 	pk.Properties.User = append(u[:len(u):len(u)], packets.UserProperty{Key: shareMarker, Val: d.Share})
 	return true
+}
+
+// shareCopyTaken reports whether a member took the copy for one group
+// Deliver injected as pk (OnSelectSubscribers marked it).
+func shareCopyTaken(pk *packets.Packet) bool {
+	v, _ := shareOf(pk)
+	return v == shareTaken
 }
 
 // shareOf returns the marker's value and whether pk carries one.
@@ -78,6 +98,8 @@ func (h *hook) OnSelectSubscribers(subs *mochi.Subscribers, pk packets.Packet) *
 		clear(subs.InlineSubscriptions)
 		if len(keep) > 0 {
 			subs.Shared[target] = keep
+			// In the array Deliver's packet shares (markShare made it).
+			pk.Properties.User[len(pk.Properties.User)-1].Val = shareTaken
 		}
 		return subs
 	}
@@ -95,3 +117,7 @@ func (h *hook) OnSelectSubscribers(subs *mochi.Subscribers, pk packets.Packet) *
 	}
 	return subs
 }
+
+// testHookShareInject, set by a test only, runs in Deliver between the
+// check that a copy's group has a member here and its injection.
+var testHookShareInject atomic.Pointer[func()]

@@ -536,8 +536,14 @@ func (h *hook) Deliver(m *core.Message, d core.Delivery) error {
 		pk.PacketID = 1
 	}
 	mark := h.s.sessions.mark()
+	if th := testHookShareInject.Load(); th != nil && d.Share != "" {
+		(*th)()
+	}
 	if err := h.s.mochi.InjectPacket(cl, pk); err != nil {
 		return err
+	}
+	if d.Share != "" && !shareCopyTaken(&pk) {
+		return core.ErrNoMember // its last member here left meanwhile: handed on
 	}
 	h.s.sessions.holdDelivery(d.Acks, mark) // until the sessions it reached have it on disk
 	h.out.Out(m.Created)

@@ -22,7 +22,7 @@ import (
 // client's send quota, which the caller took) and a reconnecting persistent
 // session gets it again.
 //
-// Under the client id's session lock (mochi patch 35): a session taken
+// Under the client id's session lock (mochi patch 32): a session taken
 // over by a new connection has been copied to it, so pk is not added to
 // this one and errTakenOver is returned.
 func (s *Server) track(cl *mochi.Client, pk *packets.Packet) error {

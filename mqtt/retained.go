@@ -91,8 +91,9 @@ type pendingSub struct {
 
 func newReplayer(s *Server) *replayer {
 	return &replayer{
-		s:       s,
-		rule:    retain.Replay{Store: s.opts.Store, Node: s.opts.Node, Metrics: s.opts.Metrics, Log: s.log},
+		s: s,
+		rule: retain.Replay{Store: s.opts.Store, Node: s.opts.Node, Metrics: s.opts.Metrics, Log: s.log,
+			Live: s.opts.Router},
 		out:     s.opts.Metrics.Outlet("mqtt"),
 		clients: map[*mochi.Client]*clientReplay{},
 	}

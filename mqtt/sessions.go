@@ -120,6 +120,31 @@ func (ss *sessions) remember(id string) (was bool) {
 	return was
 }
 
+// enqueueKnown queues ops while id's session is stored here, and reports
+// whether it did. The test and the queueing are one step under mu, so
+// that forget orders every write: one that saw the session known is
+// queued before forget returns, and a takeover letting the session go
+// (TakenOver, cluster.go) waits for it with what was queued before; one
+// after finds it forgotten. Checked and queued apart, a write could pass
+// the takeover's "forget, then commit, then answer" and land in a shared
+// store after another gateway read the session.
+func (ss *sessions) enqueueKnown(id string, ops ...session.Op) bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if _, ok := ss.known[id]; !ok {
+		return false
+	}
+	if h := testHookEnqueueKnown.Load(); h != nil {
+		(*h)(id)
+	}
+	ss.log.Enqueue(ops...)
+	return true
+}
+
+// testHookEnqueueKnown, set by a test only, runs between enqueueKnown's
+// test and its queueing: the window a takeover must not pass.
+var testHookEnqueueKnown atomic.Pointer[func(id string)]
+
 // forget marks id not stored and reports whether it was.
 func (ss *sessions) forget(id string) (was bool) {
 	ss.mu.Lock()
@@ -165,8 +190,8 @@ func (ss *sessions) OnDisconnect(cl *mochi.Client, _ error, expire bool) {
 	ss.pendMu.Lock()
 	delete(ss.pending, cl)
 	ss.pendMu.Unlock()
-	if !expire && persistent(cl) && !cl.IsTakenOver() && ss.isKnown(cl.ID) {
-		ss.log.Enqueue(ss.clientOp(cl))
+	if !expire && persistent(cl) && !cl.IsTakenOver() {
+		ss.enqueueKnown(cl.ID, ss.clientOp(cl))
 	}
 }
 
@@ -174,8 +199,8 @@ func (ss *sessions) OnDisconnect(cl *mochi.Client, _ error, expire bool) {
 // (now, or when its delay ended), so that a restart does not send it
 // again.
 func (ss *sessions) OnWillSent(cl *mochi.Client, _ packets.Packet) {
-	if persistent(cl) && ss.isKnown(cl.ID) {
-		ss.log.Enqueue(ss.clientOp(cl))
+	if persistent(cl) {
+		ss.enqueueKnown(cl.ID, ss.clientOp(cl))
 	}
 }
 
@@ -198,7 +223,7 @@ func (ss *sessions) OnSubscribed(cl *mochi.Client, pk packets.Packet, codes []by
 			ops = append(ops, subOp(cl.ID, f))
 		}
 	}
-	ss.log.Enqueue(ops...)
+	ss.enqueueKnown(cl.ID, ops...)
 }
 
 func (ss *sessions) OnUnsubscribed(cl *mochi.Client, pk packets.Packet) {
@@ -209,7 +234,7 @@ func (ss *sessions) OnUnsubscribed(cl *mochi.Client, pk packets.Packet) {
 	for _, f := range pk.Filters {
 		ops = append(ops, session.Op{Kind: session.DeleteSub, Client: cl.ID, Key: []byte(f.Filter)})
 	}
-	ss.log.Enqueue(ops...)
+	ss.enqueueKnown(cl.ID, ops...)
 }
 
 // OnQosPublish stores a message mochi put in a session's inflight store:
@@ -221,7 +246,7 @@ func (ss *sessions) OnQosPublish(cl *mochi.Client, pk packets.Packet, _ int64, _
 	// got that far.
 	if persistent(cl) && ss.isKnown(cl.ID) {
 		ss.markHeld(cl.ID, pk.PacketID, pk.FixedHeader.Type == packets.Publish && pk.Expiry < 0)
-		ss.log.Enqueue(ss.inflightOp(cl.ID, pk))
+		ss.enqueueKnown(cl.ID, ss.inflightOp(cl.ID, pk))
 	}
 }
 
@@ -276,7 +301,7 @@ func (ss *sessions) OnPacketSent(cl *mochi.Client, pk packets.Packet, _ []byte) 
 		return
 	}
 	if sent, ok := cl.State.Inflight.Get(pk.PacketID); ok && sent.Expiry >= 0 {
-		ss.log.Enqueue(ss.inflightOp(cl.ID, sent))
+		ss.enqueueKnown(cl.ID, ss.inflightOp(cl.ID, sent))
 	}
 }
 
@@ -292,7 +317,7 @@ func (ss *sessions) dropInflight(cl *mochi.Client, id uint16) {
 	// (cluster.go) keeps its messages in the shared store.
 	if persistent(cl) && ss.isKnown(cl.ID) {
 		ss.markHeld(cl.ID, id, false)
-		ss.log.Enqueue(session.Op{Kind: session.DeleteInflight, Client: cl.ID, Key: packetKey(id)})
+		ss.enqueueKnown(cl.ID, session.Op{Kind: session.DeleteInflight, Client: cl.ID, Key: packetKey(id)})
 	}
 }
 
@@ -303,7 +328,7 @@ func (ss *sessions) OnPacketProcessed(cl *mochi.Client, pk packets.Packet, err e
 		return
 	}
 	if rel, ok := cl.State.Inflight.Get(pk.PacketID); ok && rel.FixedHeader.Type == packets.Pubrel {
-		ss.log.Enqueue(ss.inflightOp(cl.ID, rel))
+		ss.enqueueKnown(cl.ID, ss.inflightOp(cl.ID, rel))
 	}
 }
 

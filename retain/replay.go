@@ -38,6 +38,12 @@ type Replay struct {
 	Node    string           // this gateway's node.id
 	Metrics *metrics.Metrics // counts a Match that failed; may be nil
 	Log     *slog.Logger     // logs a Match that failed
+	// Live, when set, tells which stored copies from another gateway this
+	// one received from the cluster after a subscription began
+	// (core.Router.ReceivedLiveAfter): they went to it live.
+	Live interface {
+		ReceivedLiveAfter(m *core.Message, since time.Time) bool
+	}
 }
 
 // Replayable reports whether a subscription to filter gets stored copies
@@ -50,10 +56,17 @@ func Replayable(filter string) bool { return !core.IsShared(filter) }
 //   - not once it has expired [MQTT-3.3.2-5];
 //   - not when this gateway received it after since: the router delivered
 //     it to that subscription live, and the stored copy would be a second
-//     one. (A message received by another gateway sharing the store cannot
-//     be told apart this way, and is sent.)
+//     one. For a message that entered another gateway of the cluster,
+//     Live says when this gateway received it (that gateway's Created is
+//     on its own clock); without Live it is sent.
 func (r *Replay) Due(m *core.Message, since, now time.Time) bool {
-	return !m.Expired(now) && !(m.Origin.Node == r.Node && m.Created.After(since))
+	if m.Expired(now) {
+		return false
+	}
+	if m.Origin.Node == r.Node {
+		return !m.Created.After(since)
+	}
+	return r.Live == nil || !r.Live.ReceivedLiveAfter(m, since)
 }
 
 // Run hands send, in the store's order, every stored copy of filter due to

@@ -87,6 +87,7 @@ type Cluster struct {
 	isub     *nats.Subscription
 	mem      *membership // membership.go
 	tk       *takeover   // takeover.go
+	ct       *containers // container.go
 	sh       *shares     // shared groups across gateways (shared.go)
 
 	sub   *core.Subscription
@@ -157,6 +158,7 @@ func New(opts Options) (*Cluster, error) {
 		in_:      newInterest(),
 		mem:      newMembership(),
 		tk:       &takeover{},
+		ct:       &containers{},
 		queue:    make(chan queued, opts.QueueLen),
 		done:     make(chan struct{}),
 	}

@@ -78,10 +78,16 @@ func (c *Cluster) startTakeover() error {
 		return err
 	}
 	t.sub = s
+	if err := c.startContainers(); err != nil { // container.go: the same answers
+		_ = s.Unsubscribe()
+		_ = rs.Unsubscribe()
+		return err
+	}
 	return nil
 }
 
 func (c *Cluster) stopTakeover() {
+	c.stopContainers()
 	t := c.tk
 	if t.sub != nil {
 		_ = t.sub.Unsubscribe()
@@ -93,16 +99,27 @@ func (c *Cluster) stopTakeover() {
 
 // Claim implements the MQTT front-end's Cluster: it tells the others that
 // client connects here at stamp and waits until each gateway heard from
-// has let go of it, at most TakeoverTimeout.
-func (c *Cluster) Claim(client string, stamp int64) {
+// has let go of it, at most TakeoverTimeout. It reports whether each did:
+// false after the timeout or when the claim could not be sent, when a
+// gateway may still hold the client's session and write it.
+func (c *Cluster) Claim(client string, stamp int64) bool {
+	answered, _ := c.ask(c.takeoverSubject(), client, stamp)
+	return answered
+}
+
+// ask publishes a claim of id at stamp on subject and waits until every
+// gateway heard from has answered, at most TakeoverTimeout. It reports
+// whether each did, and whether one answered that id is in use there
+// (answerInUse).
+func (c *Cluster) ask(subject, id string, stamp int64) (answered, inUse bool) {
 	t := c.tk
 	pending := c.peerNodes()
-	b, _ := json.Marshal(&claimMsg{Client: client, Stamp: stamp, Node: c.opts.Node})
+	b, _ := json.Marshal(&claimMsg{Client: id, Stamp: stamp, Node: c.opts.Node})
 	if len(pending) == 0 {
 		// Nobody heard from yet: told all the same (a gateway starting
 		// meanwhile), nobody waited for.
-		_ = c.opts.Conn.Publish(c.takeoverSubject(), b)
-		return
+		_ = c.opts.Conn.Publish(subject, b)
+		return true, false
 	}
 	w := &claimWait{pending: pending, done: make(chan struct{})}
 	t.mu.Lock()
@@ -115,9 +132,9 @@ func (c *Cluster) Claim(client string, stamp int64) {
 		delete(t.waiting, n)
 		t.mu.Unlock()
 	}()
-	if err := c.opts.Conn.PublishRequest(c.takeoverSubject(), t.inbox+"."+strconv.FormatUint(n, 10), b); err != nil {
+	if err := c.opts.Conn.PublishRequest(subject, t.inbox+"."+strconv.FormatUint(n, 10), b); err != nil {
 		t.timeouts.Add(1)
-		return // NATS down: nobody can be told; the client is let in (docs/cluster.md)
+		return false, false // NATS down: nobody can be told (docs/cluster.md, "Client takeover")
 	}
 	timer := time.NewTimer(c.opts.TakeoverTimeout)
 	defer timer.Stop()
@@ -125,15 +142,23 @@ func (c *Cluster) Claim(client string, stamp int64) {
 	case <-w.done:
 	case <-timer.C:
 		t.timeouts.Add(1)
-		c.log.Debug("cluster takeover: not every gateway answered", "client", client)
+		c.log.Debug("cluster claim: not every gateway answered", "subject", subject, "id", id)
 	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(w.pending) == 0, w.inUse
 }
 
 // claimWait is one claim of ours waiting: the gateways yet to answer.
 type claimWait struct {
 	pending map[string]bool // guarded by takeover.mu
+	inUse   bool            // guarded by takeover.mu: a gateway answered answerInUse
 	done    chan struct{}   // closed when pending is empty
 }
+
+// answerInUse follows the node id in an answer whose gateway holds the
+// claimed id on an older connection it keeps (container.go).
+const answerInUse = "\x00in-use"
 
 // answerIn takes one gateway's answer to a claim of ours: its body is the
 // answering gateway's node id; one the claim does not wait for changes
@@ -144,13 +169,14 @@ func (c *Cluster) answerIn(msg *nats.Msg) {
 	if err != nil {
 		return
 	}
-	node := string(msg.Data)
+	node, inUse := strings.CutSuffix(string(msg.Data), answerInUse)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	w := t.waiting[n]
 	if w == nil || !w.pending[node] {
 		return
 	}
+	w.inUse = w.inUse || inUse
 	delete(w.pending, node)
 	if len(w.pending) == 0 {
 		close(w.done)

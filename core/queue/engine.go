@@ -74,9 +74,15 @@ type Options struct {
 	// Poll is how often a queue whose Log is shared with other gateways
 	// (SharedLog) is read for their records while it has consumers.
 	// Default 200 ms.
-	Poll   time.Duration
-	Now    func() time.Time
-	Logger *slog.Logger
+	Poll time.Duration
+	// LocalOnly feeds the queues only messages that entered this gateway
+	// (core.SubOptions.LocalOnly): in a cluster whose gateways share the
+	// Backend (Redis), the gateway a message entered puts it into the
+	// shared queue, and every other gateway that receives it from the
+	// cluster would put it in again (docs/cluster.md, "Queues").
+	LocalOnly bool
+	Now       func() time.Time
+	Logger    *slog.Logger
 }
 
 // Engine holds the queues. Safe for concurrent use.
@@ -328,7 +334,7 @@ func (e *Engine) syncSubLocked() {
 	}
 	switch {
 	case e.idx.Len() > 0 && e.sub == nil:
-		sub, err := r.Subscribe("#", e, core.SubOptions{QoS: 2})
+		sub, err := r.Subscribe("#", e, core.SubOptions{QoS: 2, LocalOnly: e.opts.LocalOnly})
 		if err != nil {
 			e.opts.Logger.Error("queues: subscribing to the router", "error", err)
 			return

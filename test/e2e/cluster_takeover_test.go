@@ -12,6 +12,7 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 	pahov3 "github.com/eclipse/paho.mqtt.golang"
 	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 
 	"github.com/tolsey/tolsey/gateway"
 	"github.com/tolsey/tolsey/mqtt"
@@ -297,6 +298,13 @@ func TestClusterSessionMovesAfterKill9(t *testing.T) {
 		}
 	}
 	a.Kill()
+	// While b still lists a, a claim goes unanswered and the resume is
+	// refused as server busy (a may hold the session still: mqtt/cluster.go
+	// claim); the client tries again once a has left b's list.
+	eventually(t, "b to drop a", func() bool {
+		st, _ := clusterOf(b.AdminAddr())
+		return memberNodes(st) == "b"
+	})
 
 	moved, got := resumeOn(t, b.MQTTAddr(), "mover", 5)
 	for k := range 5 {
@@ -404,4 +412,126 @@ func BenchmarkClusterConnect(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkClusterCross is one QoS 0 message per op published by an MQTT
+// client on gateway a to a subscriber on b, through NATS: the in-process
+// cross path, to profile the cluster's own cost per message
+// (docs/cluster.md, "Benchmarks"). A QoS 1 publish every 1,000 paces the
+// publisher, so that no queue drops.
+//
+//	go test -run '^$' -bench ClusterCross -benchtime=100000x -cpuprofile /tmp/cpu.out ./test/e2e/
+func BenchmarkClusterCross(b *testing.B) {
+	s := startNATS(b, 0, "")
+	r := redistest.Start(b)
+	ga := startGateway(b, clusterArgs(s, r, "a")...)
+	gb := startGateway(b, clusterArgs(s, r, "b")...)
+	eventually(b, "a to list b", func() bool {
+		st, _ := clusterOf(ga.AdminAddr())
+		return memberNodes(st) == "a,b"
+	})
+	got := make(chan struct{}, 1024)
+	dial := func(addr, id string, recv func(paho.PublishReceived) (bool, error)) *paho.Client {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			b.Fatal(err)
+		}
+		cfg := paho.ClientConfig{ClientID: id, Conn: conn}
+		if recv != nil {
+			cfg.OnPublishReceived = []func(paho.PublishReceived) (bool, error){recv}
+		}
+		cl := paho.NewClient(cfg)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if ca, err := cl.Connect(ctx, &paho.Connect{ClientID: id, CleanStart: true, KeepAlive: 30}); err != nil || ca.ReasonCode != 0 {
+			b.Fatalf("connect %s: %v", id, err)
+		}
+		b.Cleanup(func() { _ = cl.Disconnect(&paho.Disconnect{}) })
+		return cl
+	}
+	sub := dial(gb.MQTTAddr(), "bsub", func(pr paho.PublishReceived) (bool, error) {
+		if pr.Packet.Topic == "bx/t" {
+			got <- struct{}{}
+		}
+		return true, nil
+	})
+	ctx := context.Background()
+	if _, err := sub.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: "bx/t"}}}); err != nil {
+		b.Fatal(err)
+	}
+	pub := dial(ga.MQTTAddr(), "bpub", nil)
+	payload := make([]byte, 64)
+	eventually(b, "b's subscription known to a", func() bool {
+		_, _ = pub.Publish(ctx, &paho.Publish{Topic: "bx/t", Payload: payload})
+		select {
+		case <-got:
+			return true
+		case <-time.After(100 * time.Millisecond):
+			return false
+		}
+	})
+	for len(got) > 0 {
+		<-got
+	}
+	done := make(chan struct{})
+	go func() {
+		for range b.N {
+			<-got
+		}
+		close(done)
+	}()
+	b.ResetTimer()
+	for i := range b.N {
+		_, _ = pub.Publish(ctx, &paho.Publish{Topic: "bx/t", Payload: payload})
+		if i%1000 == 999 {
+			_, _ = pub.Publish(ctx, &paho.Publish{Topic: "bz/pace", QoS: 1})
+		}
+	}
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		b.Fatal("not every message arrived on b")
+	}
+}
+
+// A claim one listed gateway does not answer in time (here a member that
+// only ever sent a heartbeat, as a gateway dead but not yet removed):
+// with Redis sessions a resume (clean start 0) is refused as server busy,
+// 0x89, rather than given a session that gateway may still hold and
+// write; a clean start goes ahead. Before, the resume read the stored
+// session anyway and was accepted.
+func TestClusterClaimNotAnsweredRefusesResume(t *testing.T) {
+	s := startNATS(t, 0, "")
+	r := startRedis(t)
+	b := startGateway(t, clusterArgs(s, r, "b", "--cluster.heartbeat=10s", "--cluster.takeoverTimeout=300ms",
+		"--mqtt.sessions.backend=redis")...)
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	hb, _ := json.Marshal(map[string]any{"n": "z", "i": "silent", "s": time.Now().UnixMilli(), "up": 1})
+	eventually(t, "b to list the silent member z", func() bool {
+		_ = nc.Publish("gw.node.z", hb)
+		st, _ := clusterOf(b.AdminAddr())
+		return memberNodes(st) == "b,z"
+	})
+
+	conn, err := net.Dial("tcp", b.MQTTAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := paho.NewClient(paho.ClientConfig{ClientID: "resumer", Conn: conn})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cp := persistentConnect()
+	cp.ClientID = "resumer"
+	ca, err := cl.Connect(ctx, cp)
+	if ca == nil || ca.ReasonCode != 0x89 {
+		t.Fatalf("a resume whose claim z did not answer: want CONNACK 0x89, got %+v (%v)", ca, err)
+	}
+	if st := clusterStatus(t, b); st.Takeover == nil || st.Takeover.Timeouts == 0 {
+		t.Fatalf("b's takeover timeouts: %+v", st.Takeover)
+	}
+	connectWatched(t, b.MQTTAddr(), "cleaner", nil) // a clean start goes ahead
 }

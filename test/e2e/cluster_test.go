@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/tolsey/tolsey/gateway"
+	"github.com/tolsey/tolsey/retain/redistest"
 )
 
 // cluster3 runs three clustered gateways a, b, c on one NATS and one
@@ -23,8 +24,13 @@ import (
 // the cluster's subject at NATS.
 func cluster3(t *testing.T, set ...string) (*natsserver.Server, []*gateway.Gateway) {
 	t.Helper()
+	return cluster3On(t, startRedis(t), set...)
+}
+
+// cluster3On is cluster3 on the Redis r.
+func cluster3On(t *testing.T, r *redistest.Server, set ...string) (*natsserver.Server, []*gateway.Gateway) {
+	t.Helper()
 	s := startNATS(t, 0, "")
-	r := startRedis(t)
 	var gs []*gateway.Gateway
 	for _, node := range []string{"a", "b", "c"} {
 		before := s.NumSubscriptions()

@@ -160,7 +160,7 @@ type ClientConnection struct {
 	Remote    string    // the remote address of the client
 	Listener  string    // listener id of the client
 	Inline    bool      // if true, the client is the built-in 'inline' embedded client
-	Stats     ConnStats // this connection's counters (gateway patch 33)
+	Stats     ConnStats // this connection's counters (gateway patch 31)
 }
 
 // ClientProperties contains the properties which define the client behaviour.
@@ -262,7 +262,7 @@ func newClient(c net.Conn, o *ops) *Client {
 			bconn:  bufio.NewReaderSize(c, o.options.ClientNetReadBufferSize),
 			Remote: c.RemoteAddr().String(),
 		}
-		cl.Net.Stats.Since = time.Now() // gateway patch 33
+		cl.Net.Stats.Since = time.Now() // gateway patch 31
 	}
 
 	return cl
@@ -933,7 +933,7 @@ func (cl *Client) ReadFixedHeader(fh *packets.FixedHeader) error {
 	}
 
 	atomic.AddInt64(&cl.ops.info.BytesReceived, int64(bu+1))
-	cl.Net.Stats.BytesReceived.Add(int64(bu + 1)) // gateway patch 33
+	cl.Net.Stats.BytesReceived.Add(int64(bu + 1)) // gateway patch 31
 	return nil
 }
 
@@ -949,7 +949,7 @@ func (cl *Client) ReadPacket(fh *packets.FixedHeader) (pk packets.Packet, err er
 	}
 
 	atomic.AddInt64(&cl.ops.info.BytesReceived, int64(len(px)))
-	cl.Net.Stats.BytesReceived.Add(int64(len(px))) // gateway patch 33
+	cl.Net.Stats.BytesReceived.Add(int64(len(px))) // gateway patch 31
 
 	// px is the packet's own: decoding may keep slices of it.
 	switch pk.FixedHeader.Type {
@@ -963,7 +963,7 @@ func (cl *Client) ReadPacket(fh *packets.FixedHeader) (pk packets.Packet, err er
 		err = pk.PublishDecode(px)
 		if err == nil {
 			atomic.AddInt64(&cl.ops.info.MessagesReceived, 1)
-			cl.Net.Stats.MessagesReceived.Add(1) // gateway patch 33
+			cl.Net.Stats.MessagesReceived.Add(1) // gateway patch 31
 		}
 	case packets.Puback:
 		err = pk.PubackDecode(px)
@@ -1169,7 +1169,7 @@ func (cl *Client) encodeWrite(pk *packets.Packet, buf *bytes.Buffer, mode writeM
 func (cl *Client) sent(pk *packets.Packet, b []byte, n int64) {
 	atomic.AddInt64(&cl.ops.info.BytesSent, n)
 	atomic.AddInt64(&cl.ops.info.PacketsSent, 1)
-	cl.Net.Stats.BytesSent.Add(n) // gateway patch 33
+	cl.Net.Stats.BytesSent.Add(n) // gateway patch 31
 	if pk.FixedHeader.Type == packets.Publish {
 		atomic.AddInt64(&cl.ops.info.MessagesSent, 1)
 		cl.Net.Stats.MessagesSent.Add(1)

@@ -908,7 +908,7 @@ func (h *dropCountHook) ID() string                               { return "drop
 func (h *dropCountHook) Provides(b byte) bool                     { return b == OnPublishDropped }
 func (h *dropCountHook) OnPublishDropped(*Client, packets.Packet) { h.n.Add(1) }
 
-// TestDroppedCopyTakenOverIsNotKeptTwice (patch 35): a QoS 1 copy put into
+// TestDroppedCopyTakenOverIsNotKeptTwice (patch 32): a QoS 1 copy put into
 // a subscriber's inflight store whose write queue then refuses it was
 // handed to OnPublishDropped (the gateway's backlog keeps it) before the
 // rollback. When a reconnect took the session over in between, the copy
@@ -955,7 +955,7 @@ func TestDroppedCopyTakenOverIsNotKeptTwice(t *testing.T) {
 	}
 }
 
-// Patch 33: a connection counts its own PUBLISH packets and bytes, both
+// Patch 31: a connection counts its own PUBLISH packets and bytes, both
 // ways, the fixed header included.
 func TestConnStatsCountPublishesAndBytes(t *testing.T) {
 	cl, r, w := newTestClient()

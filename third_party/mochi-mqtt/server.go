@@ -202,15 +202,27 @@ func (s *Server) inSession(cl *Client, fn func()) bool {
 // InSession is inSession for what the gateway itself puts into a session
 // (its backlog of dropped QoS 1/2 messages, retained copies): added to a
 // connection's inflight store after a takeover copied it, a message would
-// be in neither store (gateway patch 35, as patch 25 for mochi's own).
+// be in neither store (gateway patch 32, as patch 25 for mochi's own).
 func (s *Server) InSession(cl *Client, fn func()) bool { return s.inSession(cl, fn) }
 
 // PublishToSuccessor delivers pk, meant for cl through sub, to the
 // connection that took cl's session over, when that session has sub's
-// filter (gateway patch 35; publishToSuccessor).
+// filter (gateway patch 32; publishToSuccessor).
 func (s *Server) PublishToSuccessor(cl *Client, sub packets.Subscription, pk packets.Packet) error {
 	_, err := s.publishToSuccessor(cl, sub, pk, false)
 	return err
+}
+
+// WithSessionLock runs fn under id's session lock, the one the takeover
+// of a session and the end of a connection's session hold (gateway patch
+// 30): a hook that ends a session itself (a gateway of a cluster letting
+// it go to another) then cannot interleave with a connection of id taking
+// it over here. fn must not take the lock again.
+func (s *Server) WithSessionLock(id string, fn func()) {
+	mu := s.sessionLock(id)
+	mu.Lock()
+	defer mu.Unlock()
+	fn()
 }
 
 // sessionLock is the lock of id's stripe (gateway patch).
@@ -1283,6 +1295,11 @@ func (s *Server) publishToSubscribersStall(pk packets.Packet, stall bool) {
 			subscribers.SelectShared()
 		}
 		subscribers.MergeSharedSelected()
+	} else if pk.Mods.SharedOnly {
+		// gateway patch 30: a message for a shared group whose last member
+		// here left since the caller looked: without the hook, which would
+		// keep that group only, it reached every plain subscriber.
+		return
 	}
 
 	for _, inlineSubscription := range subscribers.InlineSubscriptions {
@@ -1406,7 +1423,7 @@ func (s *Server) publishToClientShared(cl *Client, sub packets.Subscription, pk 
 		}
 		atomic.AddInt64(&s.Info.MessagesDropped, 1)
 		if out.FixedHeader.Qos > 0 {
-			// gateway patch 35: the rollback comes first, under the id's
+			// gateway patch 32: the rollback comes first, under the id's
 			// session lock. A reconnect that took the session over since
 			// addInflight copied this entry with it: the new connection
 			// sends it, and the hook (the gateway's backlog) must not make
@@ -1472,7 +1489,7 @@ func (s *Server) addInflight(cl *Client, out *packets.Packet, pk packets.Packet)
 
 // testAfterAddInflight, set by tests only, runs after a publisher put a
 // QoS 1/2 message into cl's inflight store and before it queues it: where
-// a takeover can come in between (patch 35).
+// a takeover can come in between (patch 32).
 var testAfterAddInflight func(cl *Client)
 
 // publishToSuccessor delivers a message meant for cl, whose session a new

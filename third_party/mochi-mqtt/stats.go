@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// ConnStats are one connection's own counters (gateway patch 33): what
+// ConnStats are one connection's own counters (gateway patch 31): what
 // mochi counts for the whole server in system.Info, counted again per
 // client, for an operator who asks which connection sends or receives
 // what (the gateway's GET /api/v1/connections). Each is one atomic add

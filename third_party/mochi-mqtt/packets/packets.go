@@ -145,6 +145,9 @@ type Mods struct {
 	MaxSize             uint32 // the maximum packet size specified by the client / server
 	DisallowProblemInfo bool   // if problem info is disallowed
 	AllowResponseInfo   bool   // if response info is disallowed
+	// SharedOnly: the packet is for a shared group's member only; with no
+	// shared group matching its topic it goes to nobody (gateway patch 30).
+	SharedOnly bool
 	// Shared is set on a PUBLISH encoded once for several clients (gateway
 	// patch 27): the writer writes its bytes instead of encoding pk. Copy
 	// leaves it out.
