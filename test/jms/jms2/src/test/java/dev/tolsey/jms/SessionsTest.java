@@ -5,9 +5,11 @@ import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import jakarta.jms.Connection;
+import jakarta.jms.InvalidClientIDException;
 import jakarta.jms.Message;
 import jakarta.jms.MessageConsumer;
 import jakarta.jms.MessageProducer;
@@ -40,6 +42,27 @@ class SessionsTest extends GatewayTest {
         c.setClientID(clientID);
         c.start();
         return c;
+    }
+
+    /**
+     * A ClientID is unique (JMS 2.0 6.1.2): a second connection with one in
+     * use gets InvalidClientIDException (Qpid JMS asks for
+     * sole-connection-for-container), the first one goes on, and the id is
+     * free again once it is closed.
+     */
+    @Test
+    void clientIdInUseIsRefused(TestInfo info) throws Exception {
+        String id = "unique-" + name(info);
+        try (Connection first = connectAs(id)) {
+            assertThrows(InvalidClientIDException.class, () -> connectAs(id));
+            Session s = first.createSession(false, Session.AUTO_ACKNOWLEDGE);
+            Queue q = s.createTemporaryQueue();
+            s.createProducer(q).send(s.createTextMessage("still here"));
+            assertEquals("still here", ((TextMessage) s.createConsumer(q).receive(WAIT)).getText());
+        }
+        try (Connection again = connectAs(id)) {
+            assertNotNull(again.createSession(false, Session.AUTO_ACKNOWLEDGE));
+        }
     }
 
     @Test
