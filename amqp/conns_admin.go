@@ -1,6 +1,7 @@
 package amqp
 
 import (
+	"cmp"
 	"slices"
 	"time"
 )
@@ -80,16 +81,29 @@ type SubInfo struct {
 
 // Subscriptions is the receiving links of every open connection, by
 // connection number, then address and link name.
+//
+// The connections are taken in one pass under s.mu (a lookup per
+// connection would be quadratic in them, and take s.mu as often), and
+// each one's links then under its own registry's lock.
 func (s *Server) Subscriptions() []SubInfo {
-	var out []SubInfo
-	for _, ci := range s.ConnectionList() {
-		links, ok := s.Links(ci.ID)
-		if !ok {
-			continue
+	s.mu.Lock()
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		if !c.forced.Load() {
+			conns = append(conns, c)
 		}
-		for _, l := range links {
+	}
+	s.mu.Unlock()
+	slices.SortFunc(conns, func(a, b *conn) int { return cmp.Compare(a.id, b.id) })
+	var out []SubInfo
+	for _, c := range conns {
+		var container string
+		if c.opened.Load() {
+			container = c.containerID
+		}
+		for _, l := range c.linkList() {
 			if l.Role == "receiver" {
-				out = append(out, SubInfo{Conn: ci.ID, ContainerID: ci.ContainerID, Link: l})
+				out = append(out, SubInfo{Conn: c.id, ContainerID: container, Link: l})
 			}
 		}
 	}

@@ -1,5 +1,7 @@
 package bridge
 
+import "strings"
+
 // mapCache remembers what a rule's Mapping made of the names it saw last
 // (topics out, subjects in), so that a device publishing on the same topic
 // again and again costs the bridge a map lookup, not a validation and a
@@ -55,8 +57,11 @@ func (b *NATS) subjectOut(r *ruleLink, topic string) (string, error) {
 		return s, nil
 	}
 	s, err := r.mapng.Out(topic)
-	if err == nil {
-		b.subjects.put(k, topic, s)
+	if err == nil && len(topic) <= maxCachedName {
+		// Copies: the topic, and a subject made of it, may point into the
+		// message's whole packet (mochi decodes strings without copying),
+		// which the cache would keep alive.
+		b.subjects.put(outKey{r, strings.Clone(topic)}, topic, strings.Clone(s))
 	}
 	return s, err
 }
@@ -71,8 +76,8 @@ func (r *ruleLink) topicIn(c *mapCache[string], subject string) (string, error) 
 		return t, nil
 	}
 	t, err := r.mapng.In(subject)
-	if err == nil {
-		c.put(subject, subject, t)
+	if err == nil && len(subject) <= maxCachedName {
+		c.put(strings.Clone(subject), subject, strings.Clone(t)) // copies, as in subjectOut
 	}
 	return t, err
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -488,7 +489,11 @@ func (r *ruleLink) unmappable(topic string, err error) {
 	if b.unmapCount.Load() >= 10000 {
 		return
 	}
-	if _, seen := b.unmappable.LoadOrStore(topic, struct{}{}); !seen {
+	if _, seen := b.unmappable.Load(topic); seen {
+		return
+	}
+	// A copy: the topic may point into the message's whole packet.
+	if _, seen := b.unmappable.LoadOrStore(strings.Clone(topic), struct{}{}); !seen {
 		b.unmapCount.Add(1)
 		b.log.Warn("topic not sent to NATS: not expressible as a subject", "topic", topic, "rule", r.name, "error", err)
 	}

@@ -501,7 +501,11 @@ func (r *Router) publishTo(ctx context.Context, m *Message, acks *Acks, target s
 		m.Origin.Node = r.opts.Node
 	}
 	r.published.Add(1)
-	r.opts.Topics.Observe(m.Topic, m.Created.Unix())
+	if target == "" {
+		// A share copy (PublishShare) is a message already counted where
+		// it was published, or here as the cluster's stream brought it.
+		r.opts.Topics.Observe(m.Topic, m.Created.Unix())
+	}
 	// A message from another gateway of the cluster was stored by that
 	// gateway in the store they share; storing it again here could put an
 	// older copy over a newer one (docs/cluster.md, "Retained").

@@ -49,9 +49,12 @@ type topicEntry struct {
 	last  atomic.Int64 // unix seconds of the last message
 	ref   atomic.Bool  // observed since the clock hand last passed
 
-	// The rate's reference, read and moved by Topics under the write lock.
-	refCount uint64
-	refAt    time.Time
+	// The rate's references, read and moved by Topics under the write
+	// lock: the current one and the one it replaced, used while the
+	// current one is younger than half the window (a second reader right
+	// after a move, or the next page of a listing, still gets a rate).
+	refCount, prevCount uint64
+	refAt, prevAt       time.Time
 }
 
 // NewTopicTable returns a table that holds at most about size topics
@@ -113,8 +116,10 @@ func (t *TopicTable) insert(sh *topicShard, topic string, unix int64) {
 		*e = topicEntry{}
 	}
 	if !found {
-		// The message's own topic string: immutable, it holds nothing
-		// else of the message alive.
+		// A copy: the message's topic string may point into its whole
+		// packet (mochi decodes strings without copying), which the table
+		// would keep alive for as long as the topic stays.
+		topic = strings.Clone(topic)
 		e.topic, e.first = topic, unix
 		e.last.Store(unix)
 		sh.m[topic] = e
@@ -132,15 +137,16 @@ type TopicStat struct {
 	First    time.Time // it entered the table (to the second)
 	LastSeen time.Time // the last message (to the second)
 	// PerSecond is its messages per second since the reference taken
-	// by an earlier Topics call at least window before (or since it
+	// by an earlier Topics call at least window/2 before (or since it
 	// entered the table).
 	PerSecond float64
 }
 
 // Topics is the table's topics that match filter (an MQTT filter), sorted.
 // Each call moves a topic's rate reference forward once it is window old,
-// so that callers polling more often than window get rates over the last
-// window to 2×window.
+// keeping the one it replaces for the calls that come less than window/2
+// after the move: callers get rates over the last window/2 to 2×window,
+// however often and however many of them poll.
 func (t *TopicTable) Topics(filter string, now time.Time, window time.Duration) []TopicStat {
 	var out []TopicStat
 	for i := range t.shards {
@@ -152,14 +158,18 @@ func (t *TopicTable) Topics(filter string, now time.Time, window time.Duration) 
 			}
 			st := TopicStat{Topic: topic, Messages: e.count.Load(),
 				First: time.Unix(e.first, 0), LastSeen: time.Unix(e.last.Load(), 0)}
+			if e.refAt.IsZero() { // no reference yet: since it entered
+				e.refCount, e.refAt = 0, st.First
+			}
 			ref, at := e.refCount, e.refAt
-			if at.IsZero() {
-				ref, at = 0, st.First
+			if now.Sub(at) < window/2 && !e.prevAt.IsZero() {
+				ref, at = e.prevCount, e.prevAt
 			}
 			if dt := now.Sub(at).Seconds(); dt >= 1 {
 				st.PerSecond = float64(st.Messages-ref) / dt
 			}
 			if now.Sub(e.refAt) >= window {
+				e.prevCount, e.prevAt = e.refCount, e.refAt
 				e.refCount, e.refAt = st.Messages, now
 			}
 			out = append(out, st)

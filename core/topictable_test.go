@@ -2,8 +2,10 @@ package core
 
 import (
 	"fmt"
+	"hash/maphash"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 func TestTopicTableCountsAndRates(t *testing.T) {
@@ -82,4 +84,37 @@ func BenchmarkTopicTableObserve(b *testing.B) {
 			i++
 		}
 	})
+}
+
+// A second reader right after another moved the reference (another
+// console, the next page of a listing) still gets a rate: it read 0 for
+// every topic while the new reference was under a second old.
+func TestTopicTableRateRightAfterAMove(t *testing.T) {
+	tt := NewTopicTable(100)
+	t0 := time.Unix(1_000_000, 0)
+	for i := range 100 {
+		tt.Observe("busy", t0.Unix()+int64(i/10)) // 10 a second for 10 s
+	}
+	if got := tt.Topics("#", t0.Add(10*time.Second), 10*time.Second); got[0].PerSecond != 10 {
+		t.Fatalf("first reader: %+v", got)
+	}
+	got := tt.Topics("#", t0.Add(10*time.Second+300*time.Millisecond), 10*time.Second)
+	if got[0].PerSecond < 9 || got[0].PerSecond > 10 {
+		t.Fatalf("a reader 0.3 s after the move: %v msg/s, want about 10", got[0].PerSecond)
+	}
+}
+
+// The table keeps its own copy of a topic: the message's topic string may
+// point into its whole packet, payload included, which the table would
+// otherwise keep alive.
+func TestTopicTableCopiesTheTopic(t *testing.T) {
+	tt := NewTopicTable(100)
+	packet := []byte("t/1" + string(make([]byte, 1<<20)))
+	topic := unsafe.String(&packet[0], 3) // as mochi decodes it: no copy
+	tt.Observe(topic, 1)
+	for k := range tt.shards[maphash.String(tt.seed, topic)%topicShards].m {
+		if unsafe.StringData(k) == &packet[0] {
+			t.Fatal("the table keeps the packet's own bytes as its key")
+		}
+	}
 }
