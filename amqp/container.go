@@ -75,7 +75,9 @@ func (c *conn) claimContainer(open *frames.Open) (refused bool) {
 	ids.open[id][c] = stamp
 	older := false
 	for o, s := range ids.open[id] {
-		older = older || o != c && s <= stamp
+		// Equal stamps (the same nanosecond): the lower connection number
+		// is the older, so that exactly one of the two is refused.
+		older = older || o != c && (s < stamp || s == stamp && o.id < c.id)
 	}
 	ids.mu.Unlock()
 	if !hasCap(open.DesiredCapabilities, capSoleConnection) {

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"math"
 	"net"
 	"slices"
 	"time"
@@ -222,7 +223,9 @@ func (w *writer) writeAnswered() {
 		a := list[i]
 		j := i + 1
 		if a.state == stateAccepted {
-			for j < len(list) && list[j].s == a.s && list[j].state == a.state && list[j].id == list[j-1].id+1 {
+			// A run ends before the delivery-id wraps: first..last stays
+			// ascending for a client that walks it numerically.
+			for j < len(list) && list[j].s == a.s && list[j].state == a.state && list[j-1].id != math.MaxUint32 && list[j].id == list[j-1].id+1 {
 				j++
 			}
 		}

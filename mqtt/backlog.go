@@ -79,6 +79,12 @@ func (b *backlog) keep(cl *mochi.Client, pk packets.Packet) {
 		}
 		return
 	}
+	if s.sessions != nil {
+		// Stored for a persistent session, as mochi stores its own
+		// (OnQosPublish); mochi then drops the entry of the copy it refused
+		// (patch 32), so a restart or a move sends the message once.
+		s.sessions.OnQosPublish(cl, out, 0, 0)
+	}
 	// Not waiting for the send quota (docs/mqtt-frontend.md, "Receive
 	// Maximum"); counted in it, as mochi counted it before it dropped it.
 	cl.State.Inflight.DecreaseSendQuota()

@@ -1,10 +1,12 @@
 package mqtt
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/tolsey/tolsey/mqtt/session"
 	"github.com/tolsey/tolsey/retain"
 	"github.com/tolsey/tolsey/retain/memory"
 )
@@ -54,5 +56,44 @@ func TestBacklogAfterTakeoverReachesTheNewConnection(t *testing.T) {
 		if n := old.State.Inflight.Len(); n != 0 {
 			t.Fatalf("old subscribed %v: the connection taken over holds %d messages", oldSubscribed, n)
 		}
+	}
+}
+
+// TestBacklogCopyIsStored: the backlog's copy of a message for a
+// persistent session is in the session store, as mochi's own copies are,
+// so that a restart sends it again; mochi drops the entry of the copy it
+// refused (patch 32). Before, the refused copy's entry stayed stored and
+// the backlog's was not: the message came again, under an id the client
+// had never seen, even after it was acknowledged. Found by review.
+func TestBacklogCopyIsStored(t *testing.T) {
+	dir := t.TempDir()
+	s, stop := startSessionServer(t, dir, nil)
+	c, _ := dialSession(t, s.Addr(), "slow", 5, false)
+	c.subscribeQoS1(t, "q/#")
+	cl, ok := s.mochi.Clients.Get("slow")
+	if !ok {
+		t.Fatal("no client slow")
+	}
+	s.hook.backlog.keep(cl, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1},
+		TopicName: "q/1", Payload: []byte("kept")})
+	got := c.expectPublish(t, "q/1", "kept", 1, false) // not acknowledged
+	stop()
+
+	b, err := session.OpenBolt(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	var ids []string
+	if err := b.Load(func(kind session.Kind, client string, key, _ []byte) error {
+		if kind == session.PutInflight && client == "slow" {
+			ids = append(ids, fmt.Sprintf("%x", key))
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("%04x", got.PacketID); len(ids) != 1 || ids[0] != want {
+		t.Fatalf("stored in-flight ids %v, want the backlog copy's %s only", ids, want)
 	}
 }

@@ -3,6 +3,7 @@ package mqtt
 import (
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"sync"
 	"sync/atomic"
 
@@ -109,17 +110,6 @@ func (ss *sessions) isKnown(id string) bool {
 	return ok
 }
 
-// remember marks id stored and reports whether it was before.
-func (ss *sessions) remember(id string) (was bool) {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	if _, was = ss.known[id]; !was {
-		ss.known[id] = struct{}{}
-		ss.count.Add(1)
-	}
-	return was
-}
-
 // enqueueKnown queues ops while id's session is stored here, and reports
 // whether it did. The test and the queueing are one step under mu, so
 // that forget orders every write: one that saw the session known is
@@ -164,14 +154,30 @@ func (ss *sessions) OnSessionEstablished(cl *mochi.Client, _ packets.Packet) {
 	if cl.Net.Inline {
 		return
 	}
+	// One step under mu, as enqueueKnown: a takeover by another gateway
+	// (TakenOver, cluster.go) ends the connection, then forgets the
+	// session under mu, then commits and answers. mochi registers a
+	// connection before its CONNACK and calls this after it: a connection
+	// let go in between must not store its session again (the other
+	// gateway has read it) nor mark it known here.
+	ss.mu.Lock()
+	if errors.Is(cl.StopCause(), packets.ErrSessionTakenOver) {
+		ss.mu.Unlock()
+		return
+	}
 	var ops []session.Op
-	if (cl.Properties.Clean || !persistent(cl)) && ss.forget(cl.ID) {
-		ss.forgetHeld(cl.ID)
+	dropped := false
+	if _, known := ss.known[cl.ID]; known && (cl.Properties.Clean || !persistent(cl)) {
+		delete(ss.known, cl.ID)
+		ss.count.Add(-1)
+		dropped = true
 		ops = append(ops, session.Op{Kind: session.DeleteSession, Client: cl.ID})
 	}
 	if persistent(cl) {
 		ops = append(ops, ss.clientOp(cl))
-		if !ss.remember(cl.ID) {
+		if _, known := ss.known[cl.ID]; !known {
+			ss.known[cl.ID] = struct{}{}
+			ss.count.Add(1)
 			for _, sub := range cl.State.Subscriptions.GetAll() {
 				ops = append(ops, subOp(cl.ID, sub))
 			}
@@ -181,6 +187,10 @@ func (ss *sessions) OnSessionEstablished(cl *mochi.Client, _ packets.Packet) {
 		}
 	}
 	ss.log.Enqueue(ops...)
+	ss.mu.Unlock()
+	if dropped {
+		ss.forgetHeld(cl.ID)
+	}
 }
 
 // OnDisconnect stores the session as it is left (a clean DISCONNECT has
@@ -244,9 +254,10 @@ func (ss *sessions) OnQosPublish(cl *mochi.Client, pk packets.Packet, _ int64, _
 	// Not before its session is stored: OnSessionEstablished then stores
 	// what it holds, and nothing is left behind by a connection that never
 	// got that far.
-	if persistent(cl) && ss.isKnown(cl.ID) {
+	if persistent(cl) && ss.isKnown(cl.ID) && ss.enqueueKnown(cl.ID, ss.inflightOp(cl.ID, pk)) {
+		// Only for a session still known here: a forget in between would
+		// leave a held mark behind.
 		ss.markHeld(cl.ID, pk.PacketID, pk.FixedHeader.Type == packets.Publish && pk.Expiry < 0)
-		ss.enqueueKnown(cl.ID, ss.inflightOp(cl.ID, pk))
 	}
 }
 

@@ -753,7 +753,35 @@ func (cl *Client) readHeld(packetHandler ReadFn) error {
 		if !cl.inputPending() || cl.readStops() {
 			return nil
 		}
+		// Held acks wait only for packets already here: before a read
+		// that may block (the next packet not whole in the buffer yet, or
+		// only a WebSocket control frame ready), they go out.
+		if cl.State.held.n > 0 && !cl.nextBuffered() {
+			if err := cl.flushHeld(); err != nil {
+				return err
+			}
+		}
 	}
+}
+
+// nextBuffered reports whether the whole next packet is in the client's
+// read buffer, so that reading it does not wait (gateway patch 26).
+func (cl *Client) nextBuffered() bool {
+	b := cl.Net.bconn
+	n := b.Buffered()
+	if n < 2 {
+		return false
+	}
+	p, _ := b.Peek(min(n, 5)) // the type byte and at most 4 of remaining length
+	rem, mul := 0, 1
+	for i := 1; i < len(p); i++ {
+		rem += int(p[i]&127) * mul
+		if p[i]&128 == 0 {
+			return n >= 1+i+rem
+		}
+		mul *= 128
+	}
+	return false
 }
 
 // inputPending reports whether bytes the client sent can be read without

@@ -898,15 +898,16 @@ func TestSubscribersCacheBoundsEntries(t *testing.T) {
 	}
 }
 
-// dropCountHook counts OnPublishDropped calls.
+// dropCountHook counts OnPublishDropped and OnQosDropped calls.
 type dropCountHook struct {
 	HookBase
-	n atomic.Int32
+	n, qos atomic.Int32
 }
 
 func (h *dropCountHook) ID() string                               { return "dropcount" }
-func (h *dropCountHook) Provides(b byte) bool                     { return b == OnPublishDropped }
+func (h *dropCountHook) Provides(b byte) bool                     { return b == OnPublishDropped || b == OnQosDropped }
 func (h *dropCountHook) OnPublishDropped(*Client, packets.Packet) { h.n.Add(1) }
+func (h *dropCountHook) OnQosDropped(*Client, packets.Packet)     { h.qos.Add(1) }
 
 // TestDroppedCopyTakenOverIsNotKeptTwice (patch 32): a QoS 1 copy put into
 // a subscriber's inflight store whose write queue then refuses it was
@@ -951,6 +952,9 @@ func TestDroppedCopyTakenOverIsNotKeptTwice(t *testing.T) {
 			require.Len(t, next.State.Inflight.GetAll(false), 1, "the new connection did not inherit the copy")
 		} else {
 			require.Equal(t, int32(1), h.n.Load(), "a refused copy not taken over goes to the hook")
+			// The entry OnQosPublish reported is reported gone, and counted out.
+			require.Equal(t, int32(1), h.qos.Load(), "the rolled-back entry was not reported dropped")
+			require.Equal(t, int64(0), atomic.LoadInt64(&s.Info.Inflight), "Info.Inflight still counts the rolled-back entry")
 		}
 	}
 }

@@ -15,7 +15,9 @@ import "github.com/mochi-mqtt/server/v2/packets"
 // (the packets handled are those already received), an ack the reader
 // writes itself is left in outbuf, in order with everything written there,
 // and the burst's end writes them all at once: nothing waits for bytes
-// that have not arrived. Every write made meanwhile (the writer's, a
+// that have not arrived (before a read of a packet not yet whole in the
+// read buffer, or of input that is only a WebSocket control frame, the
+// held acks are written: nextBuffered). Every write made meanwhile (the writer's, a
 // DISCONNECT) writes what outbuf holds first. The reader flushes before it
 // waits for ack room (readStops), and after heldAcksMax acks, so a long
 // burst does not keep a publisher waiting for its window back.

@@ -1430,16 +1430,29 @@ func (s *Server) publishToClientShared(cl *Client, sub packets.Subscription, pk 
 			// a second copy. Otherwise the entry is gone before the hook
 			// keeps the message, so a takeover that comes later copies one
 			// of the two, never both.
+			//
+			// The hooks are told the entry is gone (OnQosDropped, after the
+			// backlog kept its own copy: a crash between the two leaves a
+			// duplicate, not a loss), and Info.Inflight counts it out;
+			// upstream did neither, so a session store kept the entry, and
+			// the message came again after a restart or a move.
 			mu := s.sessionLock(cl.ID)
 			mu.Lock()
 			moved := cl.State.takenOver.Load() || cl.State.isTakenOver.Load()
-			cl.State.Inflight.Delete(out.PacketID) // packet was dropped due to irregular circumstances, so rollback inflight.
+			deleted := cl.State.Inflight.Delete(out.PacketID) // packet was dropped due to irregular circumstances, so rollback inflight.
 			cl.State.Inflight.IncreaseSendQuota()
 			mu.Unlock()
 			cl.sendHeld() // gateway patch 13: one held meanwhile may take the unit
 			if moved {
+				// The entry, inherited, belongs to the new connection now.
 				return out, packets.ErrPendingClientWritesExceeded
 			}
+			cl.ops.hooks.OnPublishDropped(cl, pk)
+			if deleted {
+				atomic.AddInt64(&s.Info.Inflight, -1)
+				cl.ops.hooks.OnQosDropped(cl, out)
+			}
+			return out, packets.ErrPendingClientWritesExceeded
 		}
 		cl.ops.hooks.OnPublishDropped(cl, pk)
 		return out, packets.ErrPendingClientWritesExceeded
