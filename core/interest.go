@@ -16,7 +16,7 @@ type FilterSource interface {
 
 // Filters calls fn with the filter of every subscription that consumes
 // messages: LocalOnly ones (the cluster, outbound bridges) forward what
-// entered here and are left out; a FilterSource subscriber's consumers'
+// entered here and are left out, and so are Fallback ones (alternates); a FilterSource subscriber's consumers'
 // filters are reported instead of its own. A shared subscription is
 // reported as $share/g/f: a cluster spreads its group's messages across
 // gateways (shared.go). fn may see a filter twice.
@@ -24,7 +24,9 @@ func (r *Router) Filters(fn func(filter string)) {
 	var plain []string
 	sources := map[FilterSource]struct{}{}
 	add := func(s *Subscription) {
-		if s.Options.LocalOnly {
+		if s.Options.LocalOnly || s.Options.Fallback {
+			// A fallback (an alternate's) consumes only what reaches
+			// nobody: it is no reason for another gateway to send here.
 			return
 		}
 		if fs, ok := s.Subscriber.(FilterSource); ok {

@@ -270,6 +270,20 @@ func (c *Cluster) Deliver(m *core.Message, d core.Delivery) error {
 	return nil
 }
 
+// Reaches implements core.Interest for the alternates' "no live consumer
+// at all" (docs/queues.md, "Alternate destinations"): a message that
+// entered this gateway reaches a consumer through the cluster when another
+// gateway's interest matches its topic. A message from another gateway is
+// not sent on (LocalOnly): its own gateway decided. The summaries as
+// known, even while the cluster still sends everything (the first
+// interest period): a message then parked here may also reach a consumer
+// elsewhere, rather than be parked nowhere.
+func (c *Cluster) Reaches(m *core.Message) bool {
+	return m.Origin.Node == c.opts.Node && c.in_.index.Wants(m.Topic, "")
+}
+
+var _ core.Interest = (*Cluster)(nil)
+
 // enqueue hands q to the writer, holding its publisher's acknowledgement.
 func (c *Cluster) enqueue(q queued, d core.Delivery) {
 	if d.QoS > 0 && d.Acks != nil {

@@ -82,7 +82,11 @@ func (e *Engine) SetAlternates(alts []Alternate) error {
 	if r != nil {
 		for _, a := range t.alts {
 			// "p/#" covers p itself too [MQTT-4.7.1-2]: what under says.
-			sub, err := r.Subscribe(a.Prefix+"/#", &e.feed, core.SubOptions{QoS: 2, Fallback: true})
+			// LocalOnly: in a cluster, "reaches nobody" is decided where
+			// the message entered (the cluster answers core.Interest
+			// for the other gateways); a gateway it was sent on to does
+			// not park another copy.
+			sub, err := r.Subscribe(a.Prefix+"/#", &e.feed, core.SubOptions{QoS: 2, Fallback: true, LocalOnly: true})
 			if err != nil {
 				for _, s := range subs {
 					r.Unsubscribe(s)
