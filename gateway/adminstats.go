@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,8 +31,10 @@ type statsJSON struct {
 	Cluster       clusterStats     `json:"cluster"`
 }
 
-// messagesJSON: tolsey_messages_in_total, _out_total and _dropped_total,
-// summed over their labels.
+// messagesJSON: tolsey_messages_in_total summed over its labels;
+// delivered, tolsey_mqtt_messages_sent_total and tolsey_messages_out_total
+// of the other protocols; dropped, tolsey_messages_dropped_total and
+// tolsey_mqtt_messages_dropped_total.
 type messagesJSON struct {
 	Received  uint64 `json:"received"`
 	Delivered uint64 `json:"delivered"`
@@ -97,11 +100,22 @@ func (a *adminServer) stats(w http.ResponseWriter, _ *http.Request) {
 		}
 	})
 	s.Messages.Received = sumAll(g.metrics.MessagesIn)
-	s.Messages.Delivered = sumAll(g.metrics.MessagesOut)
 	s.Messages.Dropped = sumAll(g.metrics.Dropped)
+	sumCounters(g.metrics.MessagesOut, func(labels []*dto.LabelPair, v float64) {
+		// MQTT to MQTT goes through mochi alone: its PUBLISH packets
+		// sent, below, count every MQTT delivery, these included.
+		for _, l := range labels {
+			if l.GetName() == "protocol" && l.GetValue() != "mqtt" {
+				s.Messages.Delivered += uint64(v)
+			}
+		}
+	})
 	// g.store, the bridges and the cluster are set before ready is: the
 	// atomic orders them for this goroutine.
 	if g.ready.Load() {
+		info := g.mqtt.Info()
+		s.Messages.Delivered += uint64(atomic.LoadInt64(&info.MessagesSent))
+		s.Messages.Dropped += uint64(atomic.LoadInt64(&info.MessagesDropped))
 		st := g.store.Stats()
 		s.Retained = sizeJSON{Count: int64(st.Count), Bytes: st.Bytes}
 		s.Store.Ready = true

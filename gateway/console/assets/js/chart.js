@@ -1,5 +1,6 @@
 // lineChart draws series of [time ms, value] points as an inline SVG:
-// enough for "the last minutes", no library.
+// enough for "the last minutes", no library. A series' kind is its CSS
+// class (in, out): colours live in style.css, as the CSP wants.
 
 const NS = 'http://www.w3.org/2000/svg';
 const W = 600;
@@ -34,16 +35,18 @@ export function lineChart(series, { span = 300_000, now = Date.now(), label = ''
     svg.append(s('line', { class: 'grid', x1: PAD.l, x2: W - PAD.r, y1: y(v), y2: y(v) }));
     svg.append(s('text', { x: PAD.l - 6, y: y(v) + 3, 'text-anchor': 'end' }, fmt(v)));
   }
-  for (let m = 0; m <= span / 60_000; m++) {
-    const t = now - m * 60_000;
-    svg.append(s('text', { x: x(t), y: H - 5, 'text-anchor': m === 0 ? 'end' : 'middle' }, m === 0 ? 'now' : `-${m} min`));
+  const step = span > 120_000 ? 60_000 : 15_000;
+  for (let i = 0; i * step <= span; i++) {
+    const ago = i * step;
+    const name = ago === 0 ? 'now' : ago % 60_000 ? `-${ago / 1000} s` : `-${ago / 60_000} min`;
+    svg.append(s('text', { x: x(now - ago), y: H - 5, 'text-anchor': ago === 0 ? 'end' : ago === span ? 'start' : 'middle' }, name));
   }
   for (const se of series) {
     const pts = se.points.filter(([t]) => t >= t0);
     if (!pts.length) continue;
     const d = pts.map(([t, v], i) => `${i ? 'L' : 'M'}${x(t).toFixed(1)},${y(v).toFixed(1)}`).join('');
-    svg.append(s('path', { class: 'area', fill: se.color, d: `${d}L${x(pts[pts.length - 1][0]).toFixed(1)},${y(0)}L${x(pts[0][0]).toFixed(1)},${y(0)}Z` }));
-    svg.append(s('path', { class: 'line', stroke: se.color, d }));
+    svg.append(s('path', { class: 'area ' + se.kind, d: `${d}L${x(pts[pts.length - 1][0]).toFixed(1)},${y(0)}L${x(pts[0][0]).toFixed(1)},${y(0)}Z` }));
+    svg.append(s('path', { class: 'line ' + se.kind, d }));
   }
   return svg;
 }

@@ -53,7 +53,7 @@ export default function bridges(main) {
     }
   }
 
-  main.append(h('h1', {}, 'Bridges'), blist, h('h1', { style: 'margin-top:1.5rem' }, 'Cluster'), clist);
+  main.append(h('h1', {}, 'Bridges'), blist, h('h1', { class: 'spaced' }, 'Cluster'), clist);
   load();
   const timer = setInterval(load, 5000);
   return () => clearInterval(timer);

@@ -13,7 +13,7 @@ function card(id, label, value, sub) {
 }
 
 function legend(items) {
-  return h('div', { class: 'legend' }, items.map(([name, color]) => h('span', {}, h('i', { style: `background:${color}` }), name)));
+  return h('div', { class: 'legend' }, items.map(([name, kind]) => h('span', {}, h('i', { class: kind }), name)));
 }
 
 function view() {
@@ -22,6 +22,8 @@ function view() {
   const s = l.s;
   const conns = Object.values(s.connections).reduce((a, b) => a + b, 0);
   const now = l.t;
+  // The charts span what the tab has seen, one minute to five.
+  const span = Math.min(SPAN, Math.max(60_000, Math.ceil((now - stats.samples[0].t) / 60_000) * 60_000));
   const storeOK = s.store.ready;
   const downBridges = s.bridges.filter((b) => b.state !== 'connected');
   return h('div', {},
@@ -40,18 +42,18 @@ function view() {
     h('div', { class: 'charts' },
       h('div', { class: 'panel chart', id: 'chart-rates' },
         h('h2', {}, 'Messages per second'),
-        legend([['in', 'var(--in)'], ['out', 'var(--out)']]),
+        legend([['in', 'in'], ['out', 'out']]),
         lineChart([
-          { color: 'var(--in)', points: stats.samples.slice(1).map((x) => [x.t, x.inRate]) },
-          { color: 'var(--out)', points: stats.samples.slice(1).map((x) => [x.t, x.outRate]) },
-        ], { span: SPAN, now, label: 'messages per second in and out' })),
+          { kind: 'in', points: stats.samples.slice(1).map((x) => [x.t, x.inRate]) },
+          { kind: 'out', points: stats.samples.slice(1).map((x) => [x.t, x.outRate]) },
+        ], { span, now, label: 'messages per second in and out' })),
       h('div', { class: 'panel chart', id: 'chart-connections' },
         h('h2', {}, 'Connections'),
-        legend([['MQTT', 'var(--in)'], ['AMQP', 'var(--out)']]),
+        legend([['MQTT', 'in'], ['AMQP', 'out']]),
         lineChart([
-          { color: 'var(--in)', points: stats.samples.map((x) => [x.t, x.s.connections.mqtt || 0]) },
-          { color: 'var(--out)', points: stats.samples.map((x) => [x.t, x.s.connections.amqp || 0]) },
-        ], { span: SPAN, now, label: 'connections by protocol' })),
+          { kind: 'in', points: stats.samples.map((x) => [x.t, x.s.connections.mqtt || 0]) },
+          { kind: 'out', points: stats.samples.map((x) => [x.t, x.s.connections.amqp || 0]) },
+        ], { span, now, label: 'connections by protocol' })),
     ),
     s.bridges.length ? h('div', { class: 'panel' }, h('h2', {}, 'Bridges'), table([
       { title: 'Name', value: (b) => b.name },

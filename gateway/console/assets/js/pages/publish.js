@@ -12,7 +12,7 @@ export default function publish(main, params) {
   const ctype = h('input', { type: 'text', id: 'pub-ctype', placeholder: 'e.g. application/json' });
   const rtopic = h('input', { type: 'text', id: 'pub-rtopic', placeholder: 'optional' });
   const expiry = h('input', { type: 'number', id: 'pub-expiry', min: 0, placeholder: 'seconds, 0: never' });
-  const props = h('textarea', { id: 'pub-props', placeholder: 'key=value, one a line', style: 'min-height:3.5rem' });
+  const props = h('textarea', { id: 'pub-props', placeholder: 'key=value, one a line', class: 'short' });
   const result = h('div', { id: 'pub-result' });
 
   async function send(ev) {

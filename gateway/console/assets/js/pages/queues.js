@@ -28,7 +28,7 @@ export default function queues(main) {
         { title: 'In/s', value: (x) => rate(x.rates.in), num: true },
         { title: 'Out/s', value: (x) => rate(x.rates.out), num: true },
         { title: 'Dead-lettered', value: (x) => num(x.counters.deadLettered), num: true },
-        { title: '', value: (x) => h('span', { class: 'toolbar', style: 'margin:0' },
+        { title: '', value: (x) => h('span', { class: 'actions' },
           h('button', { class: 'q-browse', onclick: () => browse(x.name) }, 'Browse'),
           h('button', { class: 'q-purge', onclick: () => purge(x) }, 'Purge'),
           h('button', { class: 'q-delete danger', onclick: () => remove(x) }, 'Delete')) },

@@ -55,9 +55,10 @@ export default function retained(main, params) {
   const filter = h('input', { type: 'search', id: 'ret-filter', placeholder: 'topic or filter, e.g. sensors/#', value: params.get('filter') || '#' });
   const list = h('div', { id: 'ret-list' });
   const detail = h('div', { id: 'ret-detail' });
+  let debounce;
 
   async function load() {
-    detail.replaceChildren();
+    clearTimeout(debounce);
     try {
       const rows = await get('/api/v1/retained' + q({ filter: filter.value.trim() || '#', limit: LIMIT }));
       replace(list, h('div', {},
@@ -105,10 +106,10 @@ export default function retained(main, params) {
     } catch (e) {
       flash(e.message, true);
     }
+    detail.replaceChildren();
     load();
   }
 
-  let debounce;
   filter.addEventListener('input', () => { clearTimeout(debounce); debounce = setTimeout(load, 300); });
   main.append(h('h1', {}, 'Retained messages'),
     h('div', { class: 'toolbar' }, filter, h('button', { onclick: load, id: 'ret-search' }, 'Search'),

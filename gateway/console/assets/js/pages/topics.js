@@ -51,7 +51,7 @@ export default function topics(main, params) {
   for (const el of [sclient, sfilter]) el.addEventListener('input', () => { clearTimeout(d2); d2 = setTimeout(loadSubs, 300); });
   main.append(h('h1', {}, 'Topics'),
     h('div', { class: 'toolbar' }, tfilter, h('button', { onclick: loadTopics }, 'Refresh')), tlist,
-    h('h1', { style: 'margin-top:1.5rem' }, 'Subscriptions'),
+    h('h1', { class: 'spaced' }, 'Subscriptions'),
     h('div', { class: 'toolbar' }, sclient, sfilter, h('button', { onclick: loadSubs }, 'Refresh')), slist);
   loadTopics();
   loadSubs();
