@@ -35,7 +35,7 @@ export function lineChart(series, { span = 300_000, now = Date.now(), label = ''
     svg.append(s('line', { class: 'grid', x1: PAD.l, x2: W - PAD.r, y1: y(v), y2: y(v) }));
     svg.append(s('text', { x: PAD.l - 6, y: y(v) + 3, 'text-anchor': 'end' }, fmt(v)));
   }
-  const step = span > 120_000 ? 60_000 : 15_000;
+  const step = span > 120_000 ? 60_000 : 30_000;
   for (let i = 0; i * step <= span; i++) {
     const ago = i * step;
     const name = ago === 0 ? 'now' : ago % 60_000 ? `-${ago / 1000} s` : `-${ago / 60_000} min`;

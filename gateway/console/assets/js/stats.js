@@ -18,7 +18,11 @@ export function onSample(fn) {
   return () => listeners.delete(fn);
 }
 
+let busy = false; // one call at a time: a tab left at the token prompt piles up nothing
+
 async function tick() {
+  if (busy) return;
+  busy = true;
   try {
     const s = await get('/api/v1/stats');
     const t = Date.parse(s.time) || Date.now();
@@ -35,6 +39,8 @@ async function tick() {
     lastError = null;
   } catch (e) {
     lastError = e;
+  } finally {
+    busy = false;
   }
   for (const fn of listeners) fn();
 }
