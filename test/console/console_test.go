@@ -126,11 +126,17 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	shots := os.Getenv("TOLSEY_CONSOLE_SHOTS")
 	if shots == "" {
-		// Kept after the test (t.TempDir is not), so the screenshots can
-		// be looked at; the log says where.
-		if shots, err = os.MkdirTemp("", "tolsey-console-"); err != nil {
-			t.Fatal(err)
-		}
+		shots = t.TempDir()
+		// A failure's screenshots (failure.png among them) outlive the
+		// test's temporary directory; the log says where.
+		t.Cleanup(func() {
+			if !t.Failed() {
+				return
+			}
+			if keep, err := os.MkdirTemp("", "tolsey-console-"); err == nil && os.CopyFS(keep, os.DirFS(shots)) == nil {
+				t.Logf("screenshots kept in %s", keep)
+			}
+		})
 	}
 	env := append(os.Environ(), "CONSOLE_URL=http://"+g.AdminAddr()+"/", "CONSOLE_TOKEN="+token,
 		"CHROMIUM="+browser, "CONSOLE_SHOTS="+shots)
@@ -144,7 +150,6 @@ func TestConsoleInBrowser(t *testing.T) {
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err = cmd.Run()
 	t.Logf("console.mjs:\n%s", out.String())
-	t.Logf("screenshots in %s", shots)
 	if err != nil {
 		t.Fatalf("the browser script failed: %v", err)
 	}
