@@ -80,7 +80,7 @@ try {
   await page.locator('#sub-table td', { hasText: 'devices/console-dev/cmd/#' }).waitFor();
   await shot('topics');
 
-  step('connections: search finds the paho client, its detail shows its filter, Disconnect ends it');
+  step('connections: search finds the paho client, its detail shows its filter, Disconnect ends it; an AMQP connection\'s detail shows its link');
   await page.goto(url + '#/connections');
   await page.fill('#conn-search', 'console-d');
   const row = page.locator('#conn-table tr[data-id="mqtt:console-dev"]');
@@ -92,6 +92,23 @@ try {
   await page.click('#conn-disconnect');
   await confirmDialog(/Disconnect mqtt:console-dev/);
   await row.waitFor({ state: 'detached' });
+  await page.fill('#conn-search', 'console-amqp');
+  await page.waitForFunction(() => document.querySelectorAll('#conn-table tbody tr').length === 1);
+  await page.click('#conn-table tbody tr');
+  await page.locator('#conn-panel', { hasText: 'console/amqp/#' }).waitFor(); // its link
+
+  step('sessions: the session kept for console-sleeper, its subscription and held message; Delete ends it');
+  await page.goto(url + '#/sessions');
+  await page.fill('#sess-search', 'console-sleeper');
+  const sess = page.locator('#sess-table tr[data-id="console-sleeper"]');
+  await sess.waitFor();
+  await page.waitForFunction(() => document.querySelectorAll('#sess-table tbody tr').length === 1);
+  const st = (await sess.innerText()).replace(/\s+/g, ' ');
+  if (!/disconnected yes alerts\/# 1 /.test(st)) throw new Error(`the session's row says "${st}"`);
+  await shot('sessions');
+  await sess.locator('.sess-delete').click();
+  await confirmDialog(/Delete the session of console-sleeper\? The session ends: its 1 subscriptions and 1 held messages/);
+  await sess.waitFor({ state: 'detached' });
 
   step('retained: find by filter, view as JSON and hex, delete by filter after a confirmation with the count');
   await page.goto(url + '#/retained');

@@ -19,6 +19,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -86,8 +87,15 @@ func TestConsoleInBrowser(t *testing.T) {
 	subscribe(t, listener, "console/#")
 	// A dashboard of the sensors, for the overview's messages out.
 	subscribe(t, connect(t, g, "dashboard", nil, nil), "sensors/#")
+	// A session kept for a client that went away, holding one message.
+	expiry := uint32(3600)
+	sleeper := connect(t, g, "console-sleeper", nil, nil, &paho.ConnectProperties{SessionExpiryInterval: &expiry})
+	subscribe(t, sleeper, "alerts/#")
+	_ = sleeper.Disconnect(&paho.Disconnect{})
+	<-sleeper.Done()
 	// Retained messages, JSON and binary; three in the queue.
 	feed := connect(t, g, "sensor-feed", nil, nil)
+	publish(t, feed, &paho.Publish{Topic: "alerts/fire", QoS: 1, Payload: []byte("drill")})
 	publish(t, feed, &paho.Publish{Topic: "sensors/room1/temp", Retain: true, QoS: 1, Payload: []byte(`{"celsius":21.5}`),
 		Properties: &paho.PublishProperties{ContentType: "application/json"}})
 	publish(t, feed, &paho.Publish{Topic: "sensors/room1/raw", Retain: true, QoS: 1, Payload: []byte{0, 1, 2, 0xfe, 0xff}})
@@ -101,6 +109,13 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ac.Close()
+	as, err := ac.NewSession(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := as.NewReceiver(ctx, "console/amqp/#", &goamqp.ReceiverOptions{Name: "console-link", Credit: 10}); err != nil {
+		t.Fatal(err)
+	}
 
 	// Steady traffic while the browser looks, for the rates and charts.
 	stop := make(chan struct{})
@@ -181,6 +196,18 @@ func TestConsoleInBrowser(t *testing.T) {
 	if len(left) != 0 {
 		t.Errorf("retained messages the console deleted are still there: %v", left)
 	}
+	req, _ := http.NewRequest("GET", "http://"+g.AdminAddr()+"/api/v1/sessions", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || strings.Contains(string(body), "console-sleeper") {
+		t.Errorf("the session deleted in the browser: %d %s", resp.StatusCode, body)
+	}
 	q, ok := g.Queues().Queue("orders")
 	if !ok {
 		t.Fatal("queue orders is gone")
@@ -215,7 +242,7 @@ func startGateway(t *testing.T, set ...string) *gateway.Gateway {
 
 // connect is a paho MQTT 5 client; onDisc hears a server's DISCONNECT,
 // msgs gets what it receives.
-func connect(t *testing.T, g *gateway.Gateway, id string, onDisc func(*paho.Disconnect), msgs chan *paho.Publish) *paho.Client {
+func connect(t *testing.T, g *gateway.Gateway, id string, onDisc func(*paho.Disconnect), msgs chan *paho.Publish, props ...*paho.ConnectProperties) *paho.Client {
 	t.Helper()
 	conn, err := net.Dial("tcp", g.MQTTAddr())
 	if err != nil {
@@ -231,7 +258,11 @@ func connect(t *testing.T, g *gateway.Gateway, id string, onDisc func(*paho.Disc
 	c := paho.NewClient(cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if ca, err := c.Connect(ctx, &paho.Connect{ClientID: id, CleanStart: true, KeepAlive: 30}); err != nil || ca.ReasonCode != 0 {
+	cp := &paho.Connect{ClientID: id, CleanStart: true, KeepAlive: 30}
+	if len(props) > 0 {
+		cp.Properties = props[0]
+	}
+	if ca, err := c.Connect(ctx, cp); err != nil || ca.ReasonCode != 0 {
 		t.Fatalf("connect %s: %v %+v", id, err, ca)
 	}
 	t.Cleanup(func() { _ = c.Disconnect(&paho.Disconnect{}); <-c.Done() })

@@ -6,13 +6,14 @@ import { forgetToken, hasToken } from './api.js';
 import * as stats from './stats.js';
 import overview from './pages/overview.js';
 import connections from './pages/connections.js';
+import sessions from './pages/sessions.js';
 import topics from './pages/topics.js';
 import retained from './pages/retained.js';
 import queues from './pages/queues.js';
 import bridges from './pages/bridges.js';
 import publish from './pages/publish.js';
 
-const pages = { overview, connections, topics, retained, queues, bridges, publish };
+const pages = { overview, connections, sessions, topics, retained, queues, bridges, publish };
 let stop = null;
 
 function route() {

@@ -24,7 +24,7 @@ export default function connections(main, params) {
           { title: 'User', value: (c) => c.user || '—' },
           { title: 'Remote', value: (c) => c.remote },
           { title: 'Connected', value: (c) => when(c.connectedSince) },
-          { title: 'Subs', value: (c) => num(c.subscriptions), num: true },
+          { title: 'Subs / links', value: (c) => num(c.subscriptions !== undefined ? c.subscriptions : c.links), num: true },
           { title: 'In', value: (c) => num(c.messagesIn), num: true },
           { title: 'Out', value: (c) => num(c.messagesOut), num: true },
           { title: 'Queued', value: (c) => num(c.queued), num: true },
@@ -43,12 +43,14 @@ export default function connections(main, params) {
       detail.replaceChildren(h('div', { class: 'panel' }, errorBox(e)));
       return;
     }
-    let subs = null;
-    try {
-      subs = await get('/api/v1/subscriptions' + q({ clientId: c.clientId, protocol: c.protocol, limit: 1000 }));
-      subs = subs.filter((s) => s.connection === c.id);
-    } catch {
-      subs = null; // a gateway without GET /subscriptions: the MQTT filters below still say
+    let subs = c.subscriptionList || null;
+    if (!subs && c.protocol === 'mqtt') {
+      try {
+        subs = (await get('/api/v1/subscriptions' + q({ clientId: c.clientId, protocol: c.protocol, limit: 1000 })))
+          .filter((s) => s.connection === c.id);
+      } catch {
+        subs = null; // a gateway without GET /subscriptions: its filters below still say
+      }
     }
     const disconnect = h('button', { class: 'danger', id: 'conn-disconnect', onclick: async () => {
       if (!(await confirm(`Disconnect ${c.id}? ${c.protocol === 'mqtt' ? 'An MQTT 5 client is told 0x98 (administrative action); its session stays.' : 'The AMQP connection is closed with amqp:connection:forced.'}`, 'Disconnect'))) return;
@@ -73,8 +75,16 @@ export default function connections(main, params) {
         ['Bytes in / out', c.bytesIn !== undefined ? `${bytes(c.bytesIn)} / ${bytes(c.bytesOut)}` : undefined],
         ['Queued', c.queued !== undefined ? num(c.queued) : undefined],
       ]),
-      h('h2', {}, 'Subscriptions'),
-      subs ? table([
+      c.protocol === 'amqp' ? [h('h2', {}, 'Links'), table([
+        { title: 'Name', value: (l) => l.name },
+        { title: 'Role', value: (l) => l.role },
+        { title: 'Address', value: (l) => h('span', { class: 'mono' }, l.address) },
+        { title: 'Credit', value: (l) => num(l.credit), num: true },
+        { title: 'QoS', value: (l) => String(l.qos), num: true },
+        { title: 'Subscription', value: (l) => [l.subscription || '—', l.durable ? ' (durable)' : '', l.shared ? ' (shared)' : ''] },
+      ], c.linkList || [], { empty: 'None.' })] : null,
+      c.protocol === 'amqp' ? null : h('h2', {}, 'Subscriptions'),
+      c.protocol === 'amqp' ? null : subs ? table([
         { title: 'Filter', value: (s) => h('span', { class: 'mono' }, s.filter) },
         { title: 'QoS', value: (s) => String(s.qos), num: true },
         { title: 'Share group', value: (s) => s.shareGroup || '—' },
