@@ -5,6 +5,8 @@
 import { api, get, q } from '../api.js';
 import { h, num, duration, badge, table, flash, confirm, replace, errorBox } from '../ui.js';
 
+const SHOWN = 1000;
+
 export default function sessions(main) {
   const search = h('input', { type: 'search', id: 'sess-search', placeholder: 'client id prefix' });
   const list = h('div', { id: 'sess-list' });
@@ -12,8 +14,10 @@ export default function sessions(main) {
   async function load() {
     try {
       const all = await get('/api/v1/sessions' + q({ limit: 10000 }));
-      const rows = all.filter((s) => s.clientId.startsWith(search.value.trim()));
-      replace(list, table([
+      const match = all.filter((s) => s.clientId.startsWith(search.value.trim()));
+      const rows = match.slice(0, SHOWN); // the API has no prefix filter: narrowed here
+      replace(list, h('div', {}, h('p', { class: 'muted' }, match.length > SHOWN
+        ? `The first ${SHOWN} of ${num(match.length)} sessions; narrow the search.` : `${match.length} session${match.length === 1 ? '' : 's'}`), table([
         { title: 'Client id', value: (s) => h('span', { class: 'mono' }, s.clientId) },
         { title: 'State', value: (s) => (s.connected ? badge('connected', 'ok') : badge('disconnected', 'warn')) },
         { title: 'Persistent', value: (s) => (s.persistent ? 'yes' : 'no') },
@@ -21,7 +25,7 @@ export default function sessions(main) {
         { title: 'Held', value: (s) => num(s.queued), num: true },
         { title: 'Expiry', value: (s) => (s.expirySeconds ? duration(s.expirySeconds) : '—'), num: true },
         { title: '', value: (s) => h('button', { class: 'danger sess-delete', onclick: () => remove(s) }, 'Delete') },
-      ], rows, { id: 'sess-table', rowId: (s) => s.clientId, empty: 'No MQTT session matches.' }));
+      ], rows, { id: 'sess-table', rowId: (s) => s.clientId, empty: 'No MQTT session matches.' })));
     } catch (e) {
       replace(list, errorBox(e));
     }
