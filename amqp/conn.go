@@ -56,6 +56,11 @@ type conn struct {
 
 	forced atomic.Bool // Shutdown asked this connection to close
 
+	// For the admin API (conns_stats.go): counters the reader and the
+	// writer add to, the links the reader attached.
+	stats   connStats
+	linkReg linkRegistry
+
 	// Set at accept, before serve: the connection limits' verdict.
 	ticket  limits.Ticket // released when serve returns
 	refused string        // why the limits refused it; "" admitted
@@ -116,13 +121,12 @@ var errWriterGone = errors.New("amqp: connection writer stopped")
 
 func newConn(s *Server, nc net.Conn) *conn {
 	id := s.connSeq.Add(1)
-	return &conn{
+	c := &conn{
 		s:        s,
 		nc:       nc,
 		id:       id,
 		since:    time.Now(),
 		log:      s.log.With("conn", id, "remote", nc.RemoteAddr().String()),
-		r:        frames.NewReader(nc, s.opts.MaxFrameSize),
 		sessions: map[uint16]*session{},
 		out:      make(chan outItem, writeQueue),
 		wake:     make(chan struct{}, 1),
@@ -132,6 +136,8 @@ func newConn(s *Server, nc net.Conn) *conn {
 		heldSlots: make(chan struct{}, maxHeldOutcomes),
 		consumers: map[*queue.Consumer]struct{}{},
 	}
+	c.r = c.newFrameReader()
+	return c
 }
 
 // forceClose makes the connection close with amqp:connection:forced

@@ -115,6 +115,7 @@ func (s *session) attachIn(a *frames.Attach) error {
 		return err
 	}
 	l.creditEnd = l.deliveryCount + creditBatch
+	l.showCredit(creditBatch)
 	return s.c.send(outItem{sess: s, body: l.flowFrame()})
 }
 
@@ -140,9 +141,11 @@ func (l *inLink) credit() uint32 {
 // deliveries wait for the peer's settlement.
 func (l *inLink) maybeCredit() {
 	if l.detachSent || l.credit() > creditBatch/2 || l.unsettled >= maxUnsettledSecond {
+		l.showCredit(l.credit())
 		return
 	}
 	l.creditEnd = l.deliveryCount + creditBatch
+	l.showCredit(creditBatch)
 	if !l.creditQueued {
 		l.creditQueued = true
 		l.sess.credit = append(l.sess.credit, l)
@@ -259,6 +262,7 @@ func (l *inLink) deliver(payload []byte) {
 		return
 	}
 	c := l.sess.c
+	c.stats.msgsIn.Add(1)
 	opts := &c.s.opts
 	now := time.Now()
 	var am frames.Message

@@ -77,8 +77,11 @@ type linkBase struct {
 	name       string
 	handle     uint32 // the peer's handle and ours
 	detachSent bool   // we detached with an error and wait for the peer's detach
-	refused    bool   // refused at attach: never attached (counted in conn.refusing)
-	tmpQueue   string // the temporary queue this link's attach created, deleted with it
+	// shownCredit is the link's credit for the admin API (showCredit),
+	// stored by the goroutine that owns the credit.
+	shownCredit atomic.Uint32
+	refused     bool   // refused at attach: never attached (counted in conn.refusing)
+	tmpQueue    string // the temporary queue this link's attach created, deleted with it
 }
 
 // refusedLink holds the handle of a link refused before anything was made
@@ -162,6 +165,7 @@ func (s *session) forget(h uint32) {
 		return
 	}
 	delete(s.links, h)
+	s.c.dropLink(ep)
 	if ep.base().refused {
 		s.c.refusing--
 	} else {
@@ -200,10 +204,14 @@ func (s *session) attach(a *frames.Attach) error {
 		return s.refuse(&refusedLink{linkBase{sess: s, name: a.Name, handle: a.Handle}}, refusalReply(a),
 			linkErr(frames.ErrCondResourceLimitExceeded, "the connection has %d links, the most the gateway allows (amqp.maxLinksPerConnection)", limit))
 	}
+	var err error
 	if a.Role == frames.RoleSender {
-		return s.attachIn(a) // the client sends, we receive
+		err = s.attachIn(a) // the client sends, we receive
+	} else {
+		err = s.attachOut(a)
 	}
-	return s.attachOut(a)
+	c.noteLink(s.links[a.Handle], a)
+	return err
 }
 
 // refusalReply is the attach that answers a refused one: our role, the

@@ -92,7 +92,7 @@ func (c *conn) startTLS() error {
 		return err
 	}
 	u.tls.Store(tc)
-	c.r = frames.NewReader(c.nc, c.s.opts.MaxFrameSize)
+	c.r = c.newFrameReader()
 	c.log.Debug("amqp connection upgraded to TLS", "version", tls.VersionName(tc.ConnectionState().Version))
 	return nil
 }

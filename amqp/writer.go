@@ -82,6 +82,12 @@ type sockWriter struct {
 }
 
 func (s *sockWriter) Write(p []byte) (int, error) {
+	n, err := s.write(p)
+	s.c.stats.bytesOut.Add(int64(n))
+	return n, err
+}
+
+func (s *sockWriter) write(p []byte) (int, error) {
 	if s.timeout == 0 {
 		return s.c.nc.Write(p)
 	}
@@ -341,6 +347,7 @@ func (w *writer) peerFlow(s *session, f *frames.Flow, out *outLink) {
 			if int32(out.credit) < 0 {
 				out.credit = 0
 			}
+			out.showCredit(out.credit)
 		}
 		if f.Drain {
 			out.drainPending = true
@@ -500,6 +507,7 @@ func (w *writer) pump(l *outLink) {
 		// Drain: use up the credit we cannot fill [2.6.7].
 		l.deliveryCount += l.credit
 		l.credit = 0
+		l.showCredit(0)
 		l.drainPending = false
 		w.linkFlow(l, true)
 	}
@@ -551,6 +559,8 @@ func (w *writer) sendDelivery(l *outLink, q queued, d *queue.Delivery, qc *queue
 	s.w.nextDeliveryID++
 	l.credit--
 	l.deliveryCount++
+	l.showCredit(l.credit)
+	w.c.stats.msgsOut.Add(1)
 	switch {
 	case !settled:
 		p := pending{l: l, q: q}

@@ -184,6 +184,9 @@ type RouterOptions struct {
 	// front-ends check topic names against at their door (TopicLimits()).
 	// The zero value means the defaults.
 	TopicLimits TopicLimits
+	// Topics, when set, counts every message published, by topic (the
+	// admin API's GET /api/v1/topics).
+	Topics *TopicTable
 }
 
 // Router fans messages out to subscribers of every front-end. It is safe for
@@ -495,6 +498,7 @@ func (r *Router) publishTo(ctx context.Context, m *Message, acks *Acks, target s
 		m.Origin.Node = r.opts.Node
 	}
 	r.published.Add(1)
+	r.opts.Topics.Observe(m.Topic, m.Created.Unix())
 	// A message from another gateway of the cluster was stored by that
 	// gateway in the store they share; storing it again here could put an
 	// older copy over a newer one (docs/cluster.md, "Retained").
@@ -549,6 +553,15 @@ func (r *Router) publishTo(ctx context.Context, m *Message, acks *Acks, target s
 	}
 	return res
 }
+
+// ObserveTopic counts a message published on topic at unix (seconds) in
+// RouterOptions.Topics, for a front-end that does not publish it through
+// the router (the MQTT front-end's MQTT-only messages, which mochi fans
+// out): every message is counted once, here or by Publish.
+func (r *Router) ObserveTopic(topic string, unix int64) { r.opts.Topics.Observe(topic, unix) }
+
+// Topics is RouterOptions.Topics (nil when not set).
+func (r *Router) Topics() *TopicTable { return r.opts.Topics }
 
 // Wants reports whether a message on topic from origin would reach any
 // subscriber (ignoring NoLocal, which needs the publisher's id). A front-end

@@ -23,12 +23,13 @@ import (
 	"github.com/tolsey/tolsey/gateway/console"
 )
 
-// adminServer is the admin HTTP API: /healthz, /readyz, /metrics,
-// /api/v1/retained, /api/v1/bridges and /api/v1/queues.
+// adminServer is the admin HTTP API: /healthz, /readyz, /metrics and
+// /api/v1/... (docs/admin-api.md, docs/openapi.yaml).
 type adminServer struct {
 	g   *Gateway
 	ln  *accept.Listener // retries temporary accept errors; Err says if it died
 	srv *http.Server
+	mux *http.ServeMux // its routes (docs/openapi.yaml lists them)
 	wg  sync.WaitGroup
 
 	rates queueRates // GET /api/v1/queues's in and out rates
@@ -52,6 +53,8 @@ func newAdminServer(g *Gateway) *adminServer {
 	a.routeQueues(mux)
 	a.routeSessions(mux)
 	a.routeConnections(mux)
+	mux.HandleFunc("GET /api/v1/subscriptions", a.listSubscriptions)
+	mux.HandleFunc("GET /api/v1/topics", a.listTopics)
 	mux.HandleFunc("POST /api/v1/publish", a.publish)
 	mux.HandleFunc("POST /api/v1/reload", a.reload)
 	// Profiles for performance work, as Caddy's admin API has them. The admin
@@ -61,6 +64,7 @@ func newAdminServer(g *Gateway) *adminServer {
 	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	a.mux = mux
 	// The web console's assets are outside the token check (they hold no
 	// data); every API call they make goes through it.
 	a.srv = &http.Server{Handler: console.Handler(a.protect(mux)), ReadHeaderTimeout: 10 * time.Second}
@@ -164,9 +168,14 @@ func storeStatus(err error) int {
 	return http.StatusServiceUnavailable
 }
 
+// started reports whether the gateway has made the parts the API reads
+// (the retained store, the router), else writes 503 "starting": the admin
+// API serves /readyz before them, and ready orders their reads.
+func (a *adminServer) started(w http.ResponseWriter) bool { return a.mqttServer(w) != nil }
+
 func (a *adminServer) listRetained(w http.ResponseWriter, r *http.Request) {
 	f, ok := filterParam(w, r)
-	if !ok {
+	if !ok || !a.started(w) {
 		return
 	}
 	limit := 1000
@@ -209,7 +218,7 @@ func (a *adminServer) listRetained(w http.ResponseWriter, r *http.Request) {
 
 func (a *adminServer) deleteRetained(w http.ResponseWriter, r *http.Request) {
 	f, ok := filterParam(w, r)
-	if !ok {
+	if !ok || !a.started(w) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 60*time.Second)

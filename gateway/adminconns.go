@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tolsey/tolsey/amqp"
 )
 
 // connJSON is one client connection of either protocol in the admin API.
@@ -23,7 +25,18 @@ type connJSON struct {
 	Subscriptions  *int       `json:"subscriptions,omitempty"`
 	Queued         *int       `json:"queued,omitempty"`
 	KeepAlive      *uint16    `json:"keepAlive,omitempty"`
-	Filters        []string   `json:"filters,omitempty"` // GET of one MQTT connection: its subscriptions
+	Links          *int       `json:"links,omitempty"` // AMQP: attached links
+	// Since the connection was accepted: PUBLISH packets (MQTT) or
+	// messages (AMQP) in and out, and the bytes of the whole protocol.
+	MessagesIn  int64 `json:"messagesIn"`
+	MessagesOut int64 `json:"messagesOut"`
+	BytesIn     int64 `json:"bytesIn"`
+	BytesOut    int64 `json:"bytesOut"`
+
+	// GET of one connection only.
+	Filters          []string        `json:"filters,omitempty"`          // MQTT: its subscriptions' filters, as subscribed
+	SubscriptionList []subJSON       `json:"subscriptionList,omitempty"` // MQTT: its subscriptions
+	LinkList         []amqp.LinkInfo `json:"linkList,omitempty"`         // AMQP: its links
 }
 
 func (a *adminServer) routeConnections(mux *http.ServeMux) {
@@ -41,15 +54,18 @@ func (a *adminServer) connections(w http.ResponseWriter) ([]connJSON, bool) {
 	}
 	var out []connJSON
 	for _, c := range m.Connections() {
+		since := c.Since.UTC()
 		out = append(out, connJSON{ID: "mqtt:" + c.ClientID, Protocol: "mqtt", Version: c.Version,
-			ClientID: c.ClientID, User: c.User, Remote: c.Remote, Listener: c.Listener,
-			Subscriptions: &c.Subscriptions, Queued: &c.Queued, KeepAlive: &c.KeepAlive})
+			ClientID: c.ClientID, User: c.User, Remote: c.Remote, Listener: c.Listener, ConnectedSince: &since,
+			Subscriptions: &c.Subscriptions, Queued: &c.Queued, KeepAlive: &c.KeepAlive,
+			MessagesIn: c.MessagesIn, MessagesOut: c.MessagesOut, BytesIn: c.BytesIn, BytesOut: c.BytesOut})
 	}
 	if a.g.amqp != nil {
 		for _, c := range a.g.amqp.ConnectionList() {
 			since := c.Since.UTC()
-			cj := connJSON{ID: "amqp:" + strconv.FormatUint(c.ID, 10), Protocol: "amqp", ClientID: c.ContainerID,
-				User: c.User, Remote: c.Remote, ConnectedSince: &since}
+			cj := connJSON{ID: amqpConnID(c.ID), Protocol: "amqp", ClientID: c.ContainerID,
+				User: c.User, Remote: c.Remote, ConnectedSince: &since, Links: &c.Links,
+				MessagesIn: c.MessagesIn, MessagesOut: c.MessagesOut, BytesIn: c.BytesIn, BytesOut: c.BytesOut}
 			if c.Open {
 				cj.Version = "1.0"
 			}
@@ -66,16 +82,11 @@ func (a *adminServer) connections(w http.ResponseWriter) ([]connJSON, bool) {
 // prefix of the remote address), paged by ?after=ID&limit=N (default
 // 1,000, at most 10,000).
 func (a *adminServer) listConnections(w http.ResponseWriter, r *http.Request) {
-	limit, ok := limitParam(w, r, 1000, 10_000)
+	limit, proto, ok := connListParams(w, r)
 	if !ok {
 		return
 	}
 	q := r.URL.Query()
-	proto := q.Get("protocol")
-	if proto != "" && proto != "mqtt" && proto != "amqp" {
-		apiError(w, http.StatusBadRequest, "protocol must be mqtt or amqp")
-		return
-	}
 	all, ok := a.connections(w)
 	if !ok {
 		return
@@ -97,8 +108,27 @@ func (a *adminServer) listConnections(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+// connListParams reads the parameters the lists of connections and of
+// subscriptions share: ?limit=N (default 1,000, at most 10,000) and
+// ?protocol=mqtt|amqp ("" when absent); false after writing 400.
+func connListParams(w http.ResponseWriter, r *http.Request) (limit int, proto string, ok bool) {
+	if limit, ok = limitParam(w, r, 1000, 10_000); !ok {
+		return 0, "", false
+	}
+	proto = r.URL.Query().Get("protocol")
+	if proto != "" && proto != "mqtt" && proto != "amqp" {
+		apiError(w, http.StatusBadRequest, "protocol must be mqtt or amqp")
+		return 0, "", false
+	}
+	return limit, proto, true
+}
+
+// amqpConnID is the admin API's id of AMQP connection number n.
+func amqpConnID(n uint64) string { return "amqp:" + strconv.FormatUint(n, 10) }
+
 // getConnection is GET /api/v1/connections/{id}: one connection, with an
-// MQTT connection's subscription filters; 404 when it is not open.
+// MQTT connection's subscriptions or an AMQP connection's links; 404 when
+// it is not open.
 func (a *adminServer) getConnection(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	all, ok := a.connections(w)
@@ -111,8 +141,17 @@ func (a *adminServer) getConnection(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c := all[i]
-	if c.Protocol == "mqtt" {
-		c.Filters, _ = a.g.mqtt.Subscriptions(c.ClientID)
+	switch c.Protocol {
+	case "mqtt":
+		subs, _ := a.g.mqtt.Subscriptions(c.ClientID)
+		for _, s := range subs {
+			j := mqttSubJSON(s)
+			c.Filters = append(c.Filters, j.subscribed())
+			c.SubscriptionList = append(c.SubscriptionList, j)
+		}
+	case "amqp":
+		n, _ := strconv.ParseUint(strings.TrimPrefix(c.ID, "amqp:"), 10, 64)
+		c.LinkList, _ = a.g.amqp.Links(n)
 	}
 	writeJSON(w, http.StatusOK, c)
 }

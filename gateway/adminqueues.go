@@ -27,6 +27,7 @@ func (a *adminServer) routeQueues(mux *http.ServeMux) {
 	mux.HandleFunc("PUT /api/v1/queues/{name}", a.putQueue)
 	mux.HandleFunc("DELETE /api/v1/queues/{name}", a.deleteQueue)
 	mux.HandleFunc("GET /api/v1/queues/{name}/messages", a.browseQueue)
+	mux.HandleFunc("POST /api/v1/queues/{name}/purge", a.purgeQueue)
 }
 
 // queueJSON is one queue in the admin API.
@@ -284,6 +285,30 @@ func (a *adminServer) putQueue(w http.ResponseWriter, r *http.Request) {
 	}
 	a.g.log.Info("queue declared through the admin API", "queue", name, "created", !existed)
 	writeJSON(w, code, a.queueView(q, time.Now()))
+}
+
+// purgeQueue is POST /api/v1/queues/{name}/purge: the queue's ready
+// messages are removed (queue.Queue.Purge; those in flight to consumers
+// stay); 200 with {"purged": N}, 404, or 503/504 when the store failed
+// part way (with how many went).
+func (a *adminServer) purgeQueue(w http.ResponseWriter, r *http.Request) {
+	q, ok := a.namedQueue(w, r)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 60*time.Second)
+	defer cancel()
+	n, err := q.Purge(ctx)
+	switch {
+	case errors.Is(err, queue.ErrNotFound):
+		apiError(w, http.StatusNotFound, "no queue %q", q.Name())
+		return
+	case err != nil:
+		writeJSON(w, storeStatus(err), map[string]any{"error": err.Error(), "purged": n})
+		return
+	}
+	a.g.log.Info("queue purged through the admin API", "queue", q.Name(), "purged", n)
+	writeJSON(w, http.StatusOK, map[string]int{"purged": n})
 }
 
 // deleteQueue is DELETE /api/v1/queues/{name}: the queue, its

@@ -133,6 +133,7 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 		// One rule for every protocol's topics; the front-ends read it
 		// from the router.
 		TopicLimits: core.TopicLimits{MaxLevels: g.cfg.MQTT.MaxTopicLevels, MaxLength: g.cfg.MQTT.MaxTopicLength},
+		Topics:      core.NewTopicTable(topicTableSize), // GET /api/v1/topics
 	})
 
 	if err := g.startQueues(ctx); err != nil {

@@ -193,7 +193,10 @@ func (h *hook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet, e
 		return h.publishQueueValue(cl, pk, name)
 	}
 	if !pk.FixedHeader.Retain && !h.s.opts.Router.Wants(pk.TopicName, core.ProtocolMQTT) {
-		return pk, nil // MQTT-only traffic: mochi fans it out, nothing else to do
+		// MQTT-only traffic: mochi fans it out, nothing else to do but
+		// count its topic (the router counts those it publishes).
+		h.s.opts.Router.ObserveTopic(pk.TopicName, pk.Created)
+		return pk, nil
 	}
 	return h.publishRoutedValue(cl, pk)
 }

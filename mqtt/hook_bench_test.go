@@ -28,8 +28,13 @@ import (
 // "#" with SkipOrigin mqtt in place), without listeners.
 func benchServer(tb testing.TB) *Server {
 	tb.Helper()
+	return benchServerTopics(tb, core.NewTopicTable(10_000)) // as the gateway has it (GET /api/v1/topics)
+}
+
+func benchServerTopics(tb testing.TB, topics *core.TopicTable) *Server {
+	tb.Helper()
 	store := memory.New(retain.Limits{})
-	router := core.NewRouter(core.RouterOptions{Retainer: retain.Retainer{Store: store}, Node: "n"})
+	router := core.NewRouter(core.RouterOptions{Retainer: retain.Retainer{Store: store}, Node: "n", Topics: topics})
 	s, err := New(Options{Listen: "127.0.0.1:0", Router: router, Store: store, Node: "n",
 		Metrics: metrics.New(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
@@ -55,7 +60,19 @@ func benchPublish(topic string) packets.Packet {
 // delivered to one subscriber: OnPublish and OnPacketProcessed on the
 // publisher's packet, OnPacketEncode on the subscriber's copy.
 func BenchmarkHookQoS0(b *testing.B) {
-	s := benchServer(b)
+	benchHookQoS0(b, benchServer(b))
+}
+
+// BenchmarkHookQoS0TopicTable is BenchmarkHookQoS0 without the topic table
+// and with it, one after the other, to compare on a busy machine:
+//
+//	go test -run '^$' -bench 'HookQoS0TopicTable' -count 5 ./mqtt/
+func BenchmarkHookQoS0TopicTable(b *testing.B) {
+	b.Run("none", func(b *testing.B) { benchHookQoS0(b, benchServerTopics(b, nil)) })
+	b.Run("table", func(b *testing.B) { benchHookQoS0(b, benchServerTopics(b, core.NewTopicTable(10_000))) })
+}
+
+func benchHookQoS0(b *testing.B, s *Server) {
 	h := s.hook
 	pub := s.mochi.NewClient(nil, "t", "pub", false)
 	sub := s.mochi.NewClient(nil, "t", "sub", false)

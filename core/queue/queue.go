@@ -37,11 +37,12 @@ type Queue struct {
 	resBytes int64
 	// The window: records read from the log, ready or in flight.
 	entries  map[uint64]*entry
-	ready    idHeap // ready entries, oldest first
-	through  uint64 // the highest ID read from the log
-	more     bool   // the log may hold records not read yet
-	loading  bool   // a loader runs
-	retry    bool   // the last Read failed: the poller tries again
+	ready    idHeap    // ready entries, oldest first
+	through  uint64    // the highest ID read from the log
+	more     bool      // the log may hold records not read yet
+	loading  bool      // a loader runs (or Purge, which reads the log as one)
+	loaded   sync.Cond // on mu: broadcast when loading ends (Purge waits for it)
+	retry    bool      // the last Read failed: the poller tries again
 	cons     []*Consumer
 	rr       int // where the next non-exclusive notification round starts
 	counters Counters
@@ -87,7 +88,9 @@ func band(m *core.Message) uint8 { return min(m.Priority(), MaxPriority) }
 func newQueue(e *Engine, cfg Config, log Log) *Queue {
 	ol, ok := log.(OrderedLog)
 	sl, _ := log.(StateLog)
-	return &Queue{e: e, name: cfg.Name, log: log, direct: ok && ol.AppendsInOrder(), states: sl, config: cfg, entries: map[uint64]*entry{}}
+	q := &Queue{e: e, name: cfg.Name, log: log, direct: ok && ol.AppendsInOrder(), states: sl, config: cfg, entries: map[uint64]*entry{}}
+	q.loaded.L = &q.mu
+	return q
 }
 
 // Name is the queue's name.
@@ -244,6 +247,7 @@ func (q *Queue) fill() {
 		e.mu.Unlock()
 		q.mu.Lock()
 		q.loading = false
+		q.loaded.Broadcast()
 		q.mu.Unlock()
 		return
 	}
@@ -261,6 +265,7 @@ func (q *Queue) load() {
 		room := q.e.opts.Window - len(q.entries)
 		if q.deleted || !q.more || room <= 0 {
 			q.loading = false
+			q.loaded.Broadcast()
 			q.mu.Unlock()
 			return
 		}
@@ -273,6 +278,7 @@ func (q *Queue) load() {
 			// Retried by the engine's poller (Options.Poll), or sooner by
 			// the next append or acknowledgement.
 			q.more, q.loading, q.retry = true, false, true
+			q.loaded.Broadcast()
 			q.mu.Unlock()
 			q.e.opts.Logger.Warn("queue: reading stored messages failed", "queue", q.name, "error", err)
 			return

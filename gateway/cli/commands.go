@@ -30,8 +30,11 @@ var commands = []command{
 	{"queues", "create", "queues create NAME [--subscribe FILTER]... [--config JSON]", "declare a queue (PUT /api/v1/queues/NAME)", queuesCreate},
 	{"queues", "rm", "queues rm NAME", "delete a queue and its messages", queuesRm},
 	{"queues", "browse", "queues browse NAME [--limit N]", "show a queue's messages without consuming them", queuesBrowse},
+	{"queues", "purge", "queues purge NAME", "remove a queue's ready messages (those in flight to consumers stay)", queuesPurge},
 	{"connections", "ls", "connections ls [--protocol mqtt|amqp] [--client PREFIX] [--user U] [--address PREFIX]", "list open client connections of both protocols", connectionsLs},
 	{"connections", "kick", "connections kick ID", "close a connection (MQTT 5: DISCONNECT 0x98; AMQP: amqp:connection:forced); IDs as listed, mqtt:<client id> or amqp:<number>", connectionsKick},
+	{"subscriptions", "ls", "subscriptions ls [--filter F] [--client PREFIX] [--protocol mqtt|amqp]", "list the subscriptions of open connections (AMQP: receiving links)", subscriptionsLs},
+	{"topics", "ls", "topics ls [FILTER]", "list the topics published on recently, with counts and rates", topicsLs},
 	{"sessions", "ls", "sessions ls", "list persistent MQTT sessions", sessionsLs},
 	{"sessions", "rm", "sessions rm CLIENTID", "remove a persistent MQTT session", sessionsRm},
 	{"bridges", "ls", "bridges ls", "list bridges and their rules, connection state and buffers", bridgesLs},
@@ -195,6 +198,63 @@ func queuesBrowse(c *cli, args []string) error {
 		{"DELIVERIES", "deliveryCount", nil}, {"CREATED", "created", nil}, {"PAYLOAD", "payload", nil}})
 }
 
+func queuesPurge(c *cli, args []string) error {
+	fs := c.flags("queues purge")
+	pos, err := c.parse(fs, args, 1, 1, "queues purge NAME")
+	if err != nil {
+		return err
+	}
+	var res struct {
+		Purged int `json:"purged"`
+	}
+	raw, err := c.call("POST", "/api/v1/queues/"+url.PathEscape(pos[0])+"/purge", nil, nil, &res)
+	if err != nil {
+		return err
+	}
+	if c.asJSON {
+		c.printJSON(raw)
+		return nil
+	}
+	fmt.Fprintf(c.out, "queue %s: %d messages purged\n", pos[0], res.Purged)
+	return nil
+}
+
+func subscriptionsLs(c *cli, args []string) error {
+	fs := c.flags("subscriptions ls")
+	filter := fs.String("filter", "", "only this filter (exactly, without $share/)")
+	client := fs.String("client", "", "only client (or container) ids beginning with this")
+	proto := fs.String("protocol", "", "mqtt or amqp")
+	if _, err := c.parse(fs, args, 0, 0, "subscriptions ls [--filter F] [--client PREFIX] [--protocol mqtt|amqp]"); err != nil {
+		return err
+	}
+	q := url.Values{}
+	setGiven(q, map[string]string{"filter": *filter, "clientId": *client, "protocol": *proto})
+	raw, err := c.call("GET", "/api/v1/subscriptions", q, nil, nil)
+	if err != nil {
+		return err
+	}
+	return c.show(raw, []column{{"CONNECTION", "connection", nil}, {"FILTER", "filter", nil}, {"QOS", "qos", nil},
+		{"SHARE GROUP", "shareGroup", nil}, {"DURABLE", "durable", nil}})
+}
+
+func topicsLs(c *cli, args []string) error {
+	fs := c.flags("topics ls")
+	pos, err := c.parse(fs, args, 0, 1, "topics ls [FILTER]")
+	if err != nil {
+		return err
+	}
+	q := url.Values{}
+	if len(pos) == 1 {
+		q.Set("filter", pos[0])
+	}
+	raw, err := c.call("GET", "/api/v1/topics", q, nil, nil)
+	if err != nil {
+		return err
+	}
+	return c.show(raw, []column{{"TOPIC", "topic", nil}, {"MESSAGES", "messages", nil}, {"MSG/S", "ratePerSecond", nil},
+		{"LAST SEEN", "lastSeen", nil}, {"RETAINED", "retained", nil}})
+}
+
 func sessionsLs(c *cli, args []string) error {
 	return listing(c, args, "sessions ls", "/api/v1/sessions", []column{{"CLIENT ID", "clientId", nil},
 		{"CONNECTED", "connected", nil}, {"SUBSCRIPTIONS", "subscriptions", nil}, {"QUEUED", "queued", nil}})
@@ -308,11 +368,7 @@ func connectionsLs(c *cli, args []string) error {
 		return err
 	}
 	q := url.Values{"limit": {strconv.Itoa(*limit)}}
-	for k, v := range map[string]string{"protocol": *proto, "clientId": *client, "address": *addr} {
-		if v != "" {
-			q.Set(k, v)
-		}
-	}
+	setGiven(q, map[string]string{"protocol": *proto, "clientId": *client, "address": *addr})
 	if fs.Changed("user") {
 		q.Set("user", *user)
 	}
@@ -322,7 +378,17 @@ func connectionsLs(c *cli, args []string) error {
 	}
 	return c.show(raw, []column{{"ID", "id", nil}, {"PROTOCOL", "protocol", nil}, {"VERSION", "version", nil},
 		{"CLIENT", "clientId", nil}, {"USER", "user", nil}, {"REMOTE", "remote", nil},
-		{"SUBSCRIPTIONS", "subscriptions", nil}, {"QUEUED", "queued", nil}, {"SINCE", "connectedSince", nil}})
+		{"SUBSCRIPTIONS", "subscriptions", nil}, {"QUEUED", "queued", nil}, {"MSGS IN", "messagesIn", nil},
+		{"MSGS OUT", "messagesOut", nil}, {"SINCE", "connectedSince", nil}})
+}
+
+// setGiven sets the query parameters of params that have a value.
+func setGiven(q url.Values, params map[string]string) {
+	for k, v := range params {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
 }
 
 func connectionsKick(c *cli, args []string) error {

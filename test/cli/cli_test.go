@@ -259,3 +259,29 @@ func TestConnections(t *testing.T) {
 		t.Errorf("a second kick: exit %d, want 3", code)
 	}
 }
+
+// queues purge empties a queue's ready messages; subscriptions ls and
+// topics ls show what the admin API lists.
+func TestPurgeSubscriptionsTopics(t *testing.T) {
+	e := start(t)
+	e.ok("queues", "create", "jobs", "--subscribe", "jobs/#")
+	for _, m := range []string{"a", "b", "c"} {
+		e.ok("publish", "jobs/1", "-m", m, "--qos", "1")
+	}
+	if out := e.ok("queues", "purge", "jobs"); out != "queue jobs: 3 messages purged\n" {
+		t.Errorf("queues purge: %q", out)
+	}
+	var qs []struct{ Messages int }
+	if err := json.Unmarshal([]byte(e.ok("queues", "ls", "--json")), &qs); err != nil || len(qs) != 1 || qs[0].Messages != 0 {
+		t.Errorf("after the purge: %v %+v, want no message", err, qs)
+	}
+	if _, _, code := e.run("queues", "purge", "nothing"); code != 3 {
+		t.Errorf("purge of an unknown queue: exit %d, want 3", code)
+	}
+	if out := e.ok("topics", "ls", "jobs/#"); !strings.HasPrefix(out, "TOPIC") || !strings.Contains(out, "jobs/1") {
+		t.Errorf("topics ls:\n%s", out)
+	}
+	if out := e.ok("subscriptions", "ls", "--protocol", "mqtt"); !strings.HasPrefix(out, "CONNECTION") {
+		t.Errorf("subscriptions ls: %q", out)
+	}
+}

@@ -157,9 +157,10 @@ type ClientConnection struct {
 	ending    atomic.Int32
 	closeBy   atomic.Int64
 	closeRefs atomic.Int32
-	Remote    string // the remote address of the client
-	Listener  string // listener id of the client
-	Inline    bool   // if true, the client is the built-in 'inline' embedded client
+	Remote    string    // the remote address of the client
+	Listener  string    // listener id of the client
+	Inline    bool      // if true, the client is the built-in 'inline' embedded client
+	Stats     ConnStats // this connection's counters (gateway patch 33)
 }
 
 // ClientProperties contains the properties which define the client behaviour.
@@ -260,6 +261,7 @@ func newClient(c net.Conn, o *ops) *Client {
 			bconn:  bufio.NewReaderSize(c, o.options.ClientNetReadBufferSize),
 			Remote: c.RemoteAddr().String(),
 		}
+		cl.Net.Stats.Since = time.Now() // gateway patch 33
 	}
 
 	return cl
@@ -916,6 +918,7 @@ func (cl *Client) ReadFixedHeader(fh *packets.FixedHeader) error {
 	}
 
 	atomic.AddInt64(&cl.ops.info.BytesReceived, int64(bu+1))
+	cl.Net.Stats.BytesReceived.Add(int64(bu + 1)) // gateway patch 33
 	return nil
 }
 
@@ -931,6 +934,7 @@ func (cl *Client) ReadPacket(fh *packets.FixedHeader) (pk packets.Packet, err er
 	}
 
 	atomic.AddInt64(&cl.ops.info.BytesReceived, int64(len(px)))
+	cl.Net.Stats.BytesReceived.Add(int64(len(px))) // gateway patch 33
 
 	// px is the packet's own: decoding may keep slices of it.
 	switch pk.FixedHeader.Type {
@@ -944,6 +948,7 @@ func (cl *Client) ReadPacket(fh *packets.FixedHeader) (pk packets.Packet, err er
 		err = pk.PublishDecode(px)
 		if err == nil {
 			atomic.AddInt64(&cl.ops.info.MessagesReceived, 1)
+			cl.Net.Stats.MessagesReceived.Add(1) // gateway patch 33
 		}
 	case packets.Puback:
 		err = pk.PubackDecode(px)
@@ -1115,8 +1120,10 @@ func (cl *Client) encodeWrite(pk *packets.Packet, buf *bytes.Buffer, wait bool) 
 
 	atomic.AddInt64(&cl.ops.info.BytesSent, n)
 	atomic.AddInt64(&cl.ops.info.PacketsSent, 1)
+	cl.Net.Stats.BytesSent.Add(n) // gateway patch 33
 	if pk.FixedHeader.Type == packets.Publish {
 		atomic.AddInt64(&cl.ops.info.MessagesSent, 1)
+		cl.Net.Stats.MessagesSent.Add(1)
 	}
 
 	cl.ops.hooks.OnPacketSent(cl, *pk, buf.Bytes())

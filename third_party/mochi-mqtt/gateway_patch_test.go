@@ -897,3 +897,35 @@ func TestSubscribersCacheBoundsEntries(t *testing.T) {
 		require.Equal(t, len(x.cache.m)*per, x.cache.entries)
 	}
 }
+
+// Patch 33: a connection counts its own PUBLISH packets and bytes, both
+// ways, the fixed header included.
+func TestConnStatsCountPublishesAndBytes(t *testing.T) {
+	cl, r, w := newTestClient()
+	defer w.Close()
+	defer r.Close()
+	require.False(t, cl.Net.Stats.Since.IsZero())
+
+	in := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish}, TopicName: "a/b", Payload: []byte("hello")}
+	var enc bytes.Buffer
+	require.NoError(t, in.PublishEncode(&enc))
+	go func() { _, _ = r.Write(enc.Bytes()) }()
+	var fh packets.FixedHeader
+	require.NoError(t, cl.ReadFixedHeader(&fh))
+	_, err := cl.ReadPacket(&fh)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), cl.Net.Stats.MessagesReceived.Load())
+	require.Equal(t, int64(enc.Len()), cl.Net.Stats.BytesReceived.Load())
+
+	got := make(chan int64, 1)
+	go func() {
+		b := make([]byte, 64)
+		n, _ := r.Read(b)
+		got <- int64(n)
+	}()
+	require.NoError(t, cl.WritePacket(in))
+	n := <-got
+	require.Equal(t, int64(1), cl.Net.Stats.MessagesSent.Load())
+	require.Equal(t, n, cl.Net.Stats.BytesSent.Load())
+	require.Equal(t, int64(enc.Len()), n)
+}

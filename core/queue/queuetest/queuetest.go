@@ -495,6 +495,8 @@ func Run(t *testing.T, open Factory, opts ...Option) {
 	})
 	runEngine(t, open)
 	runDeliveryState(t, open)
+	runPurge(t, open)
+	runPurgeWhilePublishing(t, open)
 }
 
 func cmpString(a, b string) int {

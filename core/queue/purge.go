@@ -1,0 +1,86 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+)
+
+// purgeBatch bounds the records Purge reads from the log at a time.
+const purgeBatch = 1000
+
+// Purge removes the queue's ready messages: those stored and not in
+// flight to a consumer (an operator's purge, POST
+// /api/v1/queues/{name}/purge). Messages in flight stay with their
+// consumers: acknowledged, they go as usual; given back, they are
+// delivered again. It removes at most as many messages as the queue held
+// when it began, so that publishers that go on cannot keep it running;
+// what they put meanwhile may go too. It returns how many it removed.
+func (q *Queue) Purge(ctx context.Context) (int, error) {
+	q.mu.Lock()
+	// Purge reads the log as the loader does: it takes the loader's
+	// place, so that no loader puts into the window a record it removes,
+	// and no Put goes straight to the window meanwhile.
+	for q.loading && !q.deleted {
+		q.loaded.Wait()
+	}
+	if q.deleted {
+		q.mu.Unlock()
+		return 0, fmt.Errorf("%w: %q", ErrNotFound, q.name)
+	}
+	q.loading = true
+	budget := q.messages
+	// The window's ready messages; those in flight are in entries only.
+	ids := make([]uint64, 0, len(q.ready))
+	for _, e := range q.ready {
+		q.removeLocked(e)
+		ids = append(ids, e.rec.ID)
+	}
+	clear(q.ready) // the entries go with their records
+	q.ready = q.ready[:0]
+	budget -= len(ids)
+	after := q.through
+	q.mu.Unlock()
+	if len(ids) > 0 {
+		q.log.Remove(ids...)
+	}
+	n := len(ids)
+
+	// Then the records the window has not read yet.
+	var err error
+	for budget > 0 {
+		var recs []Record
+		recs, err = q.log.Read(ctx, after, min(budget, purgeBatch))
+		if err != nil || len(recs) == 0 {
+			break
+		}
+		ids = ids[:0]
+		q.mu.Lock()
+		for _, r := range recs {
+			after = max(after, r.ID)
+			if _, in := q.entries[r.ID]; in {
+				continue // in the window already (a shared Log's once-more)
+			}
+			q.messages--
+			q.bytes -= int64(r.Msg.Size())
+			ids = append(ids, r.ID)
+		}
+		q.through = max(q.through, after)
+		q.mu.Unlock()
+		if len(ids) > 0 {
+			q.log.Remove(ids...)
+		}
+		n += len(ids)
+		budget -= len(recs)
+	}
+
+	q.mu.Lock()
+	// The log may hold what was put meanwhile, or what the budget left.
+	q.more, q.loading = true, false
+	q.loaded.Broadcast()
+	q.mu.Unlock()
+	q.fill()
+	if err != nil {
+		return n, fmt.Errorf("queue %q: purge: %w", q.name, err)
+	}
+	return n, nil
+}
