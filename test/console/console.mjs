@@ -77,6 +77,7 @@ try {
   await page.goto(url + '#/topics');
   await page.locator('#topic-table tr[data-id="sensors/room1/temp"]').waitFor();
   await page.fill('#sub-client', 'console-dev');
+  await page.waitForFunction(() => document.querySelectorAll('#sub-table tbody tr').length === 1); // the search narrowed it
   await page.locator('#sub-table td', { hasText: 'devices/console-dev/cmd/#' }).waitFor();
   await shot('topics');
 
