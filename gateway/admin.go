@@ -20,6 +20,7 @@ import (
 	"github.com/tolsey/tolsey/core"
 	"github.com/tolsey/tolsey/core/accept"
 	"github.com/tolsey/tolsey/core/tlsconf"
+	"github.com/tolsey/tolsey/gateway/console"
 )
 
 // adminServer is the admin HTTP API: /healthz, /readyz, /metrics and
@@ -48,6 +49,7 @@ func newAdminServer(g *Gateway) *adminServer {
 	mux.HandleFunc("DELETE /api/v1/retained", a.deleteRetained)
 	mux.HandleFunc("GET /api/v1/bridges", a.listBridges)
 	mux.HandleFunc("GET /api/v1/cluster", a.clusterStatus)
+	mux.HandleFunc("GET /api/v1/stats", a.stats)
 	a.routeQueues(mux)
 	a.routeSessions(mux)
 	a.routeConnections(mux)
@@ -63,7 +65,9 @@ func newAdminServer(g *Gateway) *adminServer {
 	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	a.mux = mux
-	a.srv = &http.Server{Handler: a.protect(mux), ReadHeaderTimeout: 10 * time.Second}
+	// The web console's assets are outside the token check (they hold no
+	// data); every API call they make goes through it.
+	a.srv = &http.Server{Handler: console.Handler(a.protect(mux)), ReadHeaderTimeout: 10 * time.Second}
 	return a
 }
 
