@@ -15,7 +15,14 @@ const purgeBatch = 1000
 // delivered again. It removes at most as many messages as the queue held
 // when it began, so that publishers that go on cannot keep it running;
 // what they put meanwhile may go too. It returns how many it removed.
+//
+// On a shared Log (Redis, several gateways), the budget is taken from the
+// Log's own counts first: other gateways' puts do not pass through this
+// engine.
 func (q *Queue) Purge(ctx context.Context) (int, error) {
+	if q.shared() {
+		q.resync()
+	}
 	q.mu.Lock()
 	// Purge reads the log as the loader does: it takes the loader's
 	// place, so that no loader puts into the window a record it removes,
@@ -45,7 +52,13 @@ func (q *Queue) Purge(ctx context.Context) (int, error) {
 	}
 	n := len(ids)
 
-	// Then the records the window has not read yet.
+	// Then the records the window has not read yet. A shared Log may
+	// return a record again (its reclaim of what another reader held), a
+	// removal here being asynchronous: each is removed and counted once.
+	removed := make(map[uint64]struct{}, len(ids))
+	for _, id := range ids {
+		removed[id] = struct{}{}
+	}
 	var err error
 	for budget > 0 {
 		var recs []Record
@@ -60,6 +73,10 @@ func (q *Queue) Purge(ctx context.Context) (int, error) {
 			if _, in := q.entries[r.ID]; in {
 				continue // in the window already (a shared Log's once-more)
 			}
+			if _, gone := removed[r.ID]; gone {
+				continue
+			}
+			removed[r.ID] = struct{}{}
 			q.messages--
 			q.bytes -= int64(r.Msg.Size())
 			ids = append(ids, r.ID)

@@ -250,3 +250,41 @@ func TestSharedQueueLimitsCountOtherGateways(t *testing.T) {
 		t.Fatalf("a's publish into the emptied queue: %v", err)
 	}
 }
+
+// TestPurgeOfASharedQueueCountsOtherGateways: a purge through one gateway
+// removes what another gateway put into the shared queue, which this
+// engine's own count did not know yet (it took its budget from that count
+// and removed nothing). Found by review.
+func TestPurgeOfASharedQueueCountsOtherGateways(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	engine := func(node string) *queue.Engine {
+		b := open(t, srv, node, time.Minute)
+		t.Cleanup(func() { _ = b.Close() })
+		e, err := queue.New(ctx, queue.Options{Backend: b, Poll: time.Hour}) // no poll resyncs the counts meanwhile
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(e.Close)
+		if _, err := e.Declare(ctx, queue.Config{Name: "p"}); err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	a, b := engine("gw-a"), engine("gw-b")
+	for i := range 5 {
+		ch := make(chan error, 1)
+		b.Put("p", &core.Message{Topic: "t", Payload: []byte(fmt.Sprint(i)), QoS: 1}, func(err error) { ch <- err })
+		if err := <-ch; err != nil {
+			t.Fatal(err)
+		}
+	}
+	qa, _ := a.Queue("p")
+	n, err := qa.Purge(ctx)
+	if err != nil || n != 5 {
+		t.Fatalf("purge through the other gateway: %d, %v; want 5", n, err)
+	}
+	if m := qa.Info().Messages; m != 0 {
+		t.Fatalf("%d messages left after the purge", m)
+	}
+}
