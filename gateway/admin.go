@@ -67,7 +67,7 @@ func newAdminServer(g *Gateway) *adminServer {
 	a.mux = mux
 	// The web console's assets are outside the token check (they hold no
 	// data); every API call they make goes through it.
-	a.srv = &http.Server{Handler: console.Handler(a.protect(mux)), ReadHeaderTimeout: 10 * time.Second}
+	a.srv = &http.Server{Handler: a.guardBrowsers(console.Handler(a.protect(mux))), ReadHeaderTimeout: 10 * time.Second}
 	return a
 }
 

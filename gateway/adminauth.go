@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"errors"
+	"net"
 	"net/http"
 	"strings"
 )
@@ -45,6 +46,46 @@ func (a *adminServer) protect(next http.Handler) http.Handler {
 		a.g.log.Info("admin call", "method", r.Method, "path", r.URL.Path, "query", r.URL.RawQuery,
 			"by", who, "remote", r.RemoteAddr, "status", sw.code)
 	})
+}
+
+// guardBrowsers refuses what a web page of another site can make an
+// operator's browser send to the admin API (docs/security.md, "Admin
+// API"), which the console invites to open at http://127.0.0.1:8088/:
+//   - a cross-origin request that is not GET, HEAD or OPTIONS (a form, or a
+//     fetch without a preflight, posting a publish or a purge): 403, by
+//     Sec-Fetch-Site or Origin (http.CrossOriginProtection);
+//   - without admin.tokens, over plain HTTP, a Host that is neither an IP
+//     address nor localhost: 421. A page of evil.example whose name is
+//     rebound to 127.0.0.1 is same-origin to the browser and would read
+//     the API (DNS rebinding); a rebound name is never an IP literal, and
+//     with tokens the browser has no token to send.
+//
+// Clients that are not browsers (curl, the command-line tool, Prometheus)
+// send neither header and use the address they were given.
+func (a *adminServer) guardBrowsers(next http.Handler) http.Handler {
+	cop := http.NewCrossOriginProtection()
+	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		apiError(w, http.StatusForbidden, "cross-origin request refused: the admin API takes changes only from its own pages and from clients that are not browsers")
+	}))
+	guarded := cop.Handler(next)
+	tokens := len(a.g.cfg.Admin.Tokens) > 0
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !tokens && r.TLS == nil && !literalHost(r.Host) {
+			apiError(w, http.StatusMisdirectedRequest, "host %q refused: without admin.tokens the admin API answers only requests addressed to an IP address or localhost", r.Host)
+			return
+		}
+		guarded.ServeHTTP(w, r)
+	})
+}
+
+// literalHost reports whether the Host header names an IP address or
+// localhost (any port).
+func literalHost(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	return host == "localhost" || strings.HasSuffix(host, ".localhost") || net.ParseIP(host) != nil
 }
 
 // bearer is the token of an Authorization: Bearer header (RFC 6750 §2.1;
