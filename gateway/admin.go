@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"strconv"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -178,15 +177,14 @@ func (a *adminServer) listRetained(w http.ResponseWriter, r *http.Request) {
 	if !ok || !a.started(w) {
 		return
 	}
-	limit := 1000
-	if s := r.URL.Query().Get("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 {
-			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "limit must be a positive whole number"})
-			return
-		}
-		limit = n
+	limit, ok := limitParam(w, r, 1000, 10_000)
+	if !ok {
+		return
 	}
+	// ?payload=false: topics and sizes only, for a listing or a count (a
+	// page of large payloads is most of the answer's memory, JSON's escapes
+	// growing it further).
+	withPayload := r.URL.Query().Get("payload") != "false"
 	out := []retainedJSON{}
 	now := time.Now()
 	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
@@ -197,10 +195,12 @@ func (a *adminServer) listRetained(w http.ResponseWriter, r *http.Request) {
 		}
 		j := retainedJSON{Topic: m.Topic, Size: len(m.Payload), QoS: m.QoS, ContentType: m.ContentType,
 			Created: m.Created.UTC(), Origin: string(m.Origin.Protocol)}
-		if utf8.Valid(m.Payload) {
+		switch {
+		case !withPayload:
+		case utf8.Valid(m.Payload):
 			s := string(m.Payload)
 			j.Payload = &s
-		} else {
+		default:
 			j.PayloadBase64 = base64.StdEncoding.EncodeToString(m.Payload)
 		}
 		j.Expiry = expiryJSON(m.Expiry)

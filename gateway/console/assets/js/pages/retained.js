@@ -60,7 +60,7 @@ export default function retained(main, params) {
   async function load() {
     clearTimeout(debounce);
     try {
-      const rows = await get('/api/v1/retained' + q({ filter: filter.value.trim() || '#', limit: LIMIT }));
+      const rows = await get('/api/v1/retained' + q({ filter: filter.value.trim() || '#', limit: LIMIT, payload: 'false' }));
       replace(list, h('div', {},
         h('p', { class: 'muted', id: 'ret-count' }, rows.length === LIMIT ? `The first ${LIMIT} messages; narrow the filter.` : `${rows.length} retained message${rows.length === 1 ? '' : 's'}`),
         table([
@@ -76,7 +76,19 @@ export default function retained(main, params) {
     }
   }
 
-  function show(m) {
+  // show fetches the one message with its payload: the list carries none.
+  async function show(row) {
+    let m;
+    try {
+      [m] = await get('/api/v1/retained' + q({ filter: row.topic, limit: 1 }));
+    } catch (e) {
+      flash(e.message, true);
+      return;
+    }
+    if (!m) {
+      flash(`${row.topic} has no retained message any more.`);
+      return;
+    }
     detail.replaceChildren(h('div', { class: 'panel', id: 'ret-panel' },
       h('h2', { class: 'mono' }, m.topic),
       kv([['Size', bytes(m.size)], ['QoS', String(m.qos)], ['Content type', m.contentType], ['Origin', m.origin],
@@ -89,7 +101,7 @@ export default function retained(main, params) {
   async function remove(f) {
     let n;
     try {
-      n = (await get('/api/v1/retained' + q({ filter: f, limit: COUNT_LIMIT }))).length;
+      n = (await get('/api/v1/retained' + q({ filter: f, limit: COUNT_LIMIT, payload: 'false' }))).length;
     } catch (e) {
       flash(e.message, true);
       return;
