@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/tolsey/tolsey/mqtt"
 	"github.com/tolsey/tolsey/mqtt/session"
@@ -62,7 +63,8 @@ func (a *adminServer) mqttServer(w http.ResponseWriter) *mqtt.Server {
 }
 
 // listSessions pages as GET /api/v1/queues does: ?after=CLIENTID&limit=N
-// (default and most 10,000), in client id order.
+// (default and most 10,000), in client id order; ?clientId= keeps the
+// client ids with that prefix.
 func (a *adminServer) listSessions(w http.ResponseWriter, r *http.Request) {
 	limit, ok := limitParam(w, r, 10_000, 10_000)
 	if !ok {
@@ -72,10 +74,10 @@ func (a *adminServer) listSessions(w http.ResponseWriter, r *http.Request) {
 	if m == nil {
 		return
 	}
-	after := r.URL.Query().Get("after")
+	after, prefix := r.URL.Query().Get("after"), r.URL.Query().Get("clientId")
 	out := []mqtt.SessionInfo{}
 	for _, s := range m.Sessions() {
-		if s.ClientID > after && len(out) < limit {
+		if s.ClientID > after && strings.HasPrefix(s.ClientID, prefix) && len(out) < limit {
 			out = append(out, s)
 		}
 	}

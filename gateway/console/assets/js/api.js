@@ -54,7 +54,9 @@ export async function api(method, path, body) {
     }
     const r = await fetch(path, init);
     if (r.status === 401) {
-      if (token) forgetToken();
+      // Only the token this request carried: a newer one entered while
+      // it was on its way is not dropped for its answer.
+      if (token && sessionStorage.getItem(KEY) === token) forgetToken();
       await askToken(token ? 'That token was refused.' : '');
       continue;
     }
