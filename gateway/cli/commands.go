@@ -33,8 +33,8 @@ var commands = []command{
 	{"queues", "purge", "queues purge NAME", "remove a queue's ready messages (those in flight to consumers stay)", queuesPurge},
 	{"connections", "ls", "connections ls [--protocol mqtt|amqp] [--client PREFIX] [--user U] [--address PREFIX]", "list open client connections of both protocols", connectionsLs},
 	{"connections", "kick", "connections kick ID", "close a connection (MQTT 5: DISCONNECT 0x98; AMQP: amqp:connection:forced); IDs as listed, mqtt:<client id> or amqp:<number>", connectionsKick},
-	{"subscriptions", "ls", "subscriptions ls [--filter F] [--client PREFIX] [--protocol mqtt|amqp]", "list the subscriptions of open connections (AMQP: receiving links)", subscriptionsLs},
-	{"topics", "ls", "topics ls [FILTER]", "list the topics published on recently, with counts and rates", topicsLs},
+	{"subscriptions", "ls", "subscriptions ls [--filter F] [--client PREFIX] [--protocol mqtt|amqp] [--limit N]", "list the subscriptions of open connections (AMQP: receiving links)", subscriptionsLs},
+	{"topics", "ls", "topics ls [FILTER] [--limit N]", "list the topics published on recently, with counts and rates", topicsLs},
 	{"sessions", "ls", "sessions ls", "list persistent MQTT sessions", sessionsLs},
 	{"sessions", "rm", "sessions rm CLIENTID", "remove a persistent MQTT session", sessionsRm},
 	{"bridges", "ls", "bridges ls", "list bridges and their rules, connection state and buffers", bridgesLs},
@@ -224,10 +224,11 @@ func subscriptionsLs(c *cli, args []string) error {
 	filter := fs.String("filter", "", "only this filter (exactly, without $share/)")
 	client := fs.String("client", "", "only client (or container) ids beginning with this")
 	proto := fs.String("protocol", "", "mqtt or amqp")
-	if _, err := c.parse(fs, args, 0, 0, "subscriptions ls [--filter F] [--client PREFIX] [--protocol mqtt|amqp]"); err != nil {
+	limit := fs.Int("limit", 1000, "at most this many (the API's most: 10,000)")
+	if _, err := c.parse(fs, args, 0, 0, "subscriptions ls [--filter F] [--client PREFIX] [--protocol mqtt|amqp] [--limit N]"); err != nil {
 		return err
 	}
-	q := url.Values{}
+	q := url.Values{"limit": {strconv.Itoa(*limit)}}
 	setGiven(q, map[string]string{"filter": *filter, "clientId": *client, "protocol": *proto})
 	raw, err := c.call("GET", "/api/v1/subscriptions", q, nil, nil)
 	if err != nil {
@@ -239,11 +240,12 @@ func subscriptionsLs(c *cli, args []string) error {
 
 func topicsLs(c *cli, args []string) error {
 	fs := c.flags("topics ls")
-	pos, err := c.parse(fs, args, 0, 1, "topics ls [FILTER]")
+	limit := fs.Int("limit", 1000, "at most this many (the API's most: 10,000)")
+	pos, err := c.parse(fs, args, 0, 1, "topics ls [FILTER] [--limit N]")
 	if err != nil {
 		return err
 	}
-	q := url.Values{}
+	q := url.Values{"limit": {strconv.Itoa(*limit)}}
 	if len(pos) == 1 {
 		q.Set("filter", pos[0])
 	}

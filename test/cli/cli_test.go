@@ -284,4 +284,10 @@ func TestPurgeSubscriptionsTopics(t *testing.T) {
 	if out := e.ok("subscriptions", "ls", "--protocol", "mqtt"); !strings.HasPrefix(out, "CONNECTION") {
 		t.Errorf("subscriptions ls: %q", out)
 	}
+	// --limit pages them (the first 1,000 only, silently, before).
+	e.ok("publish", "jobs/2", "-m", "d")
+	var ts []struct{ Topic string }
+	if err := json.Unmarshal([]byte(e.ok("topics", "ls", "jobs/#", "--limit", "1", "--json")), &ts); err != nil || len(ts) != 1 {
+		t.Errorf("topics ls --limit 1: %v %+v", err, ts)
+	}
 }
