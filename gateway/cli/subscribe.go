@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"unicode/utf8"
 
@@ -86,16 +87,19 @@ func (c *cli) subscribeMQTT(ctx context.Context, stop func(), addr, filter, user
 	if err != nil {
 		return err
 	}
-	n := 0
-	done := make(chan struct{})
+	// n is counted on paho's goroutine. Reaching count closes enough, not
+	// the context: a retained message can be handled before Subscribe has
+	// returned, which a cancelled context would then make fail.
+	var n atomic.Int64
+	done, enough := make(chan struct{}), make(chan struct{})
 	cfg := paho.ClientConfig{ClientID: clientID(), Conn: conn,
 		OnPublishReceived: []func(paho.PublishReceived) (bool, error){func(pr paho.PublishReceived) (bool, error) {
-			if count > 0 && n >= count {
+			if count > 0 && n.Load() >= int64(count) {
 				return true, nil
 			}
 			c.printReceived(pr.Packet.Topic, pr.Packet.Payload, pr.Packet.Retain)
-			if n++; count > 0 && n == count {
-				stop()
+			if n.Add(1) == int64(count) {
+				close(enough)
 			}
 			return true, nil
 		}},
@@ -132,8 +136,11 @@ func (c *cli) subscribeMQTT(ctx context.Context, stop func(), addr, filter, user
 	select {
 	case <-ctx.Done():
 		return nil
+	case <-enough:
+		stop()
+		return nil
 	case <-done:
-		return fmt.Errorf("disconnected after %d messages", n)
+		return fmt.Errorf("disconnected after %d messages", n.Load())
 	}
 }
 
