@@ -2,38 +2,22 @@ package gateway
 
 import (
 	"context"
-	"io"
 	"net/http"
-	"strings"
 	"testing"
-	"time"
 )
 
 // browserCall is a request to g's admin API as a browser page could make
 // it: with headers set (Origin, Sec-Fetch-Site) and Host as given.
 func browserCall(t *testing.T, g *Gateway, method, path, host, body string, header map[string]string) int {
 	t.Helper()
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, err := http.NewRequest(method, "http://"+g.AdminAddr()+path, rd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if host != "" {
-		req.Host = host
-	}
-	for k, v := range header {
-		req.Header.Set(k, v)
-	}
-	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, resp.Body)
+	resp, _ := adminRequest(t, g, method, path, body, func(req *http.Request) {
+		if host != "" {
+			req.Host = host
+		}
+		for k, v := range header {
+			req.Header.Set(k, v)
+		}
+	})
 	return resp.StatusCode
 }
 

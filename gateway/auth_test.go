@@ -168,6 +168,16 @@ func newToken(t *testing.T) (token, entry string) {
 // adminCall is call with an Authorization header (none when token is "").
 func adminCall(t *testing.T, g *Gateway, method, path, token, body string) (*http.Response, string) {
 	t.Helper()
+	return adminRequest(t, g, method, path, body, func(req *http.Request) {
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+	})
+}
+
+// adminRequest makes one request to g's admin API, changed by mod.
+func adminRequest(t *testing.T, g *Gateway, method, path, body string, mod func(*http.Request)) (*http.Response, string) {
+	t.Helper()
 	var rd io.Reader
 	if body != "" {
 		rd = strings.NewReader(body)
@@ -176,9 +186,7 @@ func adminCall(t *testing.T, g *Gateway, method, path, token, body string) (*htt
 	if err != nil {
 		t.Fatal(err)
 	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
+	mod(req)
 	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
 	resp, err := c.Do(req)
 	if err != nil {
