@@ -410,6 +410,9 @@ func decode[T bytesLike](b T) (*core.Message, error) {
 	if flags&flagNative != 0 {
 		m.Native.Protocol = core.Protocol(r.string(math.MaxInt))
 		m.Native.Bytes = r.bytes()
+		if m.Native.Protocol == "" && r.err == nil {
+			r.err = ErrCorrupt // the encoder writes a native encoding with its protocol only
+		}
 	}
 	if tail && r.err == nil {
 		n := m.Native.Bytes
@@ -494,7 +497,9 @@ func readMeta[T bytesLike](b T) (Meta, error) {
 		r.span(math.MaxInt)
 	}
 	if flags&flagNative != 0 {
-		r.span(math.MaxInt) // native protocol
+		if i, j := r.span(math.MaxInt); j == i && r.err == nil { // native protocol
+			r.err = ErrCorrupt // none: as Decode
+		}
 		i, j := r.span(math.MaxInt)
 		size += j - i // native bytes (Message.Size counts them)
 		if tail && r.err == nil && tailLen > j-i {
