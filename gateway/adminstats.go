@@ -100,25 +100,12 @@ func (a *adminServer) stats(w http.ResponseWriter, _ *http.Request) {
 		}
 	})
 	s.Messages.Received = sumAll(g.metrics.MessagesIn)
-	sumCounters(g.metrics.Dropped, func(labels []*dto.LabelPair, v float64) {
-		// "requeued" counts QoS 1/2 copies the MQTT backlog kept (a full
-		// write queue's pressure): delivered later, not lost.
-		for _, l := range labels {
-			if l.GetName() == "reason" && l.GetValue() == "requeued" {
-				return
-			}
-		}
-		s.Messages.Dropped += uint64(v)
-	})
-	sumCounters(g.metrics.MessagesOut, func(labels []*dto.LabelPair, v float64) {
-		// MQTT to MQTT goes through mochi alone: its PUBLISH packets
-		// sent, below, count every MQTT delivery, these included.
-		for _, l := range labels {
-			if l.GetName() == "protocol" && l.GetValue() != "mqtt" {
-				s.Messages.Delivered += uint64(v)
-			}
-		}
-	})
+	// "requeued" counts QoS 1/2 copies the MQTT backlog kept (a full write
+	// queue's pressure): delivered later, not lost.
+	s.Messages.Dropped = sumExcept(g.metrics.Dropped, "reason", "requeued")
+	// MQTT to MQTT goes through mochi alone: its PUBLISH packets sent,
+	// below, count every MQTT delivery, these included.
+	s.Messages.Delivered = sumExcept(g.metrics.MessagesOut, "protocol", "mqtt")
 	// g.store, the bridges and the cluster are set before ready is: the
 	// atomic orders them for this goroutine.
 	if g.ready.Load() {
@@ -175,6 +162,21 @@ func sumCounters(c prometheus.Collector, f func([]*dto.LabelPair, float64)) {
 			f(d.Label, d.Gauge.GetValue())
 		}
 	}
+}
+
+// sumExcept is a counter vector's total over the series whose label name
+// is not value.
+func sumExcept(c prometheus.Collector, name, value string) uint64 {
+	var n float64
+	sumCounters(c, func(labels []*dto.LabelPair, v float64) {
+		for _, l := range labels {
+			if l.GetName() == name && l.GetValue() == value {
+				return
+			}
+		}
+		n += v
+	})
+	return uint64(n)
 }
 
 // sumAll is a counter vector's total over its labels.
