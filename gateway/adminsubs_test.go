@@ -165,7 +165,13 @@ func TestAdminSubscriptionsDurableAndShared(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	subs := decode[[]subJSON](t, mustCall(t, g, "GET", "/api/v1/subscriptions?protocol=amqp", http.StatusOK))
+	// A link is listed once its attach has been handled, which may be
+	// just after its answer reached the client.
+	var subs []subJSON
+	coretest.Eventually(t, "both links listed", 10*time.Second, func() bool {
+		subs = decode[[]subJSON](t, mustCall(t, g, "GET", "/api/v1/subscriptions?protocol=amqp", http.StatusOK))
+		return len(subs) >= 2
+	})
 	if len(subs) != 2 {
 		t.Fatalf("subscriptions: %+v", subs)
 	}
