@@ -149,6 +149,19 @@ func (o *openConns) add(c net.Conn, wg *sync.WaitGroup) bool {
 	return true
 }
 
+// hold counts one more goroutine of the listener's in wg (a closed
+// connection's drain); false once closeAll ran, whose caller then waits on
+// wg: an Add from 0 during that Wait would race it, and Wait could miss it.
+func (o *openConns) hold(wg *sync.WaitGroup) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed {
+		return false
+	}
+	wg.Add(1)
+	return true
+}
+
 func (o *openConns) remove(c net.Conn) {
 	o.mu.Lock()
 	delete(o.m, c)
@@ -312,8 +325,13 @@ func (c *drainConn) Close() error {
 	c.once.Do(func() {
 		c.closed.Store(true)
 		// Counted before the Read in progress ends (and with it serveConn's
-		// own count), so the listener's wait never misses the drain.
-		c.l.wg.Add(1)
+		// own count), so the listener's wait never misses the drain; and
+		// under the lock closeAll takes before that wait, so the count
+		// never races the Wait (a listener closing meanwhile: no drain).
+		if !c.l.conns.hold(&c.l.wg) {
+			_ = c.TCPConn.Close()
+			return
+		}
 		_ = c.TCPConn.SetReadDeadline(time.Unix(1, 0)) // ends a Read in progress
 		go func() {
 			defer c.l.wg.Done()

@@ -17,9 +17,12 @@ func TestSessionEstablishedAfterLetGoStoresNothing(t *testing.T) {
 	s, _ := startSessionServer(t, t.TempDir(), nil)
 	dialSession(t, s.Addr(), "moved", 5, false)
 	cl, ok := s.mochi.Clients.Get("moved")
-	if !ok || !s.sessions.isKnown("moved") {
-		t.Fatal("the persistent session is not stored")
+	if !ok {
+		t.Fatal("the connection is not registered")
 	}
+	// OnSessionEstablished runs after the CONNACK is written: the client
+	// can read it first.
+	waitUntil(t, "the persistent session stored", func() bool { return s.sessions.isKnown("moved") })
 	// What TakenOver does, in its order.
 	_ = s.mochi.DisconnectClientNoWait(cl, packets.ErrSessionTakenOver)
 	s.sessions.forget("moved")
