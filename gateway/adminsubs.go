@@ -13,7 +13,10 @@ import (
 // subJSON is one subscription of an open connection in the admin API
 // (GET /api/v1/subscriptions): an MQTT subscription, or an AMQP link the
 // client receives on, whose source address is its filter. ID is the
-// connection's id and the filter as subscribed, separated by a space.
+// connection's id and the filter as subscribed (AMQP: and the link's
+// name), separated by a space, each with its spaces and percent signs
+// escaped (idPart): a client id or a filter may hold spaces, and two
+// subscriptions must not share an id (paging goes by id).
 type subJSON struct {
 	ID         string `json:"id"`
 	Connection string `json:"connection"`
@@ -38,7 +41,7 @@ func (s subJSON) subscribed() string {
 func mqttSubJSON(s mqtt.SubInfo) subJSON {
 	j := subJSON{Connection: "mqtt:" + s.ClientID, Protocol: "mqtt", ClientID: s.ClientID,
 		Filter: s.Filter, QoS: s.QoS, ShareGroup: s.ShareGroup}
-	j.ID = j.Connection + " " + j.subscribed()
+	j.ID = idPart(j.Connection) + " " + idPart(j.subscribed())
 	return j
 }
 
@@ -50,9 +53,15 @@ func amqpSubJSON(s amqp.SubInfo) subJSON {
 	}
 	// Two links of a connection may receive from one address: the link
 	// name keeps their ids apart.
-	j.ID = j.Connection + " " + j.Filter + " " + s.Link.Name
+	j.ID = idPart(j.Connection) + " " + idPart(j.Filter) + " " + idPart(s.Link.Name)
 	return j
 }
+
+// idEscaper escapes what would make an id's parts ambiguous.
+var idEscaper = strings.NewReplacer("%", "%25", " ", "%20")
+
+// idPart is s as one part of a subscription's id: without a space.
+func idPart(s string) string { return idEscaper.Replace(s) }
 
 // listSubscriptions is GET /api/v1/subscriptions: the subscriptions of
 // every open connection of both protocols in id order, filtered by

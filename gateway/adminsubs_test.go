@@ -187,3 +187,34 @@ func TestAdminSubscriptionsDurableAndShared(t *testing.T) {
 		t.Errorf("the durable subscriber's links: %+v", one.LinkList)
 	}
 }
+
+// TestAdminSubscriptionIDsUnambiguous: a client id and a filter may hold
+// spaces; client "a b" on "c" and client "a" on "b c" were both listed as
+// "mqtt:a b c", and paging by id (?after=) skipped one of them.
+func TestAdminSubscriptionIDsUnambiguous(t *testing.T) {
+	g := startGateway(t, "--data.dir="+t.TempDir())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for id, filter := range map[string]string{"a b": "c", "a": "b c"} {
+		conn, err := net.Dial("tcp", g.MQTTAddr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		mc := paho.NewClient(paho.ClientConfig{Conn: conn})
+		if ca, err := mc.Connect(ctx, &paho.Connect{ClientID: id, CleanStart: true, KeepAlive: 30}); err != nil || ca.ReasonCode != 0 {
+			t.Fatalf("connect %q: %v %+v", id, err, ca)
+		}
+		t.Cleanup(func() { _ = mc.Disconnect(&paho.Disconnect{}) })
+		if _, err := mc.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: filter}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	subs := decode[[]subJSON](t, mustCall(t, g, "GET", "/api/v1/subscriptions", http.StatusOK))
+	if len(subs) != 2 || subs[0].ID == subs[1].ID {
+		t.Fatalf("subscriptions %+v: want two distinct ids", subs)
+	}
+	next := decode[[]subJSON](t, mustCall(t, g, "GET", "/api/v1/subscriptions?limit=1&after="+url.QueryEscape(subs[0].ID), http.StatusOK))
+	if len(next) != 1 || next[0].ID != subs[1].ID {
+		t.Fatalf("the page after %q: %+v, want %q", subs[0].ID, next, subs[1].ID)
+	}
+}
