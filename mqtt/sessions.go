@@ -325,8 +325,15 @@ func (ss *sessions) OnQosDropped(cl *mochi.Client, pk packets.Packet) {
 
 func (ss *sessions) dropInflight(cl *mochi.Client, id uint16) {
 	// Not for a session forgotten here: one let go to another gateway
-	// (cluster.go) keeps its messages in the shared store.
-	if persistent(cl) && ss.isKnown(cl.ID) {
+	// (cluster.go) keeps its messages in the shared store. Nor for a
+	// connection whose session a newer one of its client took over: mochi
+	// clears the old connection's in-flight messages (ClearInflights,
+	// OnQosDropped) after handing them on, and deleting them from the
+	// store would leave them out of it until the new connection resends
+	// them (a crash between the two lost them; a held one is not resent).
+	// A clean-start takeover deletes the whole session instead
+	// (OnSessionEstablished).
+	if persistent(cl) && !cl.IsTakenOver() && ss.isKnown(cl.ID) {
 		ss.markHeld(cl.ID, id, false)
 		ss.enqueueKnown(cl.ID, session.Op{Kind: session.DeleteInflight, Client: cl.ID, Key: packetKey(id)})
 	}
