@@ -81,6 +81,21 @@ try {
   await page.locator('#sub-table td', { hasText: 'devices/console-dev/cmd/#' }).waitFor();
   await shot('topics');
 
+  step('a slow answer to an older search does not replace the newer one\'s');
+  // The unfiltered listing (every subscription) is held back 2 s; the
+  // search typed after it is answered at once, then the old answer comes.
+  const slow = (u) => /\/api\/v1\/subscriptions\?/.test(u.href) && !u.searchParams.get('clientId');
+  await page.route(slow, async (r) => { await new Promise((res) => setTimeout(res, 2000)); await r.continue().catch(() => {}); });
+  const older = page.waitForResponse((r) => slow(new URL(r.url())));
+  await page.fill('#sub-client', '');
+  await page.waitForRequest((r) => slow(new URL(r.url())));
+  await page.fill('#sub-client', 'console-dev');
+  await older; // the old answer has arrived
+  await page.evaluate(() => new Promise((res) => requestAnimationFrame(() => setTimeout(res, 50)))); // and been handled
+  const shown = await page.evaluate(() => document.querySelectorAll('#sub-table tbody tr').length);
+  if (shown !== 1) throw new Error(`the subscriptions table shows ${shown} rows after a stale answer, want the newer search's 1`);
+  await page.unroute(slow);
+
   step('connections: search finds the paho client, its detail shows its filter, Disconnect ends it; an AMQP connection\'s detail shows its link');
   await page.goto(url + '#/connections');
   await page.fill('#conn-search', 'console-d');

@@ -1,16 +1,19 @@
 // Bridges and cluster: GET /api/v1/bridges (state, rules, buffered
 // messages, last error) and GET /api/v1/cluster (members).
 
-import { get } from '../api.js';
+import { get, latest } from '../api.js';
 import { h, num, when, badge, table, kv, replace, errorBox, duration } from '../ui.js';
 
 export default function bridges(main) {
   const blist = h('div', { id: 'bridge-list' });
   const clist = h('div', { id: 'cluster' });
 
+  const loadTicket = latest();
   async function load() {
+    const current = loadTicket();
     try {
       const bs = await get('/api/v1/bridges');
+      if (!current()) return;
       replace(blist, bs.length ? h('div', {}, bs.map((b) => h('div', { class: 'panel bridge' },
         h('h2', {}, b.name, ' ', badge(b.state, b.state === 'connected' ? 'ok' : 'bad')),
         kv([['URLs', (b.urls || []).join(', ')], ['Last error', b.lastError],
@@ -27,6 +30,7 @@ export default function bridges(main) {
         ], b.rules || [], { empty: 'No rules.' }))))
         : h('p', { class: 'muted' }, 'No bridge configured (bridge.nats.*, bridge.amqp in docs/bridge.md).'));
     } catch (e) {
+      if (!current()) return;
       replace(blist, errorBox(e));
     }
     try {

@@ -2,7 +2,7 @@
 // protocol filters, one connection's detail (GET /connections/{id}, its
 // subscriptions from GET /subscriptions) and DELETE to disconnect it.
 
-import { get, api, q } from '../api.js';
+import { get, api, q, latest } from '../api.js';
 import { h, num, bytes, when, table, kv, flash, confirm, replace, errorBox } from '../ui.js';
 
 export default function connections(main, params) {
@@ -12,9 +12,12 @@ export default function connections(main, params) {
   const detail = h('div', { id: 'conn-detail' });
   let selected = params.get('id') || '';
 
+  const loadTicket = latest();
   async function load() {
+    const current = loadTicket();
     try {
       const rows = await get('/api/v1/connections' + q({ clientId: search.value.trim(), protocol: proto.value, limit: 1000 }));
+      if (!current()) return;
       replace(list, h('div', {},
         h('p', { class: 'muted' }, rows.length === 1000 ? 'The first 1,000 connections; narrow the search.' : `${rows.length} connection${rows.length === 1 ? '' : 's'}`),
         table([
@@ -30,6 +33,7 @@ export default function connections(main, params) {
           { title: 'Queued', value: (c) => num(c.queued), num: true },
         ], rows, { id: 'conn-table', rowId: (c) => c.id, onRow: (c) => show(c.id), empty: 'No open connection matches.' })));
     } catch (e) {
+      if (!current()) return;
       replace(list, errorBox(e));
     }
   }

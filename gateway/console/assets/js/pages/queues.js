@@ -2,7 +2,7 @@
 // (GET /queues/{name}/messages), purge (POST /queues/{name}/purge), create
 // (PUT /queues/{name}) and delete (DELETE /queues/{name}).
 
-import { api, get, q } from '../api.js';
+import { api, get, q, latest } from '../api.js';
 import { h, num, rate, bytes, when, table, flash, confirm, replace, errorBox } from '../ui.js';
 import { payloadView } from './retained.js';
 
@@ -15,9 +15,12 @@ export default function queues(main) {
   const subs = h('input', { type: 'text', id: 'queue-subs', placeholder: 'subscriptions: a/#, !a/b (comma-separated)' });
   const maxMessages = h('input', { type: 'number', id: 'queue-max', placeholder: 'max messages', min: 0 });
 
+  const loadTicket = latest();
   async function load() {
+    const current = loadTicket();
     try {
       const rows = await get('/api/v1/queues' + q({ limit: 10000 }));
+      if (!current()) return;
       replace(list, table([
         { title: 'Name', value: (x) => h('span', { class: 'mono' }, x.name) },
         { title: 'Subscriptions', value: (x) => ((x.config && x.config.subscriptions) || []).join(', ') || '—' },
@@ -34,6 +37,7 @@ export default function queues(main) {
           h('button', { class: 'q-delete danger', onclick: () => remove(x) }, 'Delete')) },
       ], rows, { id: 'queue-table', rowId: (x) => x.name, empty: 'No queue. Create one above, or declare them in queues.declare.' }));
     } catch (e) {
+      if (!current()) return;
       replace(list, errorBox(e));
     }
   }

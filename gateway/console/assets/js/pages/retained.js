@@ -2,7 +2,7 @@
 // text, JSON or hex, and DELETE /api/v1/retained?filter= after a
 // confirmation that says how many messages the filter matches.
 
-import { api, get, q } from '../api.js';
+import { api, get, q, latest } from '../api.js';
 import { h, num, bytes, when, table, kv, flash, confirm, replace, errorBox } from '../ui.js';
 
 const LIMIT = 1000;
@@ -57,10 +57,13 @@ export default function retained(main, params) {
   const detail = h('div', { id: 'ret-detail' });
   let debounce;
 
+  const loadTicket = latest();
   async function load() {
+    const current = loadTicket();
     clearTimeout(debounce);
     try {
       const rows = await get('/api/v1/retained' + q({ filter: filter.value.trim() || '#', limit: LIMIT, payload: 'false' }));
+      if (!current()) return;
       replace(list, h('div', {},
         h('p', { class: 'muted', id: 'ret-count' }, rows.length === LIMIT ? `The first ${LIMIT} messages; narrow the filter.` : `${rows.length} retained message${rows.length === 1 ? '' : 's'}`),
         table([
@@ -72,6 +75,7 @@ export default function retained(main, params) {
           { title: 'Origin', value: (m) => m.origin || '—' },
         ], rows, { id: 'ret-table', rowId: (m) => m.topic, onRow: show, empty: 'No retained message matches.' })));
     } catch (e) {
+      if (!current()) return;
       replace(list, errorBox(e));
     }
   }

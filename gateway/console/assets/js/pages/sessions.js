@@ -2,7 +2,7 @@
 // that will come back: subscriptions, messages held, expiry) and
 // DELETE /api/v1/sessions/{clientId} to end one.
 
-import { api, get, q } from '../api.js';
+import { api, get, q, latest } from '../api.js';
 import { h, num, duration, badge, table, flash, confirm, replace, errorBox } from '../ui.js';
 
 const SHOWN = 1000;
@@ -11,10 +11,13 @@ export default function sessions(main) {
   const search = h('input', { type: 'search', id: 'sess-search', placeholder: 'client id prefix' });
   const list = h('div', { id: 'sess-list' });
 
+  const loadTicket = latest();
   async function load() {
+    const current = loadTicket();
     try {
       // The prefix is applied by the API, so every session can be found.
       const rows = await get('/api/v1/sessions' + q({ clientId: search.value.trim(), limit: SHOWN }));
+      if (!current()) return;
       replace(list, h('div', {}, h('p', { class: 'muted' }, rows.length === SHOWN
         ? `The first ${SHOWN} sessions; narrow the search.` : `${rows.length} session${rows.length === 1 ? '' : 's'}`), table([
         { title: 'Client id', value: (s) => h('span', { class: 'mono' }, s.clientId) },
@@ -26,6 +29,7 @@ export default function sessions(main) {
         { title: '', value: (s) => h('button', { class: 'danger sess-delete', onclick: () => remove(s) }, 'Delete') },
       ], rows, { id: 'sess-table', rowId: (s) => s.clientId, empty: 'No MQTT session matches.' })));
     } catch (e) {
+      if (!current()) return;
       replace(list, errorBox(e));
     }
   }

@@ -2,7 +2,7 @@
 // lately with their rates) and GET /api/v1/subscriptions (by filter or
 // client id prefix).
 
-import { get, q } from '../api.js';
+import { get, q, latest } from '../api.js';
 import { h, num, rate, when, table, replace, errorBox } from '../ui.js';
 
 export default function topics(main, params) {
@@ -12,9 +12,12 @@ export default function topics(main, params) {
   const tlist = h('div', { id: 'topic-list' });
   const slist = h('div', { id: 'sub-list' });
 
+  const loadTopicsTicket = latest();
   async function loadTopics() {
+    const current = loadTopicsTicket();
     try {
       const rows = await get('/api/v1/topics' + q({ filter: tfilter.value.trim() || '#', limit: 1000 }));
+      if (!current()) return;
       replace(tlist, table([
         { title: 'Topic', value: (t) => h('span', { class: 'mono' }, t.topic) },
         { title: 'Messages', value: (t) => num(t.messages), num: true },
@@ -24,13 +27,17 @@ export default function topics(main, params) {
         { title: '', value: (t) => h('a', { href: '#/publish?topic=' + encodeURIComponent(t.topic) }, 'publish…') },
       ], rows, { id: 'topic-table', rowId: (t) => t.topic, empty: 'No topic seen lately matches.' }));
     } catch (e) {
+      if (!current()) return;
       replace(tlist, errorBox(e, 'GET /api/v1/topics'));
     }
   }
 
+  const loadSubsTicket = latest();
   async function loadSubs() {
+    const current = loadSubsTicket();
     try {
       const rows = await get('/api/v1/subscriptions' + q({ clientId: sclient.value.trim(), filter: sfilter.value.trim(), limit: 1000 }));
+      if (!current()) return;
       replace(slist, table([
         { title: 'Connection', value: (s) => h('a', { href: '#/connections?id=' + encodeURIComponent(s.connection) }, s.connection) },
         { title: 'Protocol', value: (s) => s.protocol.toUpperCase() },
@@ -41,6 +48,7 @@ export default function topics(main, params) {
         { title: 'Durable', value: (s) => (s.durable ? 'yes' : 'no') },
       ], rows, { id: 'sub-table', rowId: (s) => s.id, empty: 'No subscription matches.' }));
     } catch (e) {
+      if (!current()) return;
       replace(slist, errorBox(e, 'GET /api/v1/subscriptions'));
     }
   }
