@@ -87,8 +87,8 @@ export function q(params) {
 }
 
 // latest returns a ticket machine for one repeated call (a list's load):
-// take() before the call gives a function that says, once its answer has
-// come, whether no later call was started meanwhile. A slow answer to an
+// calling it before the call gives a function that says, once the answer
+// has come, whether no later call was started meanwhile. A slow answer to an
 // older query (the previous search text, an earlier poll) is then dropped
 // instead of replacing a newer one.
 export function latest() {
