@@ -21,7 +21,7 @@ import (
 // mochi calls it on the goroutine of the client concerned (its reader,
 // mostly), the router calls Deliver on the publisher's goroutine. It routes
 // publishes and wills itself, refuses what is over the topic limits, and
-// hands the rest to three parts, each with its own lock, goroutines and
+// hands the rest to the parts below, each with its own lock, goroutines and
 // ownership comment:
 //   - acks.go: the acknowledgement of a publish the router handles, given
 //     later when a subscriber holds it (a bridge buffer's durable write),

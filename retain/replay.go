@@ -11,7 +11,7 @@ import (
 )
 
 // What every front-end does with the retained store, written once here so
-// that MQTT, AMQP and the bridge to come answer alike (docs/architecture.md,
+// that MQTT, AMQP and the bridge answer alike (docs/architecture.md,
 // "Retained write and late-subscriber replay" and "The acknowledgement back
 // to the publisher"): which stored copies a late subscriber gets, and what
 // a refused retained write means to its publisher. How a front-end puts

@@ -23,7 +23,7 @@ var (
 )
 
 // Reason is the metric label of an authentication error
-// (gateway_auth_failures_total{reason}): "unknown_user", "bad_password",
+// (tolsey_auth_failures_total{reason}): "unknown_user", "bad_password",
 // "denied" and "unavailable" (the identity service's no, and its outage),
 // "" for nil and "error" for anything else (a malformed SCRAM message).
 func Reason(err error) string {

@@ -250,7 +250,7 @@ func TestAMQPMetricsAndQuota(t *testing.T) {
 		`tolsey_retained_refused_total{reason="quota"} 1`,
 	} {
 		if !strings.Contains(body, want) {
-			t.Errorf("metrics lack %q:\n%s", want, grep(body, "gateway_"))
+			t.Errorf("metrics lack %q:\n%s", want, grep(body, "tolsey_"))
 		}
 	}
 }
