@@ -547,3 +547,43 @@ func heapInUse() int64 {
 	runtime.ReadMemStats(&ms)
 	return int64(ms.HeapInuse)
 }
+
+// A stuck subscriber's QoS 1 copies wait in its session, bounded by
+// mqtt.maxInflight; beyond it they are dropped and counted
+// (tolsey_mqtt_inflight_dropped_total), and the publisher is acknowledged
+// throughout (docs/mqtt-frontend.md, "Slow and stuck subscribers";
+// TestStuckSubscriberDoesNotSlowOthers shows the other subscribers unharmed).
+func TestStuckSubscriberSessionBoundedAndCounted(t *testing.T) {
+	const limit = 100
+	g := startGateway(t, "--mqtt.writeTimeout=10m", fmt.Sprintf("--mqtt.maxInflight=%d", limit))
+	pub := connectCounter(t, g.MQTTAddr(), "publisher")
+	stuck := dialStuck(t, g.MQTTAddr(), "stuck", "#")
+
+	const n = 3000
+	if acked, _ := publishMany(t, pub.Client, "sensors/a", 1, n, 1024); acked != n {
+		t.Fatalf("with a stuck subscriber the publisher got %d of %d PUBACKs", acked, n)
+	}
+	// The stuck client never acknowledges: limit copies are held in its
+	// session (some of them in its socket), every other one is dropped and
+	// counted. Nothing else subscribes, so every drop is the stuck one's.
+	var dropped float64
+	eventually(t, "the stuck subscriber's overflow counted", func() bool {
+		_, metrics := httpDo(t, "GET", "http://"+g.AdminAddr()+"/metrics")
+		l := grep(metrics, "tolsey_mqtt_inflight_dropped_total ")
+		f := strings.Fields(l)
+		if len(f) != 2 {
+			t.Fatalf("metric tolsey_mqtt_inflight_dropped_total: %q", l)
+		}
+		v, err := strconv.ParseFloat(f[1], 64)
+		if err != nil {
+			t.Fatalf("metric line %q: %v", l, err)
+		}
+		dropped = v
+		return dropped >= n-limit
+	})
+	if dropped != n-limit {
+		t.Fatalf("dropped %v of the stuck subscriber's %d copies; want %d (it holds %d)", dropped, n, n-limit, limit)
+	}
+	t.Logf("stuck subscriber: %v of %d copies dropped and counted, %d held in its session (mqtt.maxInflight)", dropped, n, limit)
+	_ = stuck
+}
