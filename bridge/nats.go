@@ -108,7 +108,7 @@ type NATS struct {
 	rules []*ruleLink
 	jsShared
 
-	queue chan queued // core NATS messages for the writer goroutine
+	queue writeQueue // core NATS messages for the writer goroutine
 	done  chan struct{}
 	wg    sync.WaitGroup
 	path  []string // {Node}: the Tolsey-Path of what we send; read-only
@@ -170,7 +170,7 @@ func NewNATS(opts NATSOptions) (*NATS, error) {
 	b := &NATS{
 		opts:   opts,
 		log:    opts.Logger.With("part", "bridge.nats"),
-		queue:  make(chan queued, opts.QueueLen),
+		queue:  writeQueue{max: opts.QueueLen, ready: make(chan struct{}, 1)},
 		done:   make(chan struct{}),
 		closed: make(chan struct{}),
 		path:   []string{opts.Node},
@@ -423,33 +423,86 @@ func (r *ruleLink) Deliver(m *core.Message, d core.Delivery) error {
 		r.js.append(m, d.Acks)
 		return nil
 	}
-	select {
-	case r.b.queue <- queued{r, m}:
-	default:
+	if !r.b.queue.put(queued{r, m}) {
 		r.dropped.Add(1)
 		r.b.m.drop("queue_full")
 	}
 	return nil
 }
 
-// writer publishes queued core NATS messages. nats.go's publish may write
-// to the socket when its buffer fills, so it runs here, not in Deliver.
+// writeQueue hands core NATS messages from Deliver (any publisher's
+// goroutine) to the writer. The writer takes everything queued at once,
+// swapping the slice for the one it has just written out: one lock per
+// burst on its side instead of a channel receive per message (the
+// writer is one goroutine for every outbound rule, so what it spends per
+// message bounds the bridge's rate out: docs/benchmarks.md, "Bridge, the
+// per-message path").
+type writeQueue struct {
+	mu   sync.Mutex
+	msgs []queued // guarded by mu: waiting for the writer
+	held int      // guarded by mu: the writer's burst in hand, which counts towards max
+	max  int      // bound of msgs and held together: NATSOptions.QueueLen
+	// ready has a token when msgs may have turned non-empty since the
+	// writer last looked.
+	ready chan struct{}
+}
+
+// put queues x, or reports false when max messages are queued or in the
+// writer's hand.
+func (q *writeQueue) put(x queued) bool {
+	q.mu.Lock()
+	n := len(q.msgs)
+	if n+q.held >= q.max {
+		q.mu.Unlock()
+		return false
+	}
+	q.msgs = append(q.msgs, x)
+	q.mu.Unlock()
+	if n == 0 {
+		select {
+		case q.ready <- struct{}{}:
+		default: // a token is there already
+		}
+	}
+	return true
+}
+
+// take returns what is queued and queues into spare (emptied, its
+// messages cleared) from now on.
+func (q *writeQueue) take(spare []queued) []queued {
+	q.mu.Lock()
+	got := q.msgs
+	q.msgs, q.held = spare[:0], len(got)
+	q.mu.Unlock()
+	return got
+}
+
+// writer publishes queued core NATS messages, a burst at a time. nats.go's
+// publish may write to the socket when its buffer fills, so it runs here,
+// not in Deliver.
 func (b *NATS) writer() {
 	defer b.wg.Done()
+	var burst []queued
 	for {
 		select {
-		case q := <-b.queue:
-			b.publishCore(q.rule, q.msg)
-			// What queued meanwhile is taken with plain receives: a
-			// select per message was 7% of the gateway's CPU bridging
-			// QoS 0 out (docs/benchmarks.md, "Bridge, the per-message
-			// path"). Bounded by what was there, so done is seen.
-			for n := len(b.queue); n > 0; n-- {
-				q := <-b.queue
-				b.publishCore(q.rule, q.msg)
-			}
+		case <-b.queue.ready:
 		case <-b.done:
 			return
+		}
+		for {
+			burst = b.queue.take(burst)
+			if len(burst) == 0 {
+				break
+			}
+			for i := range burst {
+				b.publishCore(burst[i].rule, burst[i].msg)
+			}
+			clear(burst) // the writer keeps no message alive
+			select {
+			case <-b.done:
+				return
+			default:
+			}
 		}
 	}
 }

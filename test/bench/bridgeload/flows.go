@@ -106,8 +106,12 @@ func natsSubs(e env, prefix string, cs *closers) ([]*sink, error) {
 	return sinks, nil
 }
 
-// mqttSubs connects S paho subscribers, subscriber j to prefix/+/s{j}.
+// mqttSubs connects S MQTT subscribers (-client), subscriber j to
+// prefix/+/s{j}.
 func mqttSubs(ctx context.Context, e env, prefix string, qos byte, cs *closers) ([]*sink, error) {
+	if e.c.client == "lean" {
+		return leanSubs(ctx, e, prefix, qos, cs)
+	}
 	var sinks []*sink
 	for j := 0; j < e.c.subs; j++ {
 		s := &sink{}
@@ -162,11 +166,15 @@ func natsPubs(e env, prefix string, n int, cs *closers) (func(context.Context, t
 	}, nil
 }
 
-// mqttPubs connects P paho publishers; publisher i sends n messages
-// round-robin on prefix/p{i}/s{j}. QoS 0 publishes are written as fast as
-// paho can; QoS 1 ones by window goroutines per publisher, each waiting
-// for its PUBACK, so at most window are unacknowledged per connection.
+// mqttPubs connects P MQTT publishers (-client); publisher i sends n
+// messages round-robin on prefix/p{i}/s{j}. paho: QoS 0 publishes are
+// written as fast as paho can; QoS 1 ones by window goroutines per
+// publisher, each waiting for its PUBACK, so at most window are
+// unacknowledged per connection. lean: see leanPubs.
 func mqttPubs(ctx context.Context, e env, prefix string, n int, qos byte, a *acks, cs *closers) (func(context.Context, time.Time) error, error) {
+	if e.c.client == "lean" {
+		return leanPubs(ctx, e, prefix, n, qos, a, cs)
+	}
 	var conns []*paho.Client
 	for i := 0; i < e.c.pubs; i++ {
 		cl, err := rig.Connect(ctx, e.gwAddr, fmt.Sprintf("%s-pub%d", e.tag, i), nil)

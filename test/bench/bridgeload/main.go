@@ -2,7 +2,7 @@
 // doing the same work, in one run, and the drain of its store-and-forward
 // buffer after an outage.
 //
-//	go run ./test/bench/bridgeload [-pubs 4 -subs 4 -n 20000 -jsn 2500 -window 64 -drain 100000 -drain-pubs 32 -rounds 2]
+//	go run ./test/bench/bridgeload [-pubs 4 -subs 4 -n 20000 -jsn 2500 -window 64 -drain 100000 -drain-pubs 32 -rounds 2 -client lean]
 //
 // It builds cmd/gateway and nats-server (v2, the version go.mod pins) into
 // a temporary directory and runs both as child processes on free ports,
@@ -20,12 +20,18 @@
 // counts and payloads (64 B, the send time in the first 8), fresh clients
 // per phase, rounds alternating which goes first:
 //
-//   - q0out: P paho MQTT 5 publishers at QoS 0 on q0out/p{i}/s{j} → bridge
+// MQTT clients are lean ones (-client lean, the default: lean.go, MQTT
+// 3.1.1, publishes pipelined through a 32 KiB buffer as nats.go does) or
+// paho.golang ones (-client paho, MQTT 5, a write per publish and several
+// goroutines per client, which cost this program 8–17 µs of CPU per
+// message against about 1 µs for a nats.go pair: docs/benchmarks.md).
+//
+//   - q0out: P MQTT publishers at QoS 0 on q0out/p{i}/s{j} → bridge
 //     → S nats.go subscribers on q0out.*.s{j}; bare: P nats.go publishers
 //     → S nats.go subscribers.
-//   - q0in: P nats.go publishers on q0in.p{i}.s{j} → bridge → S paho
+//   - q0in: P nats.go publishers on q0in.p{i}.s{j} → bridge → S MQTT
 //     subscribers on q0in/+/s{j}; bare as above.
-//   - js: P paho publishers at QoS 1 on jsout/p{i}/s{j}, -window publishes
+//   - js: P MQTT publishers at QoS 1 on jsout/p{i}/s{j}, -window publishes
 //     per connection awaiting PUBACK → bridge → stream BRIDGEJS; bare: P
 //     nats.go JetStream async publishers with the same window (and a
 //     Nats-Msg-Id each, as the bridge sends) → stream BAREJS. An ordered
@@ -74,6 +80,7 @@ type config struct {
 	profileOut                       string
 	profileFor                       time.Duration
 	gateway                          string // a prebuilt gateway binary; "": build ./cmd/gateway
+	client                           string // MQTT clients: lean or paho
 }
 
 // result is one (round, flow, target) phase.
@@ -204,7 +211,12 @@ func main() {
 	flag.StringVar(&c.profileOut, "profile-out", "bridgeload-gateway.pprof", "where -profile writes the gateway's profile; with several flows, each flow's name goes before the extension")
 	flag.DurationVar(&c.profileFor, "profile-seconds", 5*time.Second, "length of the -profile capture")
 	flag.StringVar(&c.gateway, "gateway", "", "run this gateway binary instead of building ./cmd/gateway (to compare builds with the same program)")
+	flag.StringVar(&c.client, "client", "lean", "MQTT clients: lean (test/internal/mqttlean, MQTT 3.1.1, publishes pipelined as nats.go does) or paho (paho.golang, MQTT 5, a write per publish)")
 	flag.Parse()
+	if c.client != "lean" && c.client != "paho" {
+		fmt.Fprintln(os.Stderr, "bridgeload: -client is lean or paho")
+		os.Exit(2)
+	}
 	c.size = max(c.size, 8)
 	c.window = max(c.window, 1)
 	c.flows, c.profile = set(flows), set(profile)
@@ -249,8 +261,8 @@ func run(r *rig.Rig, c *config) error {
 	}); err != nil {
 		return err
 	}
-	fmt.Printf("bridgeload: %d publishers × %d subscribers, QoS 0 %d msgs/publisher/phase, JetStream %d msgs/publisher/phase (window %d), %d B payload, %d round(s), drain %d; 2 CPUs shared by clients and servers\n",
-		c.pubs, c.subs, c.n, c.jsn, c.window, c.size, c.rounds, c.drain)
+	fmt.Printf("bridgeload: %d publishers × %d subscribers, QoS 0 %d msgs/publisher/phase, JetStream %d msgs/publisher/phase (window %d), %d B payload, %d round(s), drain %d, %s MQTT clients; 2 CPUs shared by clients and servers\n",
+		c.pubs, c.subs, c.n, c.jsn, c.window, c.size, c.rounds, c.drain, c.client)
 	fmt.Printf("  gateway      %s (pid %d)\n  nats-server  %s (pid %d), JetStream file store\n\n", gw.Addr, gw.PID, ns.url(), ns.child.PID)
 
 	defs := flowDefs(c)
@@ -342,8 +354,8 @@ func run(r *rig.Rig, c *config) error {
 // to the MQTT leg it stands in for.
 func summary(c *config, active []flowDef, results map[string]map[string][]result) {
 	fmt.Printf("\nSummary (mean over %d round(s)); bridge/bare and bridge/mqtt are msgs/s ratios; CPU is per delivered message, from /proc, for the\n"+
-		"gateway, nats-server and this program's clients (paho costs far more per message than nats.go); js latency is publish → stored\n"+
-		"(ordered consumer), ack is publish → PUBACK (bridge: buffered on disk) or PubAck (bare)\n", c.rounds)
+		"gateway, nats-server and this program's clients (%s MQTT clients); js latency is publish → stored\n"+
+		"(ordered consumer), ack is publish → PUBACK (bridge: buffered on disk) or PubAck (bare)\n", c.rounds, c.client)
 	tw := tabwriter.NewWriter(os.Stdout, 2, 8, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "flow\ttarget\tmsgs/s\tlost\tp50\tp99\tack p99\tgateway CPU\tnats CPU\tclients CPU\tbridge/bare\tgoal\tverdict\tbridge/mqtt\t")
 	var notes []string

@@ -6,6 +6,12 @@
 // whatever goroutine the caller reads from. It speaks only what those
 // drills use: CONNECT/CONNACK, SUBSCRIBE/SUBACK, PUBLISH (QoS 0, 1),
 // PUBACK, DISCONNECT. Tests and bench programs only.
+//
+// A load program that measures the server against a nats.go client
+// (test/bench/bridgeload) pipelines its publishes as nats.go does: Queue
+// appends a PUBLISH to the connection's write buffer, which goes out in
+// one write when it holds FlushAt bytes or the caller calls Flush (when it
+// has nothing more to send right now), not one write per message.
 package mqttlean
 
 import (
@@ -44,7 +50,15 @@ type Options struct {
 	// ReadBuffer sets SO_RCVBUF before the connect, so the window the
 	// server sees is small from the first byte (0: the system's default).
 	ReadBuffer int
+	// BufSize is the size of the read buffer ReadPacket reads through
+	// (0: 512 bytes, for thousands of mostly idle clients; a busy
+	// subscriber wants tens of KiB, as nats.go's 32 KiB).
+	BufSize int
 }
+
+// FlushAt is how many bytes of queued publishes make Queue write them out:
+// nats.go's default write buffer (32 KiB).
+const FlushAt = 32 << 10
 
 // Conn is one MQTT connection. Writes may come from any goroutine; reads
 // (ReadPacket) from one goroutine at a time.
@@ -54,7 +68,7 @@ type Conn struct {
 	nc  net.Conn
 	r   *bufio.Reader
 	wmu sync.Mutex
-	wb  []byte // guarded by wmu
+	wb  []byte // guarded by wmu: packets queued and not yet written
 }
 
 // Packet is what ReadPacket returns; which fields are set depends on Type.
@@ -81,7 +95,7 @@ func Dial(ctx context.Context, addr string, o Options) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Conn{nc: nc, r: bufio.NewReaderSize(nc, 512)}
+	c := &Conn{nc: nc, r: bufio.NewReaderSize(nc, max(o.BufSize, 512))}
 	if dl, ok := ctx.Deadline(); ok {
 		_ = nc.SetDeadline(dl)
 	}
@@ -171,6 +185,46 @@ func (c *Conn) Publish(id uint16, topic string, payload []byte, qos byte) error 
 	return c.write(PUBLISH<<4|qos<<1, append(body, payload...))
 }
 
+// Queue appends a PUBLISH to the write buffer (id is ignored at QoS 0);
+// the buffer is written when it holds FlushAt bytes, by Flush, or before
+// any other packet. A buffered publish the caller never flushes is never
+// sent.
+func (c *Conn) Queue(id uint16, topic string, payload []byte, qos byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	n := 2 + len(topic) + len(payload)
+	if qos > 0 {
+		n += 2
+	}
+	c.wb = append(c.wb, PUBLISH<<4|qos<<1)
+	c.wb = binary.AppendUvarint(c.wb, uint64(n))
+	c.wb = appendString(c.wb, topic)
+	if qos > 0 {
+		c.wb = append(c.wb, byte(id>>8), byte(id))
+	}
+	c.wb = append(c.wb, payload...)
+	if len(c.wb) < FlushAt {
+		return nil
+	}
+	return c.flushLocked()
+}
+
+// Flush writes what Queue buffered.
+func (c *Conn) Flush() error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return c.flushLocked()
+}
+
+func (c *Conn) flushLocked() error {
+	if len(c.wb) == 0 {
+		return nil
+	}
+	_, err := c.nc.Write(c.wb)
+	c.wb = c.wb[:0]
+	return err
+}
+
 // Puback acknowledges a QoS 1 PUBLISH.
 func (c *Conn) Puback(id uint16) error { return c.write(PUBACK<<4, []byte{byte(id >> 8), byte(id)}) }
 
@@ -235,11 +289,10 @@ func (c *Conn) ReadPacket() (*Packet, error) {
 func (c *Conn) write(h byte, body []byte) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	c.wb = append(c.wb[:0], h)
+	c.wb = append(c.wb, h) // after what Queue buffered, if anything
 	c.wb = binary.AppendUvarint(c.wb, uint64(len(body)))
 	c.wb = append(c.wb, body...)
-	_, err := c.nc.Write(c.wb)
-	return err
+	return c.flushLocked()
 }
 
 func appendString(b []byte, s string) []byte {
