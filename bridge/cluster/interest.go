@@ -105,6 +105,9 @@ func (c *Cluster) startInterest() error {
 		}
 		signal(in.resync)
 		c.reconnected() // membership.go
+		if c.opts.Reconnected != nil {
+			c.opts.Reconnected()
+		}
 	})
 	c.wg.Add(1)
 	go c.interestLoop()
