@@ -217,7 +217,7 @@ func TestInterestPartsIncompleteDropped(t *testing.T) {
 	coretest.Eventually(t, "a knows x's summary", 10*time.Second, func() bool { return a.in_.index.Wants("old/1", "") })
 	send("*7:0:3\x00stale/a/#")
 	send("*7:1:3\x00stale/b/#") // part 2 of 3 lost
-	send("*9:1:2\x00stray/#") // no part 0 of 9
+	send("*9:1:2\x00stray/#")   // no part 0 of 9
 	send("*8:0:2\x00new/a/#")
 	send("*8:1:2\x00new/b/#")
 	send("+fence/#")
