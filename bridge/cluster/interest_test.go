@@ -106,7 +106,7 @@ func TestInterestSummaryInParts(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, ra := startInterestNode(t, s, "a")
-	b, rb := startInterestNode(t, s, "b")
+	_, rb := startInterestNode(t, s, "b")
 	got := &countSub{topics: map[string]int{}}
 	var subs []*core.Subscription
 	for _, f := range manyFilters("p") {
@@ -197,7 +197,6 @@ func TestInterestSummaryInParts(t *testing.T) {
 	if compat != len(gens) {
 		t.Errorf("%d \"=#\" with the header for %d split summaries", compat, len(gens))
 	}
-	_ = b
 }
 
 // TestInterestPartsIncompleteDropped: parts of a summary that never
