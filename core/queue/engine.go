@@ -360,6 +360,47 @@ func (e *Engine) declare(ctx context.Context, cfg Config, store bool) (*Queue, e
 	return q, nil
 }
 
+// Ensure returns the queue named cfg.Name as this engine or, with a
+// SharedBackend, the store holds it (another gateway created it and this
+// one has not followed yet), or declares it with cfg when neither does:
+// a queue made on first use (queues.autoCreate) never overwrites the
+// configuration another gateway gave it.
+func (e *Engine) Ensure(ctx context.Context, cfg Config) (*Queue, error) {
+	if q, ok := e.Queue(cfg.Name); ok {
+		return q, nil
+	}
+	if err := e.check(&cfg); err != nil {
+		return nil, err
+	}
+	e.declMu.Lock()
+	if q, ok := e.Queue(cfg.Name); ok {
+		e.declMu.Unlock()
+		return q, nil
+	}
+	if sb, ok := e.opts.Backend.(SharedBackend); ok && !cfg.Temporary {
+		stored, found, err := sb.Declaration(ctx, cfg.Name)
+		if err != nil {
+			e.declMu.Unlock()
+			return nil, fmt.Errorf("queue %q: %w", cfg.Name, err)
+		}
+		if found {
+			err := e.applyLocked(ctx, sb, cfg.Name, stored, true)
+			q, ok := e.Queue(cfg.Name)
+			e.declMu.Unlock()
+			if err != nil || !ok {
+				return nil, fmt.Errorf("queue %q: %w", cfg.Name, err)
+			}
+			return q, nil
+		}
+	}
+	q, err := e.declare(ctx, cfg, true)
+	e.declMu.Unlock()
+	if err == nil && !cfg.Temporary && e.opts.Changed != nil {
+		e.opts.Changed(cfg.Name)
+	}
+	return q, err
+}
+
 // Follow reads the declaration of the queue named name from a
 // SharedBackend and makes this engine's queue what the store holds:
 // created (attached to its Log), changed, or removed with its consumers

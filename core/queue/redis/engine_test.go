@@ -416,3 +416,45 @@ func TestEngineFollowsDeclarations(t *testing.T) {
 		t.Errorf("b's Changed called for what it followed: %v", changed["gw-b"])
 	}
 }
+
+// TestEngineEnsureTakesTheStoredDeclaration: a queue made on first use
+// (queues.autoCreate) on a gateway that has not followed another's
+// declaration yet takes the stored configuration instead of writing the
+// defaults over it.
+func TestEngineEnsureTakesTheStoredDeclaration(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	engine := func(node string) (*queue.Engine, *Backend) {
+		b := open(t, srv, node, time.Minute)
+		t.Cleanup(func() { _ = b.Close() })
+		e, err := queue.New(ctx, queue.Options{Backend: b, FollowEvery: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(e.Close)
+		return e, b
+	}
+	a, _ := engine("gw-a")
+	b, bb := engine("gw-b")
+	if _, err := a.Declare(ctx, queue.Config{Name: "auto", Subscriptions: []string{"x/#"}, MaxMessages: 7}); err != nil {
+		t.Fatal(err)
+	}
+	q, err := b.Ensure(ctx, queue.Config{Name: "auto"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := q.Info().Config; c.MaxMessages != 7 || fmt.Sprint(c.Subscriptions) != "[x/#]" {
+		t.Errorf("b's queue: %+v, want a's configuration", c)
+	}
+	stored, ok, err := bb.Declaration(ctx, "auto")
+	if err != nil || !ok || stored.MaxMessages != 7 {
+		t.Errorf("stored after b's Ensure: %+v %v %v, want a's configuration", stored, ok, err)
+	}
+	// Neither holds it: Ensure declares it.
+	if _, err := b.Ensure(ctx, queue.Config{Name: "fresh"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := bb.Declaration(ctx, "fresh"); !ok {
+		t.Error("Ensure of a new queue stored nothing")
+	}
+}
