@@ -160,3 +160,27 @@ func httpSend(t *testing.T, method, url, body string) (int, string) {
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
 }
+
+// A queue created while NATS is down (its news lost: the connection
+// buffers nothing while disconnected) reaches the other gateway when
+// NATS is back: each reads every declaration after a reconnect, long
+// before the 30 s periodic reading.
+func TestClusterQueueFollowsAfterNATSRestart(t *testing.T) {
+	s, gs := cluster2On(t, "--queues.backend=redis", "--cluster.heartbeat=200ms")
+	a, b := gs[0], gs[1]
+	port := natsPort(s)
+	s.Shutdown()
+	s.WaitForShutdown()
+	url := func(g *gateway.Gateway) string { return "http://" + g.AdminAddr() + "/api/v1/queues/down" }
+	if code, body := httpSend(t, "PUT", url(a), `{"subscriptions":["down/#"]}`); code != 201 {
+		t.Fatalf("PUT on a while NATS is down: %d %s", code, body)
+	}
+	startNATS(t, port, "")
+	eventually(t, "both gateways reconnected", func() bool {
+		return clusterStatus(t, a).Reconnects > 0 && clusterStatus(t, b).Reconnects > 0
+	})
+	eventually(t, "the queue known on b", func() bool {
+		code, _ := httpDo(t, "GET", url(b))
+		return code == 200
+	})
+}
