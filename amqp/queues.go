@@ -90,7 +90,8 @@ func (s *Server) queueFor(name string) (*queue.Queue, *LinkError) {
 	if q, ok := e.Queue(name); ok {
 		return q, nil
 	}
-	q, err := e.Declare(context.Background(), queue.Config{Name: name})
+	// Ensure: another gateway of a cluster may have created it already.
+	q, err := e.Ensure(context.Background(), queue.Config{Name: name})
 	if err != nil {
 		return nil, linkErr(queueCond(err), "%v", err)
 	}

@@ -65,7 +65,7 @@ func (g *Gateway) startCluster(ctx context.Context) error {
 	if g.nats == nil || g.nats.Conn() == nil {
 		return fmt.Errorf("cluster: no NATS connection (bridge.nats.url)")
 	}
-	c, err := cluster.New(cluster.Options{
+	opts := cluster.Options{
 		Conn:   g.nats.Conn(),
 		Router: g.router,
 		Node:   g.cfg.NodeID,
@@ -74,7 +74,16 @@ func (g *Gateway) startCluster(ctx context.Context) error {
 
 		Heartbeat:       g.cfg.Cluster.Heartbeat,
 		TakeoverTimeout: g.cfg.Cluster.TakeoverTimeout,
-	})
+	}
+	if g.followsQueues() {
+		opts.QueueChanged = g.followQueue
+		opts.Reconnected = func() {
+			if e := g.queues.Load(); e != nil {
+				e.FollowSoon()
+			}
+		}
+	}
+	c, err := cluster.New(opts)
 	if err != nil {
 		return err
 	}
@@ -82,6 +91,13 @@ func (g *Gateway) startCluster(ctx context.Context) error {
 		return err
 	}
 	g.cluster.Store(c)
+	if g.followsQueues() {
+		// What the others changed while this gateway started, before it
+		// heard their news.
+		if e := g.queues.Load(); e != nil {
+			e.FollowSoon()
+		}
+	}
 	g.onStop(c.Stop)
 	g.metrics.GaugeFunc("tolsey_cluster_members", "Gateways of the cluster this one hears from, itself included.",
 		func() float64 { return float64(len(c.Members())) })

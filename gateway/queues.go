@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -54,13 +55,25 @@ func (g *Gateway) startQueues(ctx context.Context) error {
 		return err
 	}
 	g.onStop(func(context.Context) error { return b.Close() })
+	shared := g.followsQueues()
+	var changed func(string)
+	if shared {
+		// The others read the declaration again (startCluster wires
+		// their side); before the cluster starts there is nobody to tell.
+		changed = func(name string) {
+			if c := g.cluster.Load(); c != nil {
+				c.QueueChanged(name)
+			}
+		}
+	}
 	e, err := queue.New(ctx, queue.Options{
 		Router:  g.router,
 		Backend: b,
 		Limits:  g.cfg.Queues.Limits,
 		Window:  g.cfg.Queues.Window,
 		// One shared queue per name for the whole cluster (docs/cluster.md).
-		LocalOnly: g.cfg.Cluster.Enabled && g.cfg.Queues.Backend == "redis",
+		LocalOnly: shared,
+		Changed:   changed,
 		Logger:    g.log.With("part", "queues"),
 	})
 	if err != nil {
@@ -79,6 +92,28 @@ func (g *Gateway) startQueues(ctx context.Context) error {
 	}
 	g.metrics.Registry.MustRegister(queueCollector{e})
 	return nil
+}
+
+// followsQueues: the gateways of the cluster share one queue store
+// (Redis), whose declarations each engine follows (docs/cluster.md,
+// "Queues").
+func (g *Gateway) followsQueues() bool {
+	return g.cfg.Cluster.Enabled && g.cfg.Queues.Backend == "redis"
+}
+
+// followQueue reads the declaration of the queue another gateway
+// announced (cluster.Options.QueueChanged).
+func (g *Gateway) followQueue(name string) {
+	e := g.queues.Load()
+	if e == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := e.Follow(ctx, name); err != nil {
+		// The engine's periodic reading tries again.
+		g.log.Warn("queue declared by another gateway not followed", "queue", name, "error", err)
+	}
 }
 
 // Queues is the queue engine, for tests and benchmarks in this module.

@@ -133,7 +133,8 @@ func (qs *queues) lookup(name string) (*queue.Queue, error) {
 	if q, ok := qs.eng.Queue(name); ok {
 		return q, nil
 	}
-	q, err := qs.eng.Declare(context.Background(), queue.Config{Name: name})
+	// Ensure: another gateway of a cluster may have created it already.
+	q, err := qs.eng.Ensure(context.Background(), queue.Config{Name: name})
 	if err != nil {
 		return nil, err
 	}

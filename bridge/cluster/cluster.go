@@ -52,6 +52,14 @@ type Options struct {
 	// TakeoverTimeout bounds a claim's wait for the other gateways to
 	// let go of a client id (takeover.go). 1 s when zero.
 	TakeoverTimeout time.Duration
+	// QueueChanged, when set, is called with a queue's name when another
+	// gateway announces that it stored, changed or dropped that queue's
+	// declaration in the store they share (queues.go), on the goroutine
+	// of that subscription: it reads the declaration again.
+	QueueChanged func(name string)
+	// Reconnected, when set, is called after each NATS reconnect, on
+	// nats.go's callback goroutine: news sent meanwhile was lost.
+	Reconnected func()
 }
 
 // Stats are the cluster's counters (GET /api/v1/cluster).
@@ -85,10 +93,11 @@ type Cluster struct {
 	isubject string // <prefix>.interest.<node>: its interest summary
 	in_      *interest
 	isub     *nats.Subscription
-	mem      *membership // membership.go
-	tk       *takeover   // takeover.go
-	ct       *containers // container.go
-	sh       *shares     // shared groups across gateways (shared.go)
+	mem      *membership        // membership.go
+	tk       *takeover          // takeover.go
+	ct       *containers        // container.go
+	sh       *shares            // shared groups across gateways (shared.go)
+	qsub     *nats.Subscription // queue declarations' news (queues.go)
 
 	sub   *core.Subscription
 	nsub  *nats.Subscription
@@ -194,7 +203,15 @@ func (c *Cluster) Start(context.Context) error {
 		_ = ns.Unsubscribe()
 		return fmt.Errorf("cluster: takeover: %w", err)
 	}
+	if err := c.startQueues(); err != nil {
+		c.stopTakeover()
+		c.stopInterest()
+		c.sh.stop()
+		_ = ns.Unsubscribe()
+		return fmt.Errorf("cluster: queues: %w", err)
+	}
 	if err := c.startMembership(); err != nil {
+		c.stopQueues()
 		c.stopTakeover()
 		c.stopInterest()
 		c.sh.stop()
@@ -207,6 +224,7 @@ func (c *Cluster) Start(context.Context) error {
 	sub, err := c.opts.Router.Subscribe("#", c, core.SubOptions{QoS: 2, LocalOnly: true})
 	if err != nil {
 		c.stopMembership()
+		c.stopQueues()
 		c.stopTakeover()
 		c.stopInterest()
 		c.sh.stop()
@@ -229,6 +247,7 @@ func (c *Cluster) Stop(ctx context.Context) error {
 		_ = c.nsub.Unsubscribe()
 	}
 	c.stopMembership()
+	c.stopQueues()
 	c.stopTakeover()
 	c.stopInterest()
 	c.wg.Wait()

@@ -9,6 +9,20 @@ package cluster
 //	'+' filter                    one filter about to be subscribed (at once)
 //	'=' filter \x00 filter …      the full summary (every period, on
 //	                              removals after a short delay, on request)
+//	'*' gen ':' i ':' n \x00 filter \x00 filter …
+//	                              part i (from 0) of n of summary gen, when
+//	                              the summary is larger than the server's
+//	                              max_payload: the n parts together are the
+//	                              full summary
+//
+// A split summary is preceded by "=#" with the header Tolsey-Interest:
+// parts, for gateways of a version before parts: they ignore '*' and take
+// "=#" (send this gateway everything, as that version did for a summary
+// too large); a gateway that knows parts ignores that message. The parts
+// of one summary are published under one lock, in order, and NATS keeps
+// one publisher's order: a receiver assembles them in order, and a part
+// out of order (one lost, another summary begun) drops what it had
+// gathered; only a complete summary replaces what was known.
 //
 // <prefix>.interest.sync (empty) asks every gateway for its full summary.
 // \x00 cannot be in a filter [MQTT-4.7.3-2].
@@ -22,6 +36,7 @@ package cluster
 // summaries may be missing, every message is sent.
 
 import (
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -39,6 +54,7 @@ type interest struct {
 	mu           sync.Mutex
 	recent, prev map[string]struct{} // own filters added this period and the one before
 	peers        map[string]*peer
+	gen          uint64 // own split summaries sent
 
 	index    *core.Router
 	openTill atomic.Int64  // unix ns: send everything until then (start, reconnect)
@@ -52,6 +68,12 @@ type peer struct {
 	node  string
 	subs  map[string]*core.Subscription
 	heard time.Time
+
+	// The parts of a split summary gathered so far: of summary gen, the
+	// next one expected is next (0: none gathered).
+	gen     uint64
+	next    int
+	pending []string
 }
 
 // Deliver is never called: the index is only asked Wants.
@@ -105,6 +127,9 @@ func (c *Cluster) startInterest() error {
 		}
 		signal(in.resync)
 		c.reconnected() // membership.go
+		if c.opts.Reconnected != nil {
+			c.opts.Reconnected()
+		}
 	})
 	c.wg.Add(1)
 	go c.interestLoop()
@@ -190,23 +215,73 @@ func (c *Cluster) publishSummary(rotate bool) {
 	if rotate {
 		in.prev, in.recent = in.recent, map[string]struct{}{}
 	}
-	var b strings.Builder
-	b.WriteByte('=')
-	first := true
+	size := 1
 	for f := range set {
-		if !first {
-			b.WriteByte(0)
+		size += len(f) + 1
+	}
+	max := int(c.opts.Conn.MaxPayload())
+	if size-1 <= max {
+		data := make([]byte, 0, size)
+		data = append(data, '=')
+		first := true
+		for f := range set {
+			if !first {
+				data = append(data, 0)
+			}
+			first = false
+			data = append(data, f...)
 		}
-		first = false
-		b.WriteString(f)
+		_ = c.opts.Conn.Publish(c.isubject, data)
+		return
 	}
-	data := []byte(b.String())
-	if int64(len(data)) > c.opts.Conn.MaxPayload() {
-		// Too many filters for one NATS message: everything, rather than
-		// being forgotten by the others.
-		data = []byte("=#")
+	c.publishParts(set, max)
+}
+
+// partsHeader is the header of the "=#" that precedes a split summary.
+const partsHeader = "Tolsey-Interest"
+
+// partOverhead bounds a part's '*' gen ':' i ':' n \x00.
+const partOverhead = 1 + 3*20 + 3
+
+// publishParts sends set as parts of at most max bytes (the server's
+// max_payload), in.mu held; a filter too long for any part is sent as
+// "#" (everything, rather than being forgotten).
+func (c *Cluster) publishParts(set map[string]struct{}, max int) {
+	in := c.in_
+	budget := max - partOverhead
+	var parts [][]string
+	var cur []string
+	used := 0
+	for f := range set {
+		if len(f) > budget-1 {
+			f = "#"
+		}
+		if used+len(f)+1 > budget && len(cur) > 0 {
+			parts = append(parts, cur)
+			cur, used = nil, 0
+		}
+		cur = append(cur, f)
+		used += len(f) + 1
 	}
-	_ = c.opts.Conn.Publish(c.isubject, data)
+	parts = append(parts, cur)
+	in.gen++
+	if c.opts.Conn.HeadersSupported() {
+		old := nats.NewMsg(c.isubject)
+		old.Header.Set(partsHeader, "parts")
+		old.Data = []byte("=#")
+		_ = c.opts.Conn.PublishMsg(old)
+	}
+	head := strconv.FormatUint(in.gen, 10) + ":"
+	n := ":" + strconv.Itoa(len(parts))
+	buf := make([]byte, 0, max)
+	for i, p := range parts {
+		buf = append(append(append(append(buf[:0], '*'), head...), strconv.Itoa(i)...), n...)
+		for _, f := range p {
+			buf = append(append(buf, 0), f...)
+		}
+		// nats.go copies buf before Publish returns.
+		_ = c.opts.Conn.Publish(c.isubject, buf)
+	}
 }
 
 // interestIn handles another gateway's announcement or a sync request.
@@ -219,6 +294,9 @@ func (c *Cluster) interestIn(msg *nats.Msg) {
 	}
 	if node == c.opts.Node || len(msg.Data) == 0 {
 		return
+	}
+	if msg.Header != nil && msg.Header.Get(partsHeader) != "" {
+		return // for gateways that do not know parts: the parts follow
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
@@ -236,25 +314,69 @@ func (c *Cluster) interestIn(msg *nats.Msg) {
 		}
 		c.addPeerFilter(p, body)
 	case '=':
-		p.heard = time.Now()
-		keep := map[string]struct{}{}
-		groups := map[string]struct{}{}
+		p.next, p.pending = 0, nil
+		var fs []string
 		if body != "" {
-			for _, f := range strings.Split(body, "\x00") {
-				if core.IsShared(f) {
-					groups[f] = struct{}{}
-					continue
-				}
-				keep[f] = struct{}{}
-				c.addPeerFilter(p, f)
+			fs = strings.Split(body, "\x00")
+		}
+		c.replacePeer(p, fs)
+	case '*':
+		head, rest, has := strings.Cut(body, "\x00")
+		gen, i, n, ok := parsePart(head)
+		if !ok || i != p.next || (i > 0 && gen != p.gen) {
+			// Out of order: a part lost, or another summary begun.
+			p.next, p.pending = 0, nil
+			if !ok || i != 0 {
+				return
 			}
 		}
-		c.sh.peerSet(node, groups)
-		for f, s := range p.subs {
-			if _, ok := keep[f]; !ok {
-				in.index.Unsubscribe(s)
-				delete(p.subs, f)
-			}
+		p.gen = gen
+		if has {
+			p.pending = append(p.pending, strings.Split(rest, "\x00")...)
+		}
+		p.next = i + 1
+		if p.next == n {
+			fs := p.pending
+			p.next, p.pending = 0, nil
+			c.replacePeer(p, fs)
+		}
+	}
+}
+
+// parsePart reads a part's gen ':' i ':' n.
+func parsePart(h string) (gen uint64, i, n int, ok bool) {
+	g, rest, ok1 := strings.Cut(h, ":")
+	is, ns, ok2 := strings.Cut(rest, ":")
+	if !ok1 || !ok2 {
+		return 0, 0, 0, false
+	}
+	gen, err1 := strconv.ParseUint(g, 10, 64)
+	i, err2 := strconv.Atoi(is)
+	n, err3 := strconv.Atoi(ns)
+	if err1 != nil || err2 != nil || err3 != nil || i < 0 || i >= n {
+		return 0, 0, 0, false
+	}
+	return gen, i, n, true
+}
+
+// replacePeer makes fs, a full summary, what is known of p; mu is held.
+func (c *Cluster) replacePeer(p *peer, fs []string) {
+	p.heard = time.Now()
+	keep := map[string]struct{}{}
+	groups := map[string]struct{}{}
+	for _, f := range fs {
+		if core.IsShared(f) {
+			groups[f] = struct{}{}
+			continue
+		}
+		keep[f] = struct{}{}
+		c.addPeerFilter(p, f)
+	}
+	c.sh.peerSet(p.node, groups)
+	for f, s := range p.subs {
+		if _, ok := keep[f]; !ok {
+			c.in_.index.Unsubscribe(s)
+			delete(p.subs, f)
 		}
 	}
 }

@@ -7,7 +7,9 @@
 package queue
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -81,8 +83,17 @@ type Options struct {
 	// shared queue, and every other gateway that receives it from the
 	// cluster would put it in again (docs/cluster.md, "Queues").
 	LocalOnly bool
-	Now       func() time.Time
-	Logger    *slog.Logger
+	// Changed, when set, is called with a durable queue's name after this
+	// engine stored its declaration (Declare) or dropped it (Delete), on
+	// the caller's goroutine, so that the other gateways sharing the
+	// Backend can follow (Follow). Not called for what Follow applies.
+	Changed func(name string)
+	// FollowEvery is how often every declaration of a SharedBackend is
+	// read again (FollowAll), so that a change whose Changed news was
+	// lost still reaches this engine. Default 30 s; negative: never.
+	FollowEvery time.Duration
+	Now         func() time.Time
+	Logger      *slog.Logger
 }
 
 // Engine holds the queues. Safe for concurrent use.
@@ -93,6 +104,13 @@ type Engine struct {
 	wg   sync.WaitGroup // loaders
 
 	stop chan struct{} // closed by Close: the poller ends
+
+	// declMu orders the changes of declarations, this engine's own
+	// (Declare, Delete) and those it follows (Follow, FollowAll), each
+	// with its store round trips: what Follow reads and applies is not
+	// passed by a change of this engine in between.
+	declMu sync.Mutex
+	kick   chan struct{} // FollowSoon: FollowAll now
 
 	feed altFeed                  // the alternates' router subscriber
 	alts atomic.Pointer[altTable] // read lock-free by the feed
@@ -122,19 +140,34 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		opts.Logger = slog.Default()
 	}
 	opts.Limits = opts.Limits.withDefaults()
-	e := &Engine{opts: opts, temp: NewMemory(), idx: &match.Index[*Queue]{}, queues: map[string]*Queue{}, stop: make(chan struct{})}
+	if opts.FollowEvery == 0 {
+		opts.FollowEvery = 30 * time.Second
+	}
+	e := &Engine{opts: opts, temp: NewMemory(), idx: &match.Index[*Queue]{}, queues: map[string]*Queue{},
+		stop: make(chan struct{}), kick: make(chan struct{}, 1)}
 	e.feed.e = e
 	cfgs, err := opts.Backend.Declared(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("queues: %w", err)
 	}
+	_, shared := opts.Backend.(SharedBackend)
 	for _, cfg := range cfgs {
-		if _, err := e.Declare(ctx, cfg); err != nil {
+		err := e.check(&cfg)
+		if err == nil {
+			// A shared store's queue is attached to, not written again:
+			// another gateway may have changed it since it was read.
+			_, err = e.declare(ctx, cfg, !shared)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("queues: stored queue %q: %w", cfg.Name, err)
 		}
 	}
 	e.wg.Add(1)
 	go e.poll()
+	if _, ok := opts.Backend.(SharedBackend); ok && opts.FollowEvery > 0 {
+		e.wg.Add(1)
+		go e.follow()
+	}
 	return e, nil
 }
 
@@ -255,6 +288,19 @@ func (e *Engine) Declare(ctx context.Context, cfg Config) (*Queue, error) {
 	if err := e.check(&cfg); err != nil {
 		return nil, err
 	}
+	e.declMu.Lock()
+	q, err := e.declare(ctx, cfg, true)
+	e.declMu.Unlock()
+	if err == nil && !cfg.Temporary && e.opts.Changed != nil {
+		e.opts.Changed(cfg.Name)
+	}
+	return q, err
+}
+
+// declare applies cfg, checked; store: this engine's own declaration,
+// written to the backend; otherwise one read from a SharedBackend
+// (Follow), only attached to. declMu is held.
+func (e *Engine) declare(ctx context.Context, cfg Config, store bool) (*Queue, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
@@ -275,7 +321,14 @@ func (e *Engine) Declare(ctx context.Context, cfg Config) (*Queue, error) {
 	if !cfg.Temporary {
 		b = e.opts.Backend
 	}
-	log, err := b.Open(ctx, cfg)
+	var log Log
+	var err error
+	switch {
+	case store:
+		log, err = b.Open(ctx, cfg)
+	case q == nil:
+		log, err = b.(SharedBackend).Attach(ctx, cfg)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("queue %q: %w", cfg.Name, err)
 	}
@@ -305,6 +358,162 @@ func (e *Engine) Declare(ctx context.Context, cfg Config) (*Queue, error) {
 	e.syncSubLocked()
 	q.fill()
 	return q, nil
+}
+
+// Ensure returns the queue named cfg.Name as this engine or, with a
+// SharedBackend, the store holds it (another gateway created it and this
+// one has not followed yet), or declares it with cfg when neither does:
+// a queue made on first use (queues.autoCreate) never overwrites the
+// configuration another gateway gave it.
+func (e *Engine) Ensure(ctx context.Context, cfg Config) (*Queue, error) {
+	if q, ok := e.Queue(cfg.Name); ok {
+		return q, nil
+	}
+	if err := e.check(&cfg); err != nil {
+		return nil, err
+	}
+	e.declMu.Lock()
+	if q, ok := e.Queue(cfg.Name); ok {
+		e.declMu.Unlock()
+		return q, nil
+	}
+	if sb, ok := e.opts.Backend.(SharedBackend); ok && !cfg.Temporary {
+		stored, found, err := sb.Declaration(ctx, cfg.Name)
+		if err != nil {
+			e.declMu.Unlock()
+			return nil, fmt.Errorf("queue %q: %w", cfg.Name, err)
+		}
+		if found {
+			err := e.applyLocked(ctx, sb, cfg.Name, stored, true)
+			q, ok := e.Queue(cfg.Name)
+			e.declMu.Unlock()
+			if err != nil || !ok {
+				return nil, fmt.Errorf("queue %q: %w", cfg.Name, err)
+			}
+			return q, nil
+		}
+	}
+	q, err := e.declare(ctx, cfg, true)
+	e.declMu.Unlock()
+	if err == nil && !cfg.Temporary && e.opts.Changed != nil {
+		e.opts.Changed(cfg.Name)
+	}
+	return q, err
+}
+
+// Follow reads the declaration of the queue named name from a
+// SharedBackend and makes this engine's queue what the store holds:
+// created (attached to its Log), changed, or removed with its consumers
+// told (ConsumerOptions.Deleted), without writing the store. Another
+// gateway declared, changed or dropped it (docs/cluster.md, "Queues").
+// A temporary queue of that name is left alone. Without a SharedBackend
+// it does nothing.
+func (e *Engine) Follow(ctx context.Context, name string) error {
+	sb, ok := e.opts.Backend.(SharedBackend)
+	if !ok {
+		return nil
+	}
+	e.declMu.Lock()
+	defer e.declMu.Unlock()
+	cfg, found, err := sb.Declaration(ctx, name)
+	if err != nil {
+		return fmt.Errorf("queues: following %q: %w", name, err)
+	}
+	return e.applyLocked(ctx, sb, name, cfg, found)
+}
+
+// applyLocked makes the queue name what the store holds (cfg, or none
+// when !found); declMu is held.
+func (e *Engine) applyLocked(ctx context.Context, sb SharedBackend, name string, cfg Config, found bool) error {
+	q, have := e.Queue(name)
+	if have && q.cfg().Temporary {
+		return nil
+	}
+	if !found {
+		if have {
+			e.remove(name)
+			sb.Forget(name)
+			e.opts.Logger.Info("queue dropped by another gateway: removed here", "queue", name)
+		}
+		return nil
+	}
+	if err := e.check(&cfg); err != nil {
+		return fmt.Errorf("queues: following %q: %w", name, err)
+	}
+	if have && sameConfig(q.cfg(), cfg) {
+		return nil
+	}
+	if _, err := e.declare(ctx, cfg, false); err != nil {
+		return fmt.Errorf("queues: following %q: %w", name, err)
+	}
+	e.opts.Logger.Info("queue declared by another gateway: followed here", "queue", name, "created", !have)
+	return nil
+}
+
+// sameConfig compares two configurations as stored.
+func sameConfig(a, b Config) bool {
+	ja, err1 := json.Marshal(a)
+	jb, err2 := json.Marshal(b)
+	return err1 == nil && err2 == nil && bytes.Equal(ja, jb)
+}
+
+// FollowAll is Follow for every queue: those the SharedBackend holds, and
+// the durable ones this engine holds that it no longer does.
+func (e *Engine) FollowAll(ctx context.Context) error {
+	sb, ok := e.opts.Backend.(SharedBackend)
+	if !ok {
+		return nil
+	}
+	e.declMu.Lock()
+	defer e.declMu.Unlock()
+	cfgs, err := sb.Declared(ctx)
+	if err != nil {
+		return fmt.Errorf("queues: following: %w", err)
+	}
+	stored := make(map[string]bool, len(cfgs))
+	var errs []error
+	for _, cfg := range cfgs {
+		stored[cfg.Name] = true
+		if err := e.applyLocked(ctx, sb, cfg.Name, cfg, true); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, q := range e.Queues() {
+		if !stored[q.name] && !q.cfg().Temporary {
+			errs = append(errs, e.applyLocked(ctx, sb, q.name, Config{}, false))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// FollowSoon asks for a FollowAll on the engine's own goroutine, at once
+// (the news of changes may have been lost: the cluster's connection came
+// back). Without a SharedBackend it does nothing.
+func (e *Engine) FollowSoon() {
+	select {
+	case e.kick <- struct{}{}:
+	default:
+	}
+}
+
+// follow runs FollowAll every FollowEvery and when FollowSoon asks.
+func (e *Engine) follow() {
+	defer e.wg.Done()
+	t := time.NewTicker(e.opts.FollowEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.stop:
+			return
+		case <-t.C:
+		case <-e.kick:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), e.opts.FollowEvery)
+		if err := e.FollowAll(ctx); err != nil {
+			e.opts.Logger.Warn("queues: reading the declarations of the shared store", "error", err)
+		}
+		cancel()
+	}
 }
 
 func kind(temporary bool) string {
@@ -369,11 +578,33 @@ func (e *Engine) Queues() []*Queue {
 // Delete removes a queue with its subscriptions and messages; its
 // consumers are told (ConsumerOptions.Deleted).
 func (e *Engine) Delete(ctx context.Context, name string) error {
+	e.declMu.Lock()
+	q := e.remove(name)
+	if q == nil {
+		e.declMu.Unlock()
+		return fmt.Errorf("%w: %q", ErrNotFound, name)
+	}
+	b := Backend(e.temp)
+	durable := !q.cfg().Temporary
+	if durable {
+		b = e.opts.Backend
+	}
+	err := b.Drop(ctx, name)
+	e.declMu.Unlock()
+	if err == nil && durable && e.opts.Changed != nil {
+		e.opts.Changed(name)
+	}
+	return err
+}
+
+// remove takes the queue named name out of the engine, its consumers told;
+// nil when there is none. declMu is held.
+func (e *Engine) remove(name string) *Queue {
 	e.mu.Lock()
 	q := e.queues[name]
 	if q == nil {
 		e.mu.Unlock()
-		return fmt.Errorf("%w: %q", ErrNotFound, name)
+		return nil
 	}
 	delete(e.queues, name)
 	e.idx.RemoveKey(q)
@@ -385,11 +616,7 @@ func (e *Engine) Delete(ctx context.Context, name string) error {
 			c.opts.Deleted()
 		}
 	}
-	b := Backend(e.temp)
-	if !q.cfg().Temporary {
-		b = e.opts.Backend
-	}
-	return b.Drop(ctx, name)
+	return q
 }
 
 // DeleteOwned deletes the temporary queues of owner (its connection closed).

@@ -87,6 +87,27 @@ type Backend interface {
 	Close() error
 }
 
+// SharedBackend is a Backend whose queues other gateways declare, change
+// and drop too (Redis, in a cluster): the engine follows their
+// declarations (Engine.Follow, Engine.FollowAll, Options.FollowEvery)
+// without writing them back, so that the store stays the one truth.
+type SharedBackend interface {
+	Backend
+	// Declaration reads one queue's stored configuration; ok is false
+	// when the store holds none (never declared, or dropped).
+	Declaration(ctx context.Context, name string) (cfg Config, ok bool, err error)
+	// Attach returns the Log of a queue another gateway stored, without
+	// storing its configuration again (an older copy must not overwrite
+	// a newer one). The store holds the queue's messages before its
+	// configuration (Open's order), so a configuration read means a Log
+	// to read.
+	Attach(ctx context.Context, cfg Config) (Log, error)
+	// Forget drops what the backend keeps of name in memory, once the
+	// engine no longer holds it (another gateway dropped it): a later
+	// Open or Attach of that name starts afresh.
+	Forget(name string)
+}
+
 // Log is the messages of one queue, in the order they were appended.
 // Safe for concurrent use.
 type Log interface {

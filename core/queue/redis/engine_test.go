@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -286,5 +287,174 @@ func TestPurgeOfASharedQueueCountsOtherGateways(t *testing.T) {
 	}
 	if m := qa.Info().Messages; m != 0 {
 		t.Fatalf("%d messages left after the purge", m)
+	}
+}
+
+// TestEngineFollowsDeclarations: two gateways' engines on one Redis. What
+// one declares, changes and deletes, the other takes from the store when
+// told (Follow), or when it reads every declaration (FollowAll, and
+// FollowSoon on its own goroutine), without writing anything back; the
+// first engine's Changed names each of its own changes, the second's
+// none of what it followed.
+func TestEngineFollowsDeclarations(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	var mu sync.Mutex
+	changed := map[string][]string{}
+	engine := func(node string) *queue.Engine {
+		b := open(t, srv, node, time.Minute)
+		t.Cleanup(func() { _ = b.Close() })
+		e, err := queue.New(ctx, queue.Options{Backend: b, Poll: 20 * time.Millisecond, FollowEvery: time.Hour,
+			Changed: func(name string) { mu.Lock(); changed[node] = append(changed[node], name); mu.Unlock() }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(e.Close)
+		return e
+	}
+	a, b := engine("gw-a"), engine("gw-b")
+	subs := func(e *queue.Engine, name string) string {
+		q, ok := e.Queue(name)
+		if !ok {
+			return "none"
+		}
+		return fmt.Sprint(q.Info().Config.Subscriptions)
+	}
+
+	if _, err := a.Declare(ctx, queue.Config{Name: "f", Subscriptions: []string{"x/#"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Follow(ctx, "f"); err != nil {
+		t.Fatal(err)
+	}
+	if s := subs(b, "f"); s != "[x/#]" {
+		t.Fatalf("b after following the declaration: %s", s)
+	}
+	if _, err := a.Declare(ctx, queue.Config{Name: "f", Subscriptions: []string{"y/#"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Follow(ctx, "f"); err != nil {
+		t.Fatal(err)
+	}
+	if s := subs(b, "f"); s != "[y/#]" {
+		t.Fatalf("b after following the change: %s", s)
+	}
+	// A message a puts reaches b's consumer: b attached to the one stream.
+	q, _ := b.Queue("f")
+	deleted := make(chan struct{})
+	wake := make(chan struct{}, 1)
+	c, err := q.Consume(queue.ConsumerOptions{Deleted: func() { close(deleted) }, Notify: func() {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	done := make(chan error, 1)
+	a.Put("f", &core.Message{Topic: "y/1", Payload: []byte("m"), QoS: 1}, func(err error) { done <- err })
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if d, ok := c.Next(); ok {
+			c.Ack(d.ID)
+			break
+		}
+		select {
+		case <-wake:
+		case <-time.After(10 * time.Second):
+			t.Fatal("b's consumer did not get a's message")
+		}
+	}
+
+	if err := a.Delete(ctx, "f"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Follow(ctx, "f"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-deleted:
+	default:
+		t.Fatal("b's consumer not told the queue was deleted")
+	}
+	if s := subs(b, "f"); s != "none" {
+		t.Fatalf("b after following the delete: %s", s)
+	}
+
+	// FollowAll: a queue b was never told of, and one dropped meanwhile.
+	if _, err := a.Declare(ctx, queue.Config{Name: "g"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.FollowAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := b.Queue("g"); !ok {
+		t.Fatal("FollowAll did not bring g")
+	}
+	if _, err := a.Declare(ctx, queue.Config{Name: "h"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Delete(ctx, "g"); err != nil {
+		t.Fatal(err)
+	}
+	b.FollowSoon()
+	coretest.Eventually(t, "FollowSoon brings h and drops g", 10*time.Second, func() bool {
+		_, g := b.Queue("g")
+		_, h := b.Queue("h")
+		return !g && h
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if got := fmt.Sprint(changed["gw-a"]); got != "[f f f g h g]" {
+		t.Errorf("a's Changed: %s", got)
+	}
+	if len(changed["gw-b"]) != 0 {
+		t.Errorf("b's Changed called for what it followed: %v", changed["gw-b"])
+	}
+}
+
+// TestEngineEnsureTakesTheStoredDeclaration: a queue made on first use
+// (queues.autoCreate) on a gateway that has not followed another's
+// declaration yet takes the stored configuration instead of writing the
+// defaults over it.
+func TestEngineEnsureTakesTheStoredDeclaration(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	engine := func(node string) (*queue.Engine, *Backend) {
+		b := open(t, srv, node, time.Minute)
+		t.Cleanup(func() { _ = b.Close() })
+		e, err := queue.New(ctx, queue.Options{Backend: b, FollowEvery: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(e.Close)
+		return e, b
+	}
+	a, _ := engine("gw-a")
+	b, bb := engine("gw-b")
+	if _, err := a.Declare(ctx, queue.Config{Name: "auto", Subscriptions: []string{"x/#"}, MaxMessages: 7}); err != nil {
+		t.Fatal(err)
+	}
+	q, err := b.Ensure(ctx, queue.Config{Name: "auto"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := q.Info().Config; c.MaxMessages != 7 || fmt.Sprint(c.Subscriptions) != "[x/#]" {
+		t.Errorf("b's queue: %+v, want a's configuration", c)
+	}
+	stored, ok, err := bb.Declaration(ctx, "auto")
+	if err != nil || !ok || stored.MaxMessages != 7 {
+		t.Errorf("stored after b's Ensure: %+v %v %v, want a's configuration", stored, ok, err)
+	}
+	// Neither holds it: Ensure declares it.
+	if _, err := b.Ensure(ctx, queue.Config{Name: "fresh"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := bb.Declaration(ctx, "fresh"); !ok {
+		t.Error("Ensure of a new queue stored nothing")
 	}
 }

@@ -164,8 +164,10 @@ func (b *Backend) Declared(ctx context.Context) ([]queue.Config, error) {
 	return out, nil
 }
 
-// Open implements queue.Backend: the configuration goes into the hash and
-// the stream and its group are created if missing.
+// Open implements queue.Backend: the stream and its group are created if
+// missing, then the configuration goes into the hash. In that order: a
+// gateway that reads the configuration (Declaration, Declared) finds the
+// stream to attach to (Attach).
 func (b *Backend) Open(ctx context.Context, cfg queue.Config) (queue.Log, error) {
 	js, err := json.Marshal(cfg)
 	if err != nil {
@@ -175,11 +177,7 @@ func (b *Backend) Open(ctx context.Context, cfg queue.Config) (queue.Log, error)
 	defer b.mu.Unlock()
 	l := b.logs[cfg.Name]
 	if l == nil {
-		key := b.opts.Prefix + "{" + cfg.Name + "}:"
-		l = &rlog{b: b, name: cfg.Name, stream: key + "s", bytes: key + "b", states: key + "d", history: true, claimFrom: "-"}
-	}
-	if err := b.client.HSet(ctx, b.cfgKey, cfg.Name, js).Err(); err != nil {
-		return nil, unavailable(err)
+		l = b.newLog(cfg.Name)
 	}
 	// From 0: a stream another gateway created holds nothing the group has
 	// not seen, and the group must see all of it.
@@ -187,8 +185,56 @@ func (b *Backend) Open(ctx context.Context, cfg queue.Config) (queue.Log, error)
 	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
 		return nil, unavailable(err)
 	}
+	if err := b.client.HSet(ctx, b.cfgKey, cfg.Name, js).Err(); err != nil {
+		return nil, unavailable(err)
+	}
 	b.logs[cfg.Name] = l
 	return l, nil
+}
+
+func (b *Backend) newLog(name string) *rlog {
+	key := b.opts.Prefix + "{" + name + "}:"
+	return &rlog{b: b, name: name, stream: key + "s", bytes: key + "b", states: key + "d", history: true, claimFrom: "-"}
+}
+
+var _ queue.SharedBackend = (*Backend)(nil)
+
+// Declaration implements queue.SharedBackend: one field of the hash.
+func (b *Backend) Declaration(ctx context.Context, name string) (queue.Config, bool, error) {
+	js, err := b.client.HGet(ctx, b.cfgKey, name).Result()
+	if errors.Is(err, goredis.Nil) {
+		return queue.Config{}, false, nil
+	}
+	if err != nil {
+		return queue.Config{}, false, unavailable(err)
+	}
+	var c queue.Config
+	if err := json.Unmarshal([]byte(js), &c); err != nil {
+		return queue.Config{}, false, fmt.Errorf("queue %q: config: %w", name, err)
+	}
+	return c, true, nil
+}
+
+// Attach implements queue.SharedBackend: no round trip. Open made the
+// stream and its group before it stored the configuration read; if the
+// queue has been dropped since, reads find nothing and appends are
+// refused (appendScript), until this gateway follows the drop.
+func (b *Backend) Attach(_ context.Context, cfg queue.Config) (queue.Log, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	l := b.logs[cfg.Name]
+	if l == nil {
+		l = b.newLog(cfg.Name)
+		b.logs[cfg.Name] = l
+	}
+	return l, nil
+}
+
+// Forget implements queue.SharedBackend.
+func (b *Backend) Forget(name string) {
+	b.mu.Lock()
+	delete(b.logs, name)
+	b.mu.Unlock()
 }
 
 // Drop implements queue.Backend: the configuration, the stream (its
