@@ -422,11 +422,16 @@ func AppendBareWithTo(w *buffer.Buffer, bare []byte, to string, scratch [][]byte
 
 // absentTo reports whether the encoded `to` field b says nothing: a null
 // or an empty string. Anything else (a value that is not a string
-// included) is the sender's, and stays.
+// included) is the sender's, and stays. Read from the bytes: a delivery
+// of a message that has its `to` allocates nothing for it.
 func absentTo(b []byte) bool {
-	if encoding.IsNull(buffer.New(b)) {
-		return true
+	switch {
+	case len(b) == 1:
+		return b[0] == 0x40 // null
+	case len(b) == 2:
+		return b[0] == 0xa1 && b[1] == 0 // str8-utf8, empty
+	case len(b) == 5:
+		return b[0] == 0xb1 && b[1]|b[2]|b[3]|b[4] == 0 // str32-utf8, empty
 	}
-	s, err := encoding.ReadString(buffer.New(b))
-	return err == nil && s == ""
+	return false
 }
