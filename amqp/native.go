@@ -437,9 +437,10 @@ func jsonValue(d *json.Decoder, tok json.Token, depth int) (any, error) {
 
 // encodeNative writes a message that came in over AMQP as it came, section
 // for section: the bare message and footer verbatim (part 3 section 3.2:
-// immutable) but for a `to` the sender left out, the header with this delivery's ttl, first-acquirer and
-// delivery-count, the message annotations with the gateway's own
-// (x-opt-jms-dest, x-opt-retain) put in place of the sender's.
+// immutable) but for a `to` the sender left out, which gets the topic; the
+// header with this delivery's ttl, first-acquirer and delivery-count; the
+// message annotations with the gateway's own (x-opt-jms-dest,
+// x-opt-retain) put in place of the sender's.
 func (e *encoder) encodeNative(w *buffer.Buffer, m *core.Message, retained bool, dest int8, dh deliveryHeader, now time.Time) error {
 	h, err := frames.SplitHop(m.Native.Bytes)
 	if err != nil {
