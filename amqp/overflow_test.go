@@ -193,3 +193,55 @@ func TestLinkOverflowStuckConsumerAMQPProducer(t *testing.T) {
 		t.Fatalf("dropped %v of %d", d, n)
 	}
 }
+
+// TestLinkOverflowBlockPrefetchingConsumer: a consumer that grants credit
+// in batches and settles what it was sent one at a time in between (Qpid
+// JMS: unsettled deliveries, a prefetch of 1000 topped up once most is
+// used) grants nothing for longer than OverflowWait while it works
+// through a batch; its settlements show it is alive, so the publisher
+// waits on and nothing is lost. Before, the wait ended with the first
+// OverflowWait without credit and the link dropped until half drained.
+func TestLinkOverflowBlockPrefetchingConsumer(t *testing.T) {
+	// The link's buffer (also the most deliveries it leaves unsettled) is
+	// larger than a batch, as Qpid JMS's prefetch is the default
+	// amqp.linkBuffer.
+	const batch, batches = 200, 4
+	e := startServer(t, func(o *Options) {
+		o.LinkBuffer = 250
+		o.BlockOnOverflow = true
+		o.OverflowWait = 500 * time.Millisecond
+	})
+	r := newReceiver(t, e.session(t), "prefetch", &goamqp.ReceiverOptions{Credit: -1,
+		RequestedSenderSettleMode: goamqp.SenderSettleModeUnsettled.Ptr()})
+	done := publishPresettled(t, e, "prefetch", batch*batches)
+	for b := range batches {
+		if err := r.IssueCredit(batch); err != nil {
+			t.Fatal(err)
+		}
+		var held []*goamqp.Message
+		for range batch {
+			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+			m, err := r.Receive(ctx, nil)
+			cancel()
+			if err != nil {
+				t.Fatalf("batch %d: %v (%v dropped)", b, err, e.dropped("slow_consumer"))
+			}
+			held = append(held, m)
+		}
+		// Working through the batch takes longer than OverflowWait (not
+		// a timing assertion: each settlement comes well within it).
+		for i, m := range held {
+			if got, want := body(m), fmt.Sprint(b*batch+i); got != want {
+				t.Fatalf("got %q, want %q: messages were dropped", got, want)
+			}
+			time.Sleep(5 * time.Millisecond)
+			if err := r.AcceptMessage(ctx5(t), m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	<-done
+	if d := e.dropped("slow_consumer"); d != 0 {
+		t.Fatalf("%v dropped", d)
+	}
+}
