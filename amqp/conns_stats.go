@@ -58,7 +58,8 @@ type linkMeta struct {
 }
 
 // noteLink records ep, attached by a, for the admin API; a refused link
-// (or none) is not recorded. Called by the reader after the attach.
+// (or none) is not recorded. Called by the reader (session.keep) before
+// the attach answer is queued.
 func (c *conn) noteLink(ep endpoint, a *frames.Attach) {
 	if ep == nil || ep.base().refused {
 		return

@@ -346,6 +346,8 @@ type encoder struct {
 	data  [1][]byte
 	seq   [1][]any
 	mid   messageID
+	// fields: the properties' fields of a native message (encodeNative)
+	fields [][]byte
 }
 
 // deliveryHeader is what the header says about one delivery of a queued

@@ -437,9 +437,10 @@ func jsonValue(d *json.Decoder, tok json.Token, depth int) (any, error) {
 
 // encodeNative writes a message that came in over AMQP as it came, section
 // for section: the bare message and footer verbatim (part 3 section 3.2:
-// immutable), the header with this delivery's ttl, first-acquirer and
-// delivery-count, the message annotations with the gateway's own
-// (x-opt-jms-dest, x-opt-retain) put in place of the sender's.
+// immutable) but for a `to` the sender left out, which gets the topic; the
+// header with this delivery's ttl, first-acquirer and delivery-count; the
+// message annotations with the gateway's own (x-opt-jms-dest,
+// x-opt-retain) put in place of the sender's.
 func (e *encoder) encodeNative(w *buffer.Buffer, m *core.Message, retained bool, dest int8, dh deliveryHeader, now time.Time) error {
 	h, err := frames.SplitHop(m.Native.Bytes)
 	if err != nil {
@@ -478,8 +479,19 @@ func (e *encoder) encodeNative(w *buffer.Buffer, m *core.Message, retained bool,
 		e.msg.MessageAnnotations = e.ann
 	}
 	err = e.msg.MarshalAMQP(w)
-	w.Append(h.Bare)
 	e.msg = frames.Message{}
+	if err != nil {
+		return err
+	}
+	// A sender that named the topic in its link's target only left `to`
+	// out: the receiver (a wildcard one, Qpid JMS reading JMSDestination)
+	// gets the topic there, as a rendered message does; the rest of the
+	// bare message is passed as it came.
+	to := m.Topic
+	if q, ok := strings.CutPrefix(to, queueTopic); ok {
+		to = prefixQueue + q // put straight into a queue: its address
+	}
+	e.fields, err = frames.AppendBareWithTo(w, h.Bare, to, e.fields)
 	return err
 }
 

@@ -3,6 +3,7 @@ package amqp
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -115,5 +116,132 @@ func TestLinkOverflowBlockIsBounded(t *testing.T) {
 	// the last publish: the rest are counted.
 	if d := e.dropped("slow_consumer"); d < n-11 || d > n-10 {
 		t.Fatalf("dropped %v, want %d or %d", d, n-11, n-10)
+	}
+}
+
+// TestLinkOverflowBlockSlowsAMQPProducer: with amqp.linkOverflow=block, a
+// go-amqp producer sending presettled (at most once: a JMS NON_PERSISTENT
+// producer's kind of message) as fast as it can, and a consumer with
+// little credit that reads slowly: nothing is lost, and the producer is
+// held back: at every message the consumer takes, the producer is at most
+// what the consumer's link holds, its credit and the credit the gateway
+// gave the producer ahead (without the hold it sends them all at once and
+// the link drops the rest).
+func TestLinkOverflowBlockSlowsAMQPProducer(t *testing.T) {
+	const buf, credit, n = 10, 2, 3 * creditBatch
+	e := startServer(t, func(o *Options) {
+		o.LinkBuffer = buf
+		o.BlockOnOverflow = true
+		o.OverflowWait = time.Minute // longer than the test: never the reason it passes
+	})
+	r := newReceiver(t, e.session(t), "slow", &goamqp.ReceiverOptions{Credit: credit})
+	snd := newSender(t, e.session(t), "slow", &goamqp.SenderOptions{SettlementMode: goamqp.SenderSettleModeSettled.Ptr()})
+	var sent atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range n {
+			if err := snd.Send(context.Background(), goamqp.NewMessage([]byte(fmt.Sprint(i))), nil); err != nil {
+				t.Errorf("send %d: %v", i, err)
+				return
+			}
+			sent.Add(1)
+		}
+	}()
+	// What may be ahead of the consumer: its link's buffer, its credit,
+	// the gateway's credit to the producer (topped up at half: up to
+	// creditBatch unread transfers) and the one the reader holds.
+	const ahead = buf + credit + creditBatch + 1
+	for i := range n {
+		if got := body(receive(t, r)); got != fmt.Sprint(i) {
+			t.Fatalf("message %d: got %q: messages were dropped", i, got)
+		}
+		if s := sent.Load(); s > int64(i+1+ahead) {
+			t.Fatalf("the producer sent %d while the consumer had taken %d: not held back", s, i+1)
+		}
+		if i%100 == 0 {
+			time.Sleep(20 * time.Millisecond) // a slow consumer, not a timing assertion
+		}
+	}
+	<-done
+	if d := e.dropped("slow_consumer"); d != 0 {
+		t.Fatalf("%v dropped", d)
+	}
+}
+
+// TestLinkOverflowStuckConsumerAMQPProducer: a consumer that takes
+// nothing holds a go-amqp presettled producer at most OverflowWait: the
+// producer sends all it has, and what the link could not hold is counted.
+func TestLinkOverflowStuckConsumerAMQPProducer(t *testing.T) {
+	const buf, n = 10, 2000
+	e := startServer(t, func(o *Options) {
+		o.LinkBuffer = buf
+		o.BlockOnOverflow = true
+		o.OverflowWait = 50 * time.Millisecond
+	})
+	newReceiver(t, e.session(t), "stuck", &goamqp.ReceiverOptions{Credit: 1})
+	done := publishPresettled(t, e, "stuck", n)
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("the producer is held by a consumer that reads nothing")
+	}
+	// Presettled sends return before the gateway has read them: wait for
+	// the count. The link holds buf, and credit 1 took one.
+	eventually(t, "drops counted", func() bool { return e.dropped("slow_consumer") >= n-buf-1 })
+	if d := e.dropped("slow_consumer"); d > n-buf {
+		t.Fatalf("dropped %v of %d", d, n)
+	}
+}
+
+// TestLinkOverflowBlockPrefetchingConsumer: a consumer that grants credit
+// in batches and settles what it was sent one at a time in between (Qpid
+// JMS: unsettled deliveries, a prefetch of 1000 topped up once most is
+// used) grants nothing for longer than OverflowWait while it works
+// through a batch; its settlements show it is alive, so the publisher
+// waits on and nothing is lost. Before, the wait ended with the first
+// OverflowWait without credit and the link dropped until half drained.
+func TestLinkOverflowBlockPrefetchingConsumer(t *testing.T) {
+	// The link's buffer (also the most deliveries it leaves unsettled) is
+	// larger than a batch, as Qpid JMS's prefetch is the default
+	// amqp.linkBuffer.
+	const batch, batches = 200, 4
+	e := startServer(t, func(o *Options) {
+		o.LinkBuffer = 250
+		o.BlockOnOverflow = true
+		o.OverflowWait = 500 * time.Millisecond
+	})
+	r := newReceiver(t, e.session(t), "prefetch", &goamqp.ReceiverOptions{Credit: -1,
+		RequestedSenderSettleMode: goamqp.SenderSettleModeUnsettled.Ptr()})
+	done := publishPresettled(t, e, "prefetch", batch*batches)
+	for b := range batches {
+		if err := r.IssueCredit(batch); err != nil {
+			t.Fatal(err)
+		}
+		var held []*goamqp.Message
+		for range batch {
+			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+			m, err := r.Receive(ctx, nil)
+			cancel()
+			if err != nil {
+				t.Fatalf("batch %d: %v (%v dropped)", b, err, e.dropped("slow_consumer"))
+			}
+			held = append(held, m)
+		}
+		// Working through the batch takes longer than OverflowWait (not
+		// a timing assertion: each settlement comes well within it).
+		for i, m := range held {
+			if got, want := body(m), fmt.Sprint(b*batch+i); got != want {
+				t.Fatalf("got %q, want %q: messages were dropped", got, want)
+			}
+			time.Sleep(5 * time.Millisecond)
+			if err := r.AcceptMessage(ctx5(t), m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	<-done
+	if d := e.dropped("slow_consumer"); d != 0 {
+		t.Fatalf("%v dropped", d)
 	}
 }

@@ -110,12 +110,14 @@ func (s *session) attachIn(a *frames.Attach) error {
 		tc := *t
 		reply.Target = &tc
 	}
+	// The credit is shown with the link (keep lists it): a client that
+	// has the answer and the flow after it finds both.
+	l.creditEnd = l.deliveryCount + creditBatch
+	l.showCredit(creditBatch)
 	s.keep(l)
 	if err := s.c.send(outItem{sess: s, body: reply}); err != nil {
 		return err
 	}
-	l.creditEnd = l.deliveryCount + creditBatch
-	l.showCredit(creditBatch)
 	return s.c.send(outItem{sess: s, body: l.flowFrame()})
 }
 

@@ -340,9 +340,13 @@ func (l *outLink) Deliver(m *core.Message, _ core.Delivery) error {
 
 // offer queues q unless the link is closed or its queue is full. With
 // mayWait, a link that blocks on overflow first waits (on the publisher's
-// goroutine) up to OverflowWait for the writer to make room; a wait in
-// vain stalls the link: it then drops without waiting until the writer
-// has drained half of it. A shared or durable subscription offers to its
+// goroutine) for the writer to make room, as long as the link shows life
+// at least every OverflowWait: the writer takes a message, or the consumer
+// settles one it was sent (alive: a consumer working through its prefetch
+// grants no credit meanwhile, and Qpid JMS, with a prefetch of 1000, can
+// go longer than OverflowWait between grants). A wait in vain stalls the
+// link: it then drops without waiting until the writer has drained half
+// of it. A shared or durable subscription offers to its
 // members without waiting: it tries the next one instead.
 func (l *outLink) offer(q queued, mayWait bool) (ok, closed bool) {
 	var timer *time.Timer
@@ -368,6 +372,7 @@ func (l *outLink) offer(q queued, mayWait bool) (ok, closed bool) {
 		timedOut := false
 		select {
 		case <-l.room:
+			timer.Reset(l.c.s.opts.OverflowWait) // a sign of life: the wait starts again
 		case <-l.done:
 		case <-timer.C:
 			timedOut = true
@@ -388,6 +393,20 @@ func (l *outLink) offer(q queued, mayWait bool) (ok, closed bool) {
 		l.c.markReady(l)
 	}
 	return true, false
+}
+
+// alive wakes a publisher waiting for room on l (offer), whose wait
+// starts again: l's consumer settled a delivery, so it is slow, not
+// stuck. Called by the writer.
+func (l *outLink) alive() {
+	l.mu.Lock()
+	if l.waiting > 0 {
+		select {
+		case l.room <- struct{}{}:
+		default:
+		}
+	}
+	l.mu.Unlock()
 }
 
 // linkOverflowProp is the attach property by which a client chooses, for

@@ -79,7 +79,9 @@ type Options struct {
 	// publisher at most one wait. A client chooses per link with the
 	// attach property "tolsey:link-overflow" = "drop" or "block".
 	BlockOnOverflow bool
-	// OverflowWait bounds one wait for room (default 100 ms).
+	// OverflowWait bounds one wait for room without a sign of life from
+	// the link: the writer taking a message, its consumer settling a
+	// delivery (default 100 ms).
 	OverflowWait time.Duration
 	// MaxSessions bounds the sessions of one connection (default 256, at
 	// most 65536): announced as channel-max = MaxSessions-1 in open, and a

@@ -24,6 +24,7 @@ type session struct {
 	disp      []dispRange         // dispositions batched until the reader would block
 	credit    []*inLink           // links whose credit flow is batched likewise
 	windowLow bool                // the incoming window fell below half: top it up
+	attaching *frames.Attach      // the attach being answered, for keep's noteLink
 	dirty     bool                // on conn.dirty
 
 	// Written by the reader only; the writer reads them for the flows it
@@ -145,9 +146,14 @@ func (s *session) end(e *frames.End) error {
 	return s.c.send(outItem{sess: s, body: &frames.End{}, do: func(w *writer) { w.endSession(s) }})
 }
 
-// keep puts ep on its handle, counted against the connection's limits.
+// keep puts ep on its handle, counted against the connection's limits,
+// and (attached) in the admin API's list: before its attach answer is
+// queued, so that a client that has the answer finds it listed.
 func (s *session) keep(ep endpoint) {
 	s.links[ep.base().handle] = ep
+	if a := s.attaching; a != nil && !ep.base().refused {
+		s.c.noteLink(ep, a)
+	}
 	if l, ok := ep.(*outLink); ok && !ep.base().refused {
 		s.c.watchACL(l)
 	}
@@ -204,14 +210,12 @@ func (s *session) attach(a *frames.Attach) error {
 		return s.refuse(&refusedLink{linkBase{sess: s, name: a.Name, handle: a.Handle}}, refusalReply(a),
 			linkErr(frames.ErrCondResourceLimitExceeded, "the connection has %d links, the most the gateway allows (amqp.maxLinksPerConnection)", limit))
 	}
-	var err error
+	s.attaching = a
+	defer func() { s.attaching = nil }()
 	if a.Role == frames.RoleSender {
-		err = s.attachIn(a) // the client sends, we receive
-	} else {
-		err = s.attachOut(a)
+		return s.attachIn(a) // the client sends, we receive
 	}
-	c.noteLink(s.links[a.Handle], a)
-	return err
+	return s.attachOut(a)
 }
 
 // refusalReply is the attach that answers a refused one: our role, the

@@ -417,6 +417,7 @@ func (w *writer) peerDisposition(s *session, d *frames.Disposition) {
 	}
 	var settleBack bool
 	var freed []*outLink
+	var alive *outLink // the last blocking topic link settled on: told once per run
 	ts, inTxn := d.State.(*frames.TransactionalState)
 	eachID(d.First, last, s.w.unsettled, func(id uint32, p pending) {
 		l := p.l
@@ -441,6 +442,10 @@ func (w *writer) peerDisposition(s *session, d *frames.Disposition) {
 			return
 		}
 		w.countOutcome(d.State)
+		if l.block && l != alive {
+			alive = l
+			l.alive() // a publisher waiting for room on it waits on (offer)
+		}
 	})
 	if settleBack {
 		// rcv-settle-mode second: the peer told its outcome; now we

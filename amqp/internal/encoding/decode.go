@@ -499,3 +499,30 @@ func ReadList(r *buffer.Buffer) ([]any, error) {
 	}
 	return nil, ErrWrongType
 }
+
+// ReadListRaw reads a list and appends the encoding of each of its
+// elements to dst, as sub-slices of r's bytes: nothing is decoded or
+// copied, so a caller can write the list again with one element replaced
+// and every other byte for byte (WriteRawList).
+func ReadListRaw(r *buffer.Buffer, dst [][]byte) ([][]byte, error) {
+	code, err := readCode(r)
+	if err != nil {
+		return dst, err
+	}
+	if code != codeList0 && code != codeList8 && code != codeList32 {
+		return dst, &TypeError{Code: code, Want: "list"}
+	}
+	count, end, err := compoundHeader(r, code)
+	if err != nil {
+		return dst, err
+	}
+	for range count {
+		rest, start := r.Bytes(), r.Offset()
+		if err := Skip(r); err != nil {
+			return dst, err
+		}
+		n := r.Offset() - start
+		dst = append(dst, rest[:n:n])
+	}
+	return dst, finish(r, end)
+}

@@ -416,3 +416,13 @@ func WriteAny(w *buffer.Buffer, v any) error {
 	}
 	return nil
 }
+
+// WriteRawList writes a list of elements that are already encoded (as
+// ReadListRaw returns them).
+func WriteRawList(w *buffer.Buffer, elems [][]byte) error {
+	c := beginCompound(w, codeList8, codeList32)
+	for _, e := range elems {
+		w.Append(e)
+	}
+	return c.end(w, len(elems))
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 
 	"github.com/tolsey/tolsey/amqp/internal/buffer"
@@ -134,6 +135,44 @@ func FuzzReader(f *testing.F) {
 			if !fr.IsProtocolHeader {
 				_, _, _ = DecodeBody(fr.Body)
 			}
+		}
+	})
+}
+
+// FuzzAppendBareWithTo: a message that decodes still decodes with `to`
+// filled in, which then names the topic unless the sender set one, and
+// every other properties field is what it was.
+func FuzzAppendBareWithTo(f *testing.F) {
+	_, payloads := captureSeeds(f)
+	for _, p := range payloads {
+		f.Add(p)
+	}
+	f.Fuzz(func(t *testing.T, payload []byte) {
+		var m Message
+		if err := m.Decode(payload); err != nil {
+			return
+		}
+		h, err := SplitHop(payload)
+		if err != nil {
+			t.Fatalf("decodes but does not split: %v", err)
+		}
+		var w buffer.Buffer
+		if _, err := AppendBareWithTo(&w, h.Bare, "a/b", nil); err != nil {
+			t.Fatalf("%x decodes but its to cannot be set: %v", h.Bare, err)
+		}
+		var got Message
+		if err := got.Decode(w.Written()); err != nil {
+			t.Fatalf("%x became %x, which does not decode: %v", h.Bare, w.Written(), err)
+		}
+		var want MessageProperties
+		if m.Properties != nil {
+			want = *m.Properties
+		}
+		if want.To == "" {
+			want.To = "a/b"
+		}
+		if got.Properties == nil || !reflect.DeepEqual(*got.Properties, want) {
+			t.Fatalf("properties %+v, want %+v", got.Properties, want)
 		}
 	})
 }

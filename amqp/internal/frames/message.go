@@ -372,3 +372,66 @@ func SplitHop(b []byte) (Hop, error) {
 	}
 	return h, nil
 }
+
+// propTo is the index of `to` in the properties list (part 3 section
+// 3.2.4).
+const propTo = 2
+
+// AppendBareWithTo appends bare (a Hop's Bare: properties,
+// application-properties, body, footer) to w, with the properties' `to`
+// set to to when the sender left it out (null, an empty string, or no
+// properties section at all: one is written before the rest). Every other
+// field and section goes out byte for byte; a bare message whose `to` is
+// set goes out unchanged, and so does any when to is empty. scratch is reused for the properties' fields and
+// returned for the next call.
+func AppendBareWithTo(w *buffer.Buffer, bare []byte, to string, scratch [][]byte) ([][]byte, error) {
+	fields, rest := scratch[:0], bare
+	if to == "" {
+		w.Append(bare) // nothing to name
+		return fields, nil
+	}
+	r := buffer.New(bare)
+	if code, err := encoding.PeekDescriptor(r); err == nil && code == codeProperties {
+		if _, err := encoding.ReadDescriptor(r); err != nil {
+			return fields, err
+		}
+		if fields, err = encoding.ReadListRaw(r, fields); err != nil {
+			return fields, err
+		}
+		if len(fields) > propTo && !absentTo(fields[propTo]) {
+			w.Append(bare)
+			return fields, nil
+		}
+		rest = bare[r.Offset():]
+	}
+	for len(fields) <= propTo {
+		fields = append(fields, []byte{0x40}) // null
+	}
+	var s buffer.Buffer
+	if err := encoding.WriteString(&s, to); err != nil {
+		return fields, err
+	}
+	fields[propTo] = s.Written()
+	encoding.WriteDescriptor(w, codeProperties)
+	if err := encoding.WriteRawList(w, fields); err != nil {
+		return fields, err
+	}
+	w.Append(rest)
+	return fields, nil
+}
+
+// absentTo reports whether the encoded `to` field b says nothing: a null
+// or an empty string. Anything else (a value that is not a string
+// included) is the sender's, and stays. Read from the bytes: a delivery
+// of a message that has its `to` allocates nothing for it.
+func absentTo(b []byte) bool {
+	switch {
+	case len(b) == 1:
+		return b[0] == 0x40 // null
+	case len(b) == 2:
+		return b[0] == 0xa1 && b[1] == 0 // str8-utf8, empty
+	case len(b) == 5:
+		return b[0] == 0xb1 && b[1]|b[2]|b[3]|b[4] == 0 // str32-utf8, empty
+	}
+	return false
+}
