@@ -45,9 +45,9 @@ func TestConformance(t *testing.T) {
 }
 
 // TestAppendsShareACommit: appends queued while the writer cannot commit
-// (the test holds bbolt's write lock) return at once, and go to the file
+// (the test holds the log's lock) return at once, and go to the log
 // together, in call order, once it can: Append never waits for the disk,
-// and many appends cost one fsync.
+// and many appends cost one fdatasync.
 func TestAppendsShareACommit(t *testing.T) {
 	b := open(t, filepath.Join(t.TempDir(), FileName))
 	defer b.Close()
@@ -55,10 +55,7 @@ func TestAppendsShareACommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tx, err := b.db.Begin(true) // the writer's next transaction waits for it
-	if err != nil {
-		t.Fatal(err)
-	}
+	b.walMu.Lock() // the writer's next log write waits for it
 	before := b.Commits()
 	const n = 100
 	ids := make(chan uint64, n)
@@ -82,7 +79,7 @@ func TestAppendsShareACommit(t *testing.T) {
 	if len(ids) != 0 {
 		t.Fatal("done called before the commit")
 	}
-	_ = tx.Rollback()
+	b.walMu.Unlock()
 	var last uint64
 	for range n {
 		id := <-ids
@@ -270,6 +267,9 @@ func TestNativeTailStoredOnce(t *testing.T) {
 	done := make(chan error, 1)
 	l.Append(m, func(_ uint64, err error) { done <- err })
 	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := b.checkpointSync(); err != nil {
 		t.Fatal(err)
 	}
 	var stored int
