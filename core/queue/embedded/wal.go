@@ -478,13 +478,13 @@ func (b *Backend) writeLog(buf []byte) error {
 // writer goroutine, with no checkpoint running.
 func (b *Backend) takeCut(last bool) (*cut, error) {
 	c := &cut{seg: b.segNo}
+	old := b.seg
 	if !last {
-		old := b.seg
 		if err := b.newSegment(b.segNo + 1); err != nil {
 			return nil, err
 		}
-		_ = old.Close() // synced with its last write
 	}
+	_ = old.Close() // synced with its last write
 	b.ovMu.Lock()
 	defer b.ovMu.Unlock()
 	for l := range b.ovQueues {
