@@ -87,7 +87,7 @@ type Backend struct {
 	segNo     uint64
 	segSize   int64
 	buf       []byte
-	failed    error // the log or a checkpoint failed: every append fails
+	failed    error // the log cannot be cut back after a failed write: every append fails
 	ckBusy    bool  // a cut was handed to the checkpointer, not reaped
 	tickArmed bool
 	// walMu is held around a log write (tests hold it to stall the
@@ -329,6 +329,7 @@ func (b *Backend) Close() error {
 		b.reapCheckpoint(true)
 		err := b.failed
 		if err == nil {
+			// The last cut; if it fails, the log stays for the next Open.
 			var c *cut
 			if c, err = b.takeCut(true); err == nil {
 				err = b.checkpoint(c)

@@ -158,7 +158,7 @@ func syncDir(path string) error {
 	return d.Sync()
 }
 
-// appendRecord frames body (which the caller appended to buf after
+// frame frames the body (which the caller appended to buf after
 // reserving 8 bytes at start) with its length and CRC.
 func frame(buf []byte, start int) {
 	body := buf[start+8:]
@@ -212,7 +212,6 @@ type walRecord struct {
 	size  int64    // append
 	data  []byte   // append: the encoding; state: the state
 	ids   []uint64 // remove
-	valid bool
 }
 
 var errTorn = errors.New("torn or invalid record")
@@ -552,6 +551,7 @@ func (b *Backend) checkpoint(c *cut) error {
 			return nil
 		})
 		if err != nil {
+			b.unfreeze(c)
 			return err
 		}
 		b.checkpoints.Add(1)
@@ -588,6 +588,35 @@ func (b *Backend) checkpoint(c *cut) error {
 	return syncDir(b.path)
 }
 
+// unfreeze gives a cut that failed back to the overlay: its records stay
+// there, and its segments on disk, until a later checkpoint (whose cut
+// holds everything the overlay does) succeeds.
+func (b *Backend) unfreeze(c *cut) {
+	b.ovMu.Lock()
+	defer b.ovMu.Unlock()
+	for i := range c.queues {
+		cq := &c.queues[i]
+		o := &cq.l.ov
+		o.frozenHi = 0
+		for id := range o.removing {
+			if o.removed == nil {
+				o.removed = map[uint64]struct{}{}
+			}
+			o.removed[id] = struct{}{}
+		}
+		for id, st := range o.statesCk {
+			if _, newer := o.states[id]; !newer {
+				if o.states == nil {
+					o.states = map[uint64][]byte{}
+				}
+				o.states[id] = st
+			}
+		}
+		o.removing, o.statesCk = nil, nil
+		b.ovQueues[cq.l] = struct{}{}
+	}
+}
+
 // checkpointer runs the checkpoints the writer hands it, one at a time.
 func (b *Backend) checkpointer() {
 	defer close(b.ckExited)
@@ -618,33 +647,30 @@ func (b *Backend) maybeCheckpoint(tick bool) {
 	}
 	c, err := b.takeCut(false)
 	if err != nil {
-		b.failed = fmt.Errorf("start a log segment: %w", err)
-		return
+		return // no new segment (a full disk?): the next commit or tick tries again
 	}
 	b.ckBusy = true
 	b.cuts <- c
 }
 
 // reapCheckpoint notes the end of the running checkpoint; wait blocks
-// for it. On the writer goroutine.
+// for it. A failed checkpoint gave its cut back to the overlay
+// (unfreeze): the next tick tries again, and until one succeeds the log
+// keeps everything. On the writer goroutine.
 func (b *Backend) reapCheckpoint(wait bool) {
 	if !b.ckBusy {
 		return
 	}
-	var err error
 	if wait {
-		err = <-b.ckDone
+		<-b.ckDone
 	} else {
 		select {
-		case err = <-b.ckDone:
+		case <-b.ckDone:
 		default:
 			return
 		}
 	}
 	b.ckBusy = false
-	if err != nil && b.failed == nil {
-		b.failed = fmt.Errorf("checkpoint: %w", err)
-	}
 }
 
 // checkpointNow applies everything logged so far to bbolt before it
@@ -656,12 +682,10 @@ func (b *Backend) checkpointNow() error {
 	}
 	c, err := b.takeCut(false)
 	if err != nil {
-		b.failed = fmt.Errorf("start a log segment: %w", err)
-		return b.failed
+		return fmt.Errorf("start a log segment: %w", err)
 	}
 	if err := b.checkpoint(c); err != nil {
-		b.failed = fmt.Errorf("checkpoint: %w", err)
-		return b.failed
+		return fmt.Errorf("checkpoint: %w", err)
 	}
 	return nil
 }

@@ -74,8 +74,8 @@ func TestTornLogRecord(t *testing.T) {
 	}
 	l.Remove(ids[3], ids[7])
 	ids = append(ids, queuetest.Append(t, l, queuetest.Msg("t", 20))) // logs the removals too
-	before := b.segSize                                              // after done: the writer wrote it before
-	queuetest.Append(t, l, queuetest.Msg("t", 21))                   // the record to tear
+	before := b.segSize                                               // after done: the writer wrote it before
+	queuetest.Append(t, l, queuetest.Msg("t", 21))                    // the record to tear
 	after := b.segSize
 	seg := b.segNo
 	crash(b)
