@@ -206,12 +206,12 @@ func encodeOp(buf []byte, o *op) []byte {
 
 // walRecord is one decoded log record.
 type walRecord struct {
-	kind  byte
-	name  string
-	id    uint64   // append, state
-	size  int64    // append
-	data  []byte   // append: the encoding; state: the state
-	ids   []uint64 // remove
+	kind byte
+	name string
+	id   uint64   // append, state
+	size int64    // append
+	data []byte   // append: the encoding; state: the state
+	ids  []uint64 // remove
 }
 
 var errTorn = errors.New("torn or invalid record")
