@@ -1,9 +1,13 @@
 // Package embedded is the default queue.Backend: every durable queue in one
-// bbolt file (docs/queues.md, "Storage"). Appends and removals are queued
-// to one writer goroutine that commits whatever has arrived in one fsync'd
-// transaction (group commit), so durability costs one fsync per batch, not
-// per message. It knows no protocol and nothing of the engine's consumers;
-// it imports only the standard library, bbolt, core and core/queue.
+// bbolt file and its write-ahead log (docs/queues.md, "Storage"). Appends
+// and removals are queued to one writer goroutine that logs whatever has
+// arrived with one write and one fdatasync of an append-only segment
+// (group commit, wal.go), so durability costs one fdatasync per batch, not
+// per message, and not bbolt's commit; a checkpoint applies the log to
+// bbolt in the background, and reads merge bbolt with what the log holds
+// beyond it (the overlay). It knows no protocol and nothing of the
+// engine's consumers; it imports only the standard library, bbolt, core
+// and core/queue.
 //
 // Layout:
 //
@@ -12,9 +16,10 @@
 //	                      written in the transaction that changes them
 //	queues/<name>/m/<id>  the records: big-endian uint64 ID → core/codec
 //	                      compact encoding (a payload that ends the AMQP
-//	                      native bytes is written once); IDs come from the bucket's sequence,
-//	                      which bbolt keeps in the file, so they are never
-//	                      reused after a reopen
+//	                      native bytes is written once); the bucket's
+//	                      sequence is the highest ID a checkpoint applied,
+//	                      where the writer's counter starts after a reopen,
+//	                      so IDs are never reused
 //	queues/<name>/d/<id>  the delivery state of a record given back
 //	                      (queue.DeliveryState), deleted with the record
 package embedded

@@ -9,9 +9,9 @@ import (
 // message (queue.Log.Remove, queue.StateLog.SetState), so they wait, off
 // the writer's queue, for the next commit an Append causes, and ride it
 // for free. Without that, a consumer's acknowledgement started a commit
-// (two fdatasyncs) of its own, and the next append waited behind it: a
-// synchronous producer (a JMS PERSISTENT send) paid two commits per
-// message where one holds both (docs/queues.md, "Group commit").
+// (a log write and an fdatasync) of its own, and the next append waited
+// behind it: a synchronous producer (a JMS PERSISTENT send) paid two
+// commits per message where one holds both (docs/queues.md, "Group commit").
 //
 // So that they are not held for ever when no append comes, the first one
 // arms a timer (lazyDelay) that asks the writer for a commit; so does a
