@@ -173,12 +173,12 @@ func TestConcurrentDropAndAppend(t *testing.T) {
 	})
 }
 
-// TestRemovalsRideTheNextAppend: a removal starts no commit (two
-// fdatasyncs) of its own: it rides the next append's, so that a consumer's
-// acknowledgement does not hold a synchronous producer's next send behind
-// a commit; a browse commits the waiting removals first, so it never
-// lists an acknowledged record; and without appends they are committed
-// within lazyDelay.
+// TestRemovalsRideTheNextAppend: a removal starts no commit (a log write
+// and an fdatasync) of its own: it rides the next append's, so that a
+// consumer's acknowledgement does not hold a synchronous producer's next
+// send behind a commit; a browse never lists an acknowledged record (the
+// removal is in the overlay before it is logged); and without appends
+// they are logged within lazyDelay.
 func TestRemovalsRideTheNextAppend(t *testing.T) {
 	ctx := context.Background()
 	b := open(t, filepath.Join(t.TempDir(), FileName))
@@ -220,9 +220,10 @@ func TestRemovalsRideTheNextAppend(t *testing.T) {
 	})
 }
 
-// TestBrowseLaterPagesListNoAcknowledged: every page of a browse commits
-// the removals waiting first, not only the first page (a record removed
-// between two pages was listed on the second).
+// TestBrowseLaterPagesListNoAcknowledged: no page of a browse lists a
+// record removed before it, not only the first page (a record removed
+// between two pages was listed on the second, when a browse committed
+// the waiting removals first).
 func TestBrowseLaterPagesListNoAcknowledged(t *testing.T) {
 	ctx := context.Background()
 	b := open(t, filepath.Join(t.TempDir(), FileName))
