@@ -125,6 +125,9 @@ type Backend struct {
 	// Checkpoint policy (wal.go; tests change them before use).
 	segmentMax, segmentHard int64
 	checkpointDelay         time.Duration
+	// checkpointFault, set by tests only, fails a checkpoint's transaction
+	// when it returns an error.
+	checkpointFault func() error
 }
 
 // op is one Append (done set), Remove (ids or rm set) or SetState (state

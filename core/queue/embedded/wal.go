@@ -516,6 +516,11 @@ func (b *Backend) takeCut(last bool) (*cut, error) {
 func (b *Backend) checkpoint(c *cut) error {
 	if len(c.queues) > 0 {
 		err := b.db.Update(func(tx *bolt.Tx) error {
+			if b.checkpointFault != nil {
+				if err := b.checkpointFault(); err != nil {
+					return err
+				}
+			}
 			queues := tx.Bucket(bucketQueues)
 			for i := range c.queues {
 				cq := &c.queues[i]

@@ -2,10 +2,13 @@ package embedded
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -246,4 +249,79 @@ func TestReadsDuringCheckpoints(t *testing.T) {
 	if segs, _ := segments(path); len(segs) != 1 {
 		t.Fatalf("segments %v after Close and Open, want the new one", segs)
 	}
+}
+
+// TestFailedCheckpointIsRetried: a checkpoint whose transaction fails (a
+// full disk) gives what it held back to the overlay: reads and counts are
+// as before, appends go on, a removal of a record it held now drops it
+// from the overlay, and the next checkpoint writes everything; a reopen
+// agrees.
+func TestFailedCheckpointIsRetried(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), FileName)
+	b := open(t, path)
+	noCheckpoints(b)
+	l, err := b.Open(ctx, queue.Config{Name: "q"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []uint64
+	for i := range 5 {
+		ids = append(ids, queuetest.Append(t, l, queuetest.Msg("t", i)))
+	}
+	if err := b.checkpointSync(); err != nil { // 0–4 in bbolt
+		t.Fatal(err)
+	}
+	for i := 5; i < 10; i++ {
+		ids = append(ids, queuetest.Append(t, l, queuetest.Msg("t", i)))
+	}
+	l.Remove(ids[0]) // in bbolt: for the checkpoint to delete
+	var fail atomic.Bool
+	fail.Store(true)
+	b.checkpointFault = func() error {
+		if fail.Load() {
+			return errors.New("disk full (test)")
+		}
+		return nil
+	}
+	if err := b.checkpointSync(); err == nil {
+		t.Fatal("checkpoint succeeded")
+	}
+	check := func(l queue.Log, want ...int) {
+		t.Helper()
+		recs := queuetest.ReadAll(t, l, 0)
+		var got []int
+		for _, r := range recs {
+			var i int
+			if _, err := fmt.Sscanf(string(r.Msg.Payload), "m%d", &i); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, i)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("records %v, want %v", got, want)
+		}
+		if n, _, _ := l.Stats(ctx); n != len(want) {
+			t.Fatalf("stats %d, want %d", n, len(want))
+		}
+	}
+	// 0 is removed but still in bbolt: not listed, counted until deleted.
+	recs := queuetest.ReadAll(t, l, 0)
+	if len(recs) != 9 {
+		t.Fatalf("%d records after the failed checkpoint, want 9", len(recs))
+	}
+	l.Remove(ids[5])                               // back in the overlay: dropped there
+	queuetest.Append(t, l, queuetest.Msg("t", 10)) // appends go on
+	fail.Store(false)
+	if err := b.checkpointSync(); err != nil {
+		t.Fatal(err)
+	}
+	check(l, 1, 2, 3, 4, 6, 7, 8, 9, 10)
+	crash(b) // the log after the checkpoint holds nothing more
+	b = open(t, path)
+	defer b.Close()
+	if l, err = b.Open(ctx, queue.Config{Name: "q"}); err != nil {
+		t.Fatal(err)
+	}
+	check(l, 1, 2, 3, 4, 6, 7, 8, 9, 10)
 }
