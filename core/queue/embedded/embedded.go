@@ -1,9 +1,13 @@
 // Package embedded is the default queue.Backend: every durable queue in one
-// bbolt file (docs/queues.md, "Storage"). Appends and removals are queued
-// to one writer goroutine that commits whatever has arrived in one fsync'd
-// transaction (group commit), so durability costs one fsync per batch, not
-// per message. It knows no protocol and nothing of the engine's consumers;
-// it imports only the standard library, bbolt, core and core/queue.
+// bbolt file and its write-ahead log (docs/queues.md, "Storage"). Appends
+// and removals are queued to one writer goroutine that logs whatever has
+// arrived with one write and one fdatasync of an append-only segment
+// (group commit, wal.go), so durability costs one fdatasync per batch, not
+// per message, and not bbolt's commit; a checkpoint applies the log to
+// bbolt in the background, and reads merge bbolt with what the log holds
+// beyond it (the overlay). It knows no protocol and nothing of the
+// engine's consumers; it imports only the standard library, bbolt, core
+// and core/queue.
 //
 // Layout:
 //
@@ -12,20 +16,22 @@
 //	                      written in the transaction that changes them
 //	queues/<name>/m/<id>  the records: big-endian uint64 ID → core/codec
 //	                      compact encoding (a payload that ends the AMQP
-//	                      native bytes is written once); IDs come from the bucket's sequence,
-//	                      which bbolt keeps in the file, so they are never
-//	                      reused after a reopen
+//	                      native bytes is written once); the bucket's
+//	                      sequence is the highest ID a checkpoint applied,
+//	                      where the writer's counter starts after a reopen,
+//	                      so IDs are never reused
 //	queues/<name>/d/<id>  the delivery state of a record given back
 //	                      (queue.DeliveryState), deleted with the record
 package embedded
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,16 +77,43 @@ type Backend struct {
 	path string
 	loop *groupcommit.Loop[op]
 
-	// Commits counts the transactions the writer committed (benchmarks:
+	// commits counts the log commits (one write, one fdatasync) and
+	// checkpoints the bbolt transactions that applied them (benchmarks:
 	// appends per commit).
-	commits atomic.Uint64
+	commits, checkpoints atomic.Uint64
 
 	// mu serializes Open and Drop and guards logs.
 	mu   sync.Mutex
 	logs map[string]*qlog
 
-	// Owned by the writer goroutine (the loop's commit).
-	touched map[*qlog]*txQueue
+	// Owned by the writer goroutine (the loop's commit); Close takes them
+	// over once the loop has ended.
+	seg       *os.File // the log segment being written
+	segNo     uint64
+	segSize   int64
+	buf       []byte
+	failed    error // the log cannot be cut back after a failed write: every append fails
+	ckBusy    bool  // a cut was handed to the checkpointer, not reaped
+	tickArmed bool
+	// walMu is held around a log write (tests hold it to stall the
+	// writer).
+	walMu sync.Mutex
+
+	// The checkpointer goroutine (wal.go): cuts in, results out.
+	cuts     chan *cut
+	ckDone   chan error
+	ckExited chan struct{}
+
+	// ovMu guards every qlog's overlay and ovQueues, the queues whose
+	// overlay may hold something. ckMu is held (read) by a reader across
+	// its bbolt transaction and its look at the overlay, and (write) by a
+	// checkpoint while it drops from the overlay what it committed.
+	ovMu     sync.Mutex
+	ovQueues map[*qlog]struct{}
+	ckMu     sync.RWMutex
+
+	closeOnce sync.Once
+	closeErr  error
 
 	// Lazy operations (lazy.go): between Remove/SetState and the writer.
 	lazyMu    sync.Mutex
@@ -88,10 +121,19 @@ type Backend struct {
 	lazySpare []op // the list the writer applied last, for reuse
 	lazyArmed bool // a timer will ask for a commit
 	lazyDelay time.Duration
+
+	// Checkpoint policy (wal.go; tests change them before use).
+	segmentMax, segmentHard int64
+	checkpointDelay         time.Duration
+	// checkpointFault, set by tests only, fails a checkpoint's transaction
+	// when it returns an error.
+	checkpointFault func() error
 }
 
-// op is one Append (data set), Remove (ids set) or SetState (state set)
-// queued to the writer.
+// op is one Append (done set), Remove (ids or rm set) or SetState (state
+// set) queued to the writer, or a request (log nil): tick (start a
+// checkpoint if the log holds anything) or ckpt (apply everything to
+// bbolt now, answer on ckpt).
 type op struct {
 	log   *qlog
 	data  []byte // Append: the encoded message
@@ -100,9 +142,8 @@ type op struct {
 	ids   []uint64 // Remove: the IDs, or nil for the single one in rm
 	rm    uint64   // Remove, SetState: the ID
 	state []byte   // SetState: the encoded queue.DeliveryState
-	// A flush (log nil) only makes the writer commit the lazy operations
-	// (lazy.go); flushed, when set, is closed once they are committed.
-	flushed chan struct{}
+	tick  bool
+	ckpt  chan error
 
 	id  uint64 // the writer's answer to an Append
 	err error
@@ -130,7 +171,8 @@ var (
 	_ queue.StateLog   = (*qlog)(nil)
 )
 
-// Open opens (creating it if needed) the bbolt file at path.
+// Open opens (creating it if needed) the bbolt file at path, and applies
+// to it what its log (path.wal.*) holds.
 func Open(path string, o Options) (*Backend, error) {
 	if o.OpenTimeout == 0 {
 		o.OpenTimeout = 5 * time.Second
@@ -153,11 +195,21 @@ func Open(path string, o Options) (*Backend, error) {
 		_, err := tx.CreateBucketIfNotExists(bucketQueues)
 		return err
 	})
+	b := &Backend{db: db, path: path, logs: map[string]*qlog{}, lazyDelay: lazyDelay,
+		ovQueues: map[*qlog]struct{}{}, cuts: make(chan *cut), ckDone: make(chan error, 1),
+		ckExited: make(chan struct{}), segmentMax: segmentMax, segmentHard: segmentHard,
+		checkpointDelay: checkpointDelay}
+	if err == nil {
+		var next uint64
+		if next, err = b.replay(); err == nil {
+			err = b.newSegment(next)
+		}
+	}
 	if err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("queue: embedded: %s: %w", path, err)
 	}
-	b := &Backend{db: db, path: path, logs: map[string]*qlog{}, touched: map[*qlog]*txQueue{}, lazyDelay: lazyDelay}
+	go b.checkpointer()
 	b.loop = groupcommit.Start(maxBatch, b.commit)
 	return b, nil
 }
@@ -192,6 +244,7 @@ func (b *Backend) Open(_ context.Context, cfg queue.Config) (queue.Log, error) {
 	defer b.mu.Unlock()
 	key := []byte(cfg.Name)
 	var records, bytes int64
+	var seq uint64
 	err = b.db.Update(func(tx *bolt.Tx) error {
 		if err := tx.Bucket(bucketConfigs).Put(key, js); err != nil {
 			return err
@@ -200,10 +253,12 @@ func (b *Backend) Open(_ context.Context, cfg queue.Config) (queue.Log, error) {
 		if err != nil {
 			return err
 		}
-		if _, err := qb.CreateBucketIfNotExists(bucketRecords); err != nil {
+		rb, err := qb.CreateBucketIfNotExists(bucketRecords)
+		if err != nil {
 			return err
 		}
 		records, bytes = readCounts(qb)
+		seq = rb.Sequence()
 		return nil
 	})
 	if err != nil {
@@ -212,19 +267,30 @@ func (b *Backend) Open(_ context.Context, cfg queue.Config) (queue.Log, error) {
 	if l := b.logs[cfg.Name]; l != nil {
 		return l, nil
 	}
-	l := &qlog{b: b, name: cfg.Name, key: key}
+	l := &qlog{b: b, name: cfg.Name, key: key, lastID: seq}
 	l.records.Store(records)
 	l.bytes.Store(bytes)
 	b.logs[cfg.Name] = l
 	return l, nil
 }
 
-// Drop implements queue.Backend: the configuration and the queue's bucket
-// go in one transaction. Appends still queued for it then fail.
+// Drop implements queue.Backend: what the log holds goes to bbolt first
+// (so that no record of this queue is replayed into one of the same name
+// declared later), then the configuration and the queue's bucket go in
+// one transaction. Appends still queued for it fail.
 func (b *Backend) Drop(_ context.Context, name string) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	l := b.logs[name]
+	if l != nil {
+		// Before the checkpoint: the writer logs no append, removal or
+		// state of l after it.
+		l.dropped.Store(true)
+		if err := b.checkpointSync(); err != nil {
+			l.dropped.Store(false)
+			return b.unavailable(err)
+		}
+	}
 	key := []byte(name)
 	err := b.db.Update(func(tx *bolt.Tx) error {
 		if err := tx.Bucket(bucketConfigs).Delete(key); err != nil {
@@ -232,11 +298,6 @@ func (b *Backend) Drop(_ context.Context, name string) error {
 		}
 		if err := tx.Bucket(bucketQueues).DeleteBucket(key); err != nil && !errors.Is(err, bolterrors.ErrBucketNotFound) {
 			return err
-		}
-		// Set within the transaction: the writer's next one, which bbolt
-		// runs after this commit, sees it (bbolt has one writer at a time).
-		if l != nil {
-			l.dropped.Store(true)
 		}
 		return nil
 	})
@@ -246,169 +307,144 @@ func (b *Backend) Drop(_ context.Context, name string) error {
 		}
 		return b.unavailable(err)
 	}
+	if l != nil {
+		b.ovMu.Lock()
+		l.ov = overlay{}
+		delete(b.ovQueues, l)
+		b.ovMu.Unlock()
+	}
 	delete(b.logs, name)
 	return nil
 }
 
-// Close commits what is queued and closes the file.
-func (b *Backend) Close() error {
-	b.loop.Add(op{}) // the lazy operations too
-	b.loop.Close()
-	return b.db.Close()
+// checkpointSync has the writer apply everything logged so far to bbolt,
+// and waits for it.
+func (b *Backend) checkpointSync() error {
+	ch := make(chan error, 1)
+	if !b.loop.Add(op{ckpt: ch}) {
+		return errors.New("closed")
+	}
+	return <-ch
 }
 
-// Commits is the number of transactions the writer has committed.
+// Close commits what is queued, applies the log to bbolt, deletes it and
+// closes the file. A second Close returns the first one's answer.
+func (b *Backend) Close() error {
+	b.closeOnce.Do(func() {
+		b.loop.Add(op{}) // the lazy operations too
+		b.loop.Close()
+		// The writer has ended: its state is this goroutine's now.
+		b.reapCheckpoint(true)
+		err := b.failed
+		if err == nil {
+			// The last cut; if it fails, the log stays for the next Open.
+			var c *cut
+			if c, err = b.takeCut(true); err == nil {
+				err = b.checkpoint(c)
+			}
+		} else {
+			_ = b.seg.Close()
+		}
+		close(b.cuts)
+		<-b.ckExited
+		if e := b.db.Close(); err == nil {
+			err = e
+		}
+		if err != nil {
+			err = b.unavailable(err)
+		}
+		b.closeErr = err
+	})
+	return b.closeErr
+}
+
+// Commits is the number of log commits the writer has made.
 func (b *Backend) Commits() uint64 { return b.commits.Load() }
+
+// Checkpoints is the number of bbolt transactions that applied the log.
+func (b *Backend) Checkpoints() uint64 { return b.checkpoints.Load() }
 
 func (b *Backend) unavailable(err error) error {
 	return fmt.Errorf("%w: embedded %s: %w", queue.ErrUnavailable, b.path, err)
 }
 
-// commit applies batch in one transaction, then answers its appends in
-// order. On the writer goroutine.
+// commit logs batch and the lazy operations in one write and one
+// fdatasync, puts the appends in the overlay, then answers them in order.
+// On the writer goroutine.
 func (b *Backend) commit(batch []op) {
 	lazy := b.takeLazy()
 	defer b.giveLazy(lazy)
-	if len(lazy) == 0 && onlyFlushes(batch) {
-		answerFlushes(batch)
-		return // nothing to write: no transaction, no fsync
+	buf := b.buf[:0]
+	for i := range lazy {
+		if o := &lazy[i]; !o.log.dropped.Load() {
+			buf = encodeOp(buf, o)
+		}
 	}
-	clear(b.touched)
-	err := b.db.Update(func(tx *bolt.Tx) error {
-		queues := tx.Bucket(bucketQueues)
-		// The lazy ones first: each was queued after the commit of the
-		// record it names, so none names an append of this batch.
-		for i := range lazy {
-			if err := b.apply(queues, &lazy[i]); err != nil {
-				return err
-			}
+	err := b.failed
+	tick := false
+	for i := range batch {
+		o := &batch[i]
+		o.id, o.err = 0, nil
+		tick = tick || o.tick
+		switch {
+		case o.done == nil, err != nil:
+		case o.log.dropped.Load():
+			o.err = fmt.Errorf("queue %q: %w", o.log.name, errDropped)
+		default:
+			o.log.lastID++
+			o.id = o.log.lastID
+			buf = encodeOp(buf, o)
 		}
-		for i := range batch {
-			if err := b.apply(queues, &batch[i]); err != nil {
-				return err
-			}
+	}
+	if err == nil && len(buf) > 0 {
+		if err = b.writeLog(buf); err == nil {
+			b.commits.Add(1)
 		}
-		for _, q := range b.touched {
-			if err := q.counts.Put(keyCounts, encodeCounts(q.records, q.bytes)); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	}
+	if cap(buf) <= 4<<20 {
+		b.buf = buf
+	} else {
+		b.buf = nil // a burst's buffer is not kept
+	}
 	if err == nil {
-		b.commits.Add(1)
 		// Before the answers, so that a caller told its record is stored
-		// sees it counted.
-		for l, q := range b.touched {
-			l.records.Store(q.records)
-			l.bytes.Store(q.bytes)
+		// reads it and sees it counted.
+		b.ovMu.Lock()
+		for i := range batch {
+			o := &batch[i]
+			if o.id == 0 {
+				continue
+			}
+			l := o.log
+			l.ov.recs = append(l.ov.recs, ovRec{id: o.id, size: o.size, data: o.data})
+			l.records.Add(1)
+			l.bytes.Add(o.size)
+			b.ovQueues[l] = struct{}{}
 		}
+		b.ovMu.Unlock()
 	} else {
 		err = b.unavailable(err)
 	}
-	answerFlushes(batch)
 	for i := range batch {
 		o := &batch[i]
 		if o.done == nil {
-			continue // a flush
+			continue
 		}
 		if err != nil {
 			o.id, o.err = 0, err
 		}
 		o.done(o.id, o.err)
 	}
-}
-
-// apply writes one operation in the writer's transaction. An error fails
-// the whole transaction; a dropped queue fails the append alone.
-func (b *Backend) apply(queues *bolt.Bucket, o *op) error {
-	o.id, o.err = 0, nil
-	if o.log == nil {
-		return nil // a flush
+	for i := range batch {
+		if ch := batch[i].ckpt; ch != nil {
+			ch <- b.checkpointNow()
+		}
 	}
-	q := b.touched[o.log]
-	if q == nil {
-		qb := queues.Bucket(o.log.key)
-		if o.log.dropped.Load() || qb == nil {
-			if o.done != nil {
-				o.err = fmt.Errorf("queue %q: %w", o.log.name, errDropped)
-			}
-			return nil
-		}
-		q = &txQueue{bucket: qb.Bucket(bucketRecords), counts: qb}
-		if d := qb.Bucket(bucketStates); d != nil {
-			if k, _ := d.Cursor().First(); k != nil {
-				q.states = d
-			}
-		}
-		q.records, q.bytes = readCounts(qb)
-		// Keys only ever grow: full pages instead of half-full ones on split.
-		q.bucket.FillPercent = 1.0
-		b.touched[o.log] = q
+	if tick {
+		b.tickArmed = false
 	}
-	var key [8]byte
-	if o.done != nil {
-		id, err := q.bucket.NextSequence()
-		if err != nil {
-			return err
-		}
-		binary.BigEndian.PutUint64(key[:], id)
-		if err := q.bucket.Put(key[:], o.data); err != nil {
-			return err
-		}
-		q.records++
-		q.bytes += o.size
-		o.id = id
-		return nil
-	}
-	if o.state != nil {
-		binary.BigEndian.PutUint64(key[:], o.rm)
-		if q.bucket.Get(key[:]) == nil {
-			return nil // removed meanwhile: its state goes with it
-		}
-		if q.states == nil {
-			d, err := q.counts.CreateBucketIfNotExists(bucketStates)
-			if err != nil {
-				return err
-			}
-			q.states = d
-		}
-		return q.states.Put(key[:], o.state)
-	}
-	ids := o.ids
-	if ids == nil {
-		ids = []uint64{o.rm} // does not escape: no allocation
-	}
-	if q.cur == nil {
-		q.cur = q.bucket.Cursor()
-	}
-	for _, id := range ids {
-		binary.BigEndian.PutUint64(key[:], id)
-		k, v := q.cur.Seek(key[:])
-		if !bytes.Equal(k, key[:]) {
-			continue // removed before, or never stored
-		}
-		meta, err := codec.ReadMeta(v)
-		if err != nil {
-			return fmt.Errorf("queue %q record %d: %w", o.log.name, id, err)
-		}
-		if err := q.cur.Delete(); err != nil {
-			return err
-		}
-		if q.states != nil {
-			if q.stateCur == nil {
-				q.stateCur = q.states.Cursor()
-			}
-			if k, _ := q.stateCur.Seek(key[:]); bytes.Equal(k, key[:]) {
-				if err := q.stateCur.Delete(); err != nil {
-					return err
-				}
-			}
-		}
-		q.records--
-		q.bytes -= int64(meta.Size)
-	}
-	return nil
+	b.maybeCheckpoint(tick)
+	b.armTick()
 }
 
 // qlog is one queue's queue.Log.
@@ -418,17 +454,20 @@ type qlog struct {
 	key  []byte
 
 	dropped atomic.Bool // set by Drop, read by the writer
-	// The counts as of the last commit: written by the writer (and Open),
-	// read by Stats.
+	// The counts: written by the writer (appends), removers and
+	// checkpoints; read by Stats.
 	records, bytes atomic.Int64
+	// lastID is the last ID given out. Owned by the writer.
+	lastID uint64
+	// ov is what the log holds beyond bbolt (wal.go). Guarded by b.ovMu.
+	ov overlay
 }
 
 // Append implements queue.Log: the message is encoded on the caller's
-// goroutine and queued to the writer; done comes after the commit that
-// holds it. EncodeCompact: a message received over AMQP would otherwise
-// carry its payload twice (in its native bytes too), and a record of 2 KiB
-// instead of 1 fills a bbolt page alone, so every leaf of two spans two
-// pages (an allocation per spill, and twice the bytes to write and fsync).
+// goroutine and queued to the writer; done comes after the log commit
+// that holds it. EncodeCompact: a message received over AMQP would
+// otherwise carry its payload twice (in its native bytes too), twice the
+// bytes to log, keep and checkpoint.
 func (l *qlog) Append(m *core.Message, done func(uint64, error)) {
 	o := op{log: l, data: codec.EncodeCompact(m), size: int64(m.Size()), done: done}
 	if !l.b.loop.Add(o) {
@@ -436,19 +475,27 @@ func (l *qlog) Append(m *core.Message, done func(uint64, error)) {
 	}
 }
 
-// Read implements queue.Log.
 // Browse implements queue.Log: one engine reads this Log, so it is Read.
+// A removal is in the overlay when Remove returns, so no page lists an
+// acknowledged record.
 func (l *qlog) Browse(ctx context.Context, after uint64, max int) ([]queue.Record, error) {
-	// What was acknowledged must not be listed, on any page: the removals
-	// waiting for a commit (lazy.go) are committed first. With none
-	// waiting this costs a round trip to the writer, no transaction.
-	l.b.flush()
 	return l.Read(ctx, after, max)
 }
 
+// candidate is a record Read found, in bbolt or the overlay.
+type candidate struct {
+	id          uint64
+	data, state []byte
+}
+
+// Read implements queue.Log: bbolt's records merged with the overlay's,
+// without those removed since the last checkpoint.
 func (l *qlog) Read(_ context.Context, after uint64, max int) ([]queue.Record, error) {
+	b := l.b
+	b.ckMu.RLock()
+	defer b.ckMu.RUnlock()
 	var out []queue.Record
-	err := l.b.db.View(func(tx *bolt.Tx) error {
+	err := b.db.View(func(tx *bolt.Tx) error {
 		qb := tx.Bucket(bucketQueues).Bucket(l.key)
 		if qb == nil || l.dropped.Load() {
 			return nil
@@ -464,49 +511,141 @@ func (l *qlog) Read(_ context.Context, after uint64, max int) ([]queue.Record, e
 			sc = d.Cursor()
 			sk, sv = sc.Seek(from[:])
 		}
-		for k, v := c.Seek(from[:]); k != nil && len(out) < max; k, v = c.Next() {
-			id := binary.BigEndian.Uint64(k)
-			// Decode copies: v lives only as long as the transaction.
-			m, err := codec.Decode(v)
-			if err != nil {
-				return fmt.Errorf("queue %q record %d: %w", l.name, id, err)
+		var disk, mem []candidate
+		b.ovMu.Lock()
+		o := &l.ov
+		for i := sort.Search(len(o.recs), func(i int) bool { return o.recs[i].id > after }); i < len(o.recs) && len(mem) < max; i++ {
+			r := o.recs[i]
+			if r.data == nil || o.isRemoved(r.id) {
+				continue
 			}
-			r := queue.Record{ID: id, Msg: m}
+			mem = append(mem, candidate{id: r.id, data: r.data, state: o.state(r.id)})
+		}
+		for k, v := c.Seek(from[:]); k != nil && len(disk) < max; k, v = c.Next() {
+			id := binary.BigEndian.Uint64(k)
+			if o.isRemoved(id) {
+				continue
+			}
+			st := o.state(id)
 			for sk != nil && binary.BigEndian.Uint64(sk) < id {
 				sk, sv = sc.Next()
 			}
-			if sk != nil && binary.BigEndian.Uint64(sk) == id {
-				if err := r.State.UnmarshalBinary(sv); err != nil {
-					return fmt.Errorf("queue %q record %d: %w", l.name, id, err)
+			if st == nil && sk != nil && binary.BigEndian.Uint64(sk) == id {
+				st = sv
+			}
+			disk = append(disk, candidate{id: id, data: v, state: st})
+		}
+		b.ovMu.Unlock()
+		for len(out) < max && (len(disk) > 0 || len(mem) > 0) {
+			var r candidate
+			switch {
+			case len(mem) == 0 || (len(disk) > 0 && disk[0].id < mem[0].id):
+				r, disk = disk[0], disk[1:]
+			default:
+				if len(disk) > 0 && disk[0].id == mem[0].id {
+					disk = disk[1:] // checkpointed while this read began
+				}
+				r, mem = mem[0], mem[1:]
+			}
+			// Decode copies: bbolt's bytes live only as long as the
+			// transaction.
+			m, err := codec.Decode(r.data)
+			if err != nil {
+				return fmt.Errorf("queue %q record %d: %w", l.name, r.id, err)
+			}
+			rec := queue.Record{ID: r.id, Msg: m}
+			if r.state != nil {
+				if err := rec.State.UnmarshalBinary(r.state); err != nil {
+					return fmt.Errorf("queue %q record %d: %w", l.name, r.id, err)
 				}
 			}
-			out = append(out, r)
+			out = append(out, rec)
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, l.b.unavailable(err)
+		return nil, b.unavailable(err)
 	}
 	return out, nil
 }
 
-// Remove implements queue.Log: committed with the next append's batch,
-// or within lazyDelay (lazy.go).
-func (l *qlog) Remove(ids ...uint64) {
-	switch len(ids) {
-	case 0:
-	case 1:
-		// A consumer's Ack: one ID, carried without a slice of its own.
-		l.b.addLazy(op{log: l, rm: ids[0]})
-	default:
-		l.b.addLazy(op{log: l, ids: append([]uint64(nil), ids...)})
+func (o *overlay) isRemoved(id uint64) bool {
+	if _, ok := o.removed[id]; ok {
+		return true
 	}
+	_, ok := o.removing[id]
+	return ok
 }
 
-// SetState implements queue.StateLog: committed as a Remove is.
+func (o *overlay) state(id uint64) []byte {
+	if st, ok := o.states[id]; ok {
+		return st
+	}
+	return o.statesCk[id]
+}
+
+// Remove implements queue.Log: the records leave the overlay (or are
+// marked for the next checkpoint to delete from bbolt) at once, and the
+// removal is logged with the next append's commit, or within lazyDelay
+// (lazy.go).
+func (l *qlog) Remove(ids ...uint64) {
+	if len(ids) == 0 || l.dropped.Load() {
+		return
+	}
+	l.b.forget(l, ids)
+	if len(ids) == 1 {
+		// A consumer's Ack: one ID, carried without a slice of its own.
+		l.b.addLazy(op{log: l, rm: ids[0]})
+		return
+	}
+	l.b.addLazy(op{log: l, ids: append([]uint64(nil), ids...)})
+}
+
+// forget takes removed records out of reads and counts: one the overlay
+// holds, not being checkpointed, is dropped there (bbolt never sees it);
+// any other is marked for the next checkpoint, which counts it when it
+// deletes it.
+func (b *Backend) forget(l *qlog, ids []uint64) {
+	b.ovMu.Lock()
+	defer b.ovMu.Unlock()
+	o := &l.ov
+	for _, id := range ids {
+		delete(o.states, id)
+		if i := o.find(id); i >= 0 {
+			r := &o.recs[i]
+			if r.data == nil {
+				continue // removed before
+			}
+			if id > o.frozenHi {
+				r.data = nil
+				l.records.Add(-1)
+				l.bytes.Add(-r.size)
+				continue
+			}
+		}
+		if o.removed == nil {
+			o.removed = map[uint64]struct{}{}
+		}
+		o.removed[id] = struct{}{}
+	}
+	b.ovQueues[l] = struct{}{}
+}
+
+// SetState implements queue.StateLog: kept in the overlay at once,
+// logged as a Remove is.
 func (l *qlog) SetState(id uint64, st queue.DeliveryState) {
-	b, _ := st.AppendBinary(nil)
-	l.b.addLazy(op{log: l, rm: id, state: b})
+	if l.dropped.Load() {
+		return
+	}
+	s, _ := st.AppendBinary(nil)
+	l.b.ovMu.Lock()
+	if l.ov.states == nil {
+		l.ov.states = map[uint64][]byte{}
+	}
+	l.ov.states[id] = s
+	l.b.ovQueues[l] = struct{}{}
+	l.b.ovMu.Unlock()
+	l.b.addLazy(op{log: l, rm: id, state: s})
 }
 
 // AppendsInOrder implements queue.OrderedLog: the writer answers the
@@ -514,7 +653,8 @@ func (l *qlog) SetState(id uint64, st queue.DeliveryState) {
 // commit, and no other engine reads the file.
 func (l *qlog) AppendsInOrder() bool { return true }
 
-// Stats implements queue.Log from the counts the last commit wrote.
+// Stats implements queue.Log from the counts kept in memory (as the file
+// will hold them once checkpointed).
 func (l *qlog) Stats(context.Context) (int, int64, error) {
 	return int(l.records.Load()), l.bytes.Load(), nil
 }

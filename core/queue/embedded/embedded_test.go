@@ -45,9 +45,9 @@ func TestConformance(t *testing.T) {
 }
 
 // TestAppendsShareACommit: appends queued while the writer cannot commit
-// (the test holds bbolt's write lock) return at once, and go to the file
+// (the test holds the log's lock) return at once, and go to the log
 // together, in call order, once it can: Append never waits for the disk,
-// and many appends cost one fsync.
+// and many appends cost one fdatasync.
 func TestAppendsShareACommit(t *testing.T) {
 	b := open(t, filepath.Join(t.TempDir(), FileName))
 	defer b.Close()
@@ -55,10 +55,7 @@ func TestAppendsShareACommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tx, err := b.db.Begin(true) // the writer's next transaction waits for it
-	if err != nil {
-		t.Fatal(err)
-	}
+	b.walMu.Lock() // the writer's next log write waits for it
 	before := b.Commits()
 	const n = 100
 	ids := make(chan uint64, n)
@@ -82,7 +79,7 @@ func TestAppendsShareACommit(t *testing.T) {
 	if len(ids) != 0 {
 		t.Fatal("done called before the commit")
 	}
-	_ = tx.Rollback()
+	b.walMu.Unlock()
 	var last uint64
 	for range n {
 		id := <-ids
@@ -176,12 +173,12 @@ func TestConcurrentDropAndAppend(t *testing.T) {
 	})
 }
 
-// TestRemovalsRideTheNextAppend: a removal starts no commit (two
-// fdatasyncs) of its own: it rides the next append's, so that a consumer's
-// acknowledgement does not hold a synchronous producer's next send behind
-// a commit; a browse commits the waiting removals first, so it never
-// lists an acknowledged record; and without appends they are committed
-// within lazyDelay.
+// TestRemovalsRideTheNextAppend: a removal starts no commit (a log write
+// and an fdatasync) of its own: it rides the next append's, so that a
+// consumer's acknowledgement does not hold a synchronous producer's next
+// send behind a commit; a browse never lists an acknowledged record (the
+// removal is in the overlay before it is logged); and without appends
+// they are logged within lazyDelay.
 func TestRemovalsRideTheNextAppend(t *testing.T) {
 	ctx := context.Background()
 	b := open(t, filepath.Join(t.TempDir(), FileName))
@@ -223,9 +220,10 @@ func TestRemovalsRideTheNextAppend(t *testing.T) {
 	})
 }
 
-// TestBrowseLaterPagesListNoAcknowledged: every page of a browse commits
-// the removals waiting first, not only the first page (a record removed
-// between two pages was listed on the second).
+// TestBrowseLaterPagesListNoAcknowledged: no page of a browse lists a
+// record removed before it, not only the first page (a record removed
+// between two pages was listed on the second, when a browse committed
+// the waiting removals first).
 func TestBrowseLaterPagesListNoAcknowledged(t *testing.T) {
 	ctx := context.Background()
 	b := open(t, filepath.Join(t.TempDir(), FileName))
@@ -270,6 +268,9 @@ func TestNativeTailStoredOnce(t *testing.T) {
 	done := make(chan error, 1)
 	l.Append(m, func(_ uint64, err error) { done <- err })
 	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := b.checkpointSync(); err != nil {
 		t.Fatal(err)
 	}
 	var stored int

@@ -17,7 +17,12 @@ import (
 )
 
 // killEnv names the file TestKillChild works on; set only by TestKill9.
-const killEnv = "QUEUE_EMBEDDED_KILL_FILE"
+// killCheckpointEnv, when set, makes the child checkpoint every few
+// commits (a small segment), so that kills land in checkpoints too.
+const (
+	killEnv           = "QUEUE_EMBEDDED_KILL_FILE"
+	killCheckpointEnv = "QUEUE_EMBEDDED_KILL_CHECKPOINT"
+)
 
 const (
 	killQueues  = 3  // q0..q2
@@ -57,6 +62,9 @@ func TestKillChild(t *testing.T) {
 	b, err := Open(path, Options{})
 	if err != nil {
 		fail("open:", err)
+	}
+	if os.Getenv(killCheckpointEnv) != "" {
+		b.segmentMax = 64 << 10 // set before the first append: the writer reads it after
 	}
 	ctx := context.Background()
 	pad := strings.Repeat("p", 1024)
@@ -126,20 +134,37 @@ type ackLine struct {
 // A done called before its commit reached the file loses records only if
 // the kill lands before bbolt writes the commit's meta page, so one kill
 // may miss it; three children are killed, each at another point.
+//
+// The store acknowledges an append once its log record is synced
+// (wal.go), and checkpoints the log into bbolt in the background: the
+// "checkpoints" rounds make the child checkpoint every 64 KiB of log, so
+// that kills land during checkpoints too (a segment applied to bbolt but
+// not yet deleted is replayed again on open), and the "torn" rounds then
+// append half a record to the last segment, as a write cut short by a
+// power loss leaves it: the open must stop there and lose nothing
+// acknowledged.
 func TestKill9(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts child processes")
 	}
 	for _, after := range []int{1000, 3000, 6000} {
-		t.Run(fmt.Sprintf("after=%d", after), func(t *testing.T) { killRound(t, after) })
+		t.Run(fmt.Sprintf("after=%d", after), func(t *testing.T) { killRound(t, after, false, false) })
+	}
+	for _, after := range []int{2000, 5000} {
+		t.Run(fmt.Sprintf("checkpoints/after=%d", after), func(t *testing.T) { killRound(t, after, true, false) })
+		t.Run(fmt.Sprintf("checkpoints/torn/after=%d", after), func(t *testing.T) { killRound(t, after, true, true) })
 	}
 }
 
-func killRound(t *testing.T, killAfter int) {
+func killRound(t *testing.T, killAfter int, checkpoints, torn bool) {
 	path := filepath.Join(t.TempDir(), FileName)
 	var acks []ackLine
 	removing := map[uint64]bool{}
-	coretest.KillChild(t, "TestKillChild", []string{killEnv + "=" + path}, func(line string) bool {
+	env := []string{killEnv + "=" + path}
+	if checkpoints {
+		env = append(env, killCheckpointEnv+"=1")
+	}
+	coretest.KillChild(t, "TestKillChild", env, func(line string) bool {
 		switch line[0] {
 		case 'A':
 			var a ackLine
@@ -155,6 +180,14 @@ func killRound(t *testing.T, killAfter int) {
 		return len(acks) >= killAfter
 	})
 	t.Logf("child saw %d appends done and removed %d records before SIGKILL", len(acks), len(removing))
+	segs, err := segments(path)
+	if err != nil || len(segs) == 0 {
+		t.Fatalf("no log segment after the kill: %v %v", segs, err)
+	}
+	t.Logf("log segments left: %v", segs)
+	if torn {
+		tearLastSegment(t, path, segs[len(segs)-1])
+	}
 
 	b := open(t, path)
 	defer b.Close()
@@ -215,5 +248,24 @@ func killRound(t *testing.T, killAfter int) {
 		if err != nil || n != len(recs) || nb != bytes {
 			t.Fatalf("%s: stats say %d records, %d bytes (%v); the file holds %d, %d", name, n, nb, err, len(recs), bytes)
 		}
+	}
+}
+
+// tearLastSegment appends the first half of a record to segment n: a
+// header that promises more bytes than follow, as a write cut short
+// leaves it.
+func tearLastSegment(t *testing.T, path string, n uint64) {
+	t.Helper()
+	m := &op{log: &qlog{name: "q0"}, data: []byte(strings.Repeat("x", 1000)), size: 1000, done: func(uint64, error) {}, id: 1 << 40}
+	rec := encodeOp(nil, m)
+	f, err := os.OpenFile(segmentName(path, n), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(rec[:len(rec)/2]); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -9,13 +9,14 @@ import (
 // message (queue.Log.Remove, queue.StateLog.SetState), so they wait, off
 // the writer's queue, for the next commit an Append causes, and ride it
 // for free. Without that, a consumer's acknowledgement started a commit
-// (two fdatasyncs) of its own, and the next append waited behind it: a
-// synchronous producer (a JMS PERSISTENT send) paid two commits per
-// message where one holds both (docs/queues.md, "Group commit").
+// (a log write and an fdatasync) of its own, and the next append waited
+// behind it: a synchronous producer (a JMS PERSISTENT send) paid two
+// commits per message where one holds both (docs/queues.md, "Group commit").
 //
 // So that they are not held for ever when no append comes, the first one
 // arms a timer (lazyDelay) that asks the writer for a commit; so does a
-// backlog of maxBatch of them. Close and Browse commit them first.
+// backlog of maxBatch of them. Close commits them too. They are in the
+// overlay (wal.go) the moment they are made: reads never wait for them.
 
 // lazyDelay bounds how long a removal waits for an append to ride with
 // (Backend.lazyDelay; tests change it): the acknowledgements a crash may
@@ -58,32 +59,4 @@ func (b *Backend) giveLazy(ops []op) {
 	b.lazyMu.Lock()
 	b.lazySpare = ops[:0]
 	b.lazyMu.Unlock()
-}
-
-// flush commits the lazy operations queued so far and waits for the
-// commit (Browse: it must not list what was acknowledged).
-func (b *Backend) flush() {
-	ch := make(chan struct{})
-	if !b.loop.Add(op{flushed: ch}) {
-		return // closed: Close committed everything
-	}
-	<-ch
-}
-
-func onlyFlushes(batch []op) bool {
-	for i := range batch {
-		if batch[i].log != nil {
-			return false
-		}
-	}
-	return true
-}
-
-// answerFlushes tells the flushes of batch that their commit is done.
-func answerFlushes(batch []op) {
-	for i := range batch {
-		if ch := batch[i].flushed; ch != nil {
-			close(ch)
-		}
-	}
 }

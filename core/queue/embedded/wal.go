@@ -1,0 +1,706 @@
+package embedded
+
+// The write-ahead log in front of bbolt (docs/queues.md, "Storage" and
+// "Group commit"). A bbolt commit writes its dirty pages and its meta page
+// with two fdatasyncs, tens of writes in all; a commit of the log is one
+// write at the end of an append-only file and one fdatasync. So the writer
+// logs every batch (appends, removals, delivery states) and answers the
+// appends once the log is synced; the records also go into an in-memory
+// overlay that reads merge with bbolt. A checkpoint, off the writer's path,
+// applies what the overlay holds in one bbolt transaction (fsync'd as
+// ever: bbolt never runs with NoSync) and deletes the log segments it
+// covers. Opening replays the segments left over into bbolt first.
+//
+// Segment files are <path>.wal.<16 hex digits>, numbered in the order they
+// were written. A record is
+//
+//	u32 length of body, u32 CRC-32C of body, body
+//
+// and a body is one of
+//
+//	1 name id:u64 size:uvarint data   an append (data: the compact encoding)
+//	2 name n:uvarint id:u64 ...       removals
+//	3 name id:u64 state               a delivery state (queue.DeliveryState)
+//
+// with name a uvarint length and the queue's name. Replay stops at the
+// first record that is short or fails its CRC (a torn write: never
+// acknowledged, since an append is answered after the fdatasync that
+// follows its whole record).
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/tolsey/tolsey/core/codec"
+)
+
+const (
+	recAppend byte = 1
+	recRemove byte = 2
+	recState  byte = 3
+)
+
+// Checkpoint policy (Backend fields of the same names; tests change them).
+const (
+	// segmentMax starts a checkpoint once the segment being written holds
+	// this much: what a checkpoint transaction writes at most, roughly.
+	segmentMax = 16 << 20
+	// segmentHard makes the writer wait for the checkpoint running before
+	// it starts the next: the overlay's memory is bounded by about twice
+	// this.
+	segmentHard = 64 << 20
+	// checkpointDelay starts a checkpoint of whatever the log holds this
+	// long after it was written to: how long the overlay keeps records
+	// when appends are few.
+	checkpointDelay = time.Second
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// ovRec is one appended record in a queue's overlay; data nil once it is
+// removed.
+type ovRec struct {
+	id   uint64
+	size int64
+	data []byte
+}
+
+// overlay is what a queue's log holds beyond bbolt. Guarded by
+// Backend.ovMu.
+type overlay struct {
+	// recs are the appends since the last checkpoint, by ID. Those up to
+	// frozenHi are being written by the running checkpoint: a removal of
+	// one goes to removed (bbolt's copy must go too), where a removal of a
+	// later one just drops it here, and bbolt never sees it.
+	recs     []ovRec
+	frozenHi uint64
+	// removed: IDs to delete from bbolt at the next checkpoint; removing:
+	// those the running checkpoint deletes. Reads skip both.
+	removed, removing map[uint64]struct{}
+	// states: delivery states for the next checkpoint; statesCk: those the
+	// running checkpoint writes. Reads prefer them to bbolt's.
+	states, statesCk map[uint64][]byte
+}
+
+// find returns the index of id in recs, or -1.
+func (o *overlay) find(id uint64) int {
+	i := sort.Search(len(o.recs), func(i int) bool { return o.recs[i].id >= id })
+	if i < len(o.recs) && o.recs[i].id == id {
+		return i
+	}
+	return -1
+}
+
+func (o *overlay) empty() bool {
+	return len(o.recs) == 0 && len(o.removed) == 0 && len(o.removing) == 0 &&
+		len(o.states) == 0 && len(o.statesCk) == 0
+}
+
+// cutQueue is one queue's part of a checkpoint.
+type cutQueue struct {
+	l        *qlog
+	hi       uint64  // the highest ID appended: bbolt's sequence
+	recs     []ovRec // live appends to write
+	removing map[uint64]struct{}
+	states   map[uint64][]byte
+
+	gone, goneBytes int64 // what the transaction deleted (counts)
+}
+
+// cut is one checkpoint: what the overlay held when the writer closed
+// segment seg; the checkpoint deletes segments up to seg.
+type cut struct {
+	queues []cutQueue
+	seg    uint64
+}
+
+func segmentName(path string, n uint64) string {
+	return fmt.Sprintf("%s.wal.%016x", path, n)
+}
+
+// segments lists the log's segment numbers, in order.
+func segments(path string) ([]uint64, error) {
+	names, err := filepath.Glob(path + ".wal.*")
+	if err != nil {
+		return nil, err
+	}
+	var out []uint64
+	prefix := path + ".wal."
+	for _, name := range names {
+		n, err := strconv.ParseUint(strings.TrimPrefix(name, prefix), 16, 64)
+		if err != nil || len(name) != len(prefix)+16 {
+			continue
+		}
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// syncDir makes file creations and removals in path's directory durable.
+func syncDir(path string) error {
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// frame frames the body (which the caller appended to buf after
+// reserving 8 bytes at start) with its length and CRC.
+func frame(buf []byte, start int) {
+	body := buf[start+8:]
+	binary.LittleEndian.PutUint32(buf[start:], uint32(len(body)))
+	binary.LittleEndian.PutUint32(buf[start+4:], crc32.Checksum(body, castagnoli))
+}
+
+func appendName(buf []byte, name string) []byte {
+	buf = binary.AppendUvarint(buf, uint64(len(name)))
+	return append(buf, name...)
+}
+
+// encodeOp appends o's log record to buf.
+func encodeOp(buf []byte, o *op) []byte {
+	start := len(buf)
+	buf = append(buf, 0, 0, 0, 0, 0, 0, 0, 0)
+	switch {
+	case o.done != nil:
+		buf = append(buf, recAppend)
+		buf = appendName(buf, o.log.name)
+		buf = binary.BigEndian.AppendUint64(buf, o.id)
+		buf = binary.AppendUvarint(buf, uint64(o.size))
+		buf = append(buf, o.data...)
+	case o.state != nil:
+		buf = append(buf, recState)
+		buf = appendName(buf, o.log.name)
+		buf = binary.BigEndian.AppendUint64(buf, o.rm)
+		buf = append(buf, o.state...)
+	default:
+		buf = append(buf, recRemove)
+		buf = appendName(buf, o.log.name)
+		if o.ids == nil {
+			buf = binary.AppendUvarint(buf, 1)
+			buf = binary.BigEndian.AppendUint64(buf, o.rm)
+		} else {
+			buf = binary.AppendUvarint(buf, uint64(len(o.ids)))
+			for _, id := range o.ids {
+				buf = binary.BigEndian.AppendUint64(buf, id)
+			}
+		}
+	}
+	frame(buf, start)
+	return buf
+}
+
+// walRecord is one decoded log record.
+type walRecord struct {
+	kind byte
+	name string
+	id   uint64   // append, state
+	size int64    // append
+	data []byte   // append: the encoding; state: the state
+	ids  []uint64 // remove
+}
+
+var errTorn = errors.New("torn or invalid record")
+
+// nextRecord decodes the record at the start of b and returns the rest.
+func nextRecord(b []byte) (walRecord, []byte, error) {
+	var r walRecord
+	if len(b) < 8 {
+		return r, nil, errTorn
+	}
+	n := binary.LittleEndian.Uint32(b)
+	sum := binary.LittleEndian.Uint32(b[4:])
+	if n == 0 || uint64(n) > uint64(len(b)-8) {
+		return r, nil, errTorn
+	}
+	body := b[8 : 8+n]
+	if crc32.Checksum(body, castagnoli) != sum {
+		return r, nil, errTorn
+	}
+	rest := b[8+n:]
+	r.kind = body[0]
+	body = body[1:]
+	ln, k := binary.Uvarint(body)
+	if k <= 0 || ln > uint64(len(body)-k) {
+		return r, nil, errTorn
+	}
+	r.name = string(body[k : k+int(ln)])
+	body = body[k+int(ln):]
+	switch r.kind {
+	case recAppend, recState:
+		if len(body) < 8 {
+			return r, nil, errTorn
+		}
+		r.id = binary.BigEndian.Uint64(body)
+		body = body[8:]
+		if r.kind == recAppend {
+			s, k := binary.Uvarint(body)
+			if k <= 0 {
+				return r, nil, errTorn
+			}
+			r.size = int64(s)
+			body = body[k:]
+		}
+		r.data = body
+	case recRemove:
+		c, k := binary.Uvarint(body)
+		if k <= 0 || c > uint64(len(body)-k)/8 {
+			return r, nil, errTorn
+		}
+		body = body[k:]
+		r.ids = make([]uint64, c)
+		for i := range r.ids {
+			r.ids[i] = binary.BigEndian.Uint64(body[8*i:])
+		}
+	default:
+		return r, nil, errTorn
+	}
+	return r, rest, nil
+}
+
+// replay applies the segments a previous run left into bbolt, in one
+// transaction, deletes them, and returns the number the next segment
+// takes. Applying is idempotent (a segment a checkpoint applied but had
+// not deleted yet is applied again to the same effect).
+func (b *Backend) replay() (uint64, error) {
+	segs, err := segments(b.path)
+	if err != nil || len(segs) == 0 {
+		return 1, err
+	}
+	err = b.db.Update(func(tx *bolt.Tx) error {
+		queues := tx.Bucket(bucketQueues)
+		touched := map[string]*txQueue{}
+		hi := map[string]uint64{}
+		for _, n := range segs {
+			data, err := os.ReadFile(segmentName(b.path, n))
+			if err != nil {
+				return err
+			}
+			for len(data) > 0 {
+				r, rest, err := nextRecord(data)
+				if err != nil {
+					// A torn write ends the log: nothing after it was
+					// acknowledged.
+					return replayDone(touched, hi)
+				}
+				data = rest
+				q := touched[r.name]
+				if q == nil {
+					qb := queues.Bucket([]byte(r.name))
+					if qb == nil {
+						continue // dropped
+					}
+					q = newTxQueue(qb)
+					touched[r.name] = q
+				}
+				switch r.kind {
+				case recAppend:
+					if err := q.put(r.id, r.data, r.size); err != nil {
+						return err
+					}
+					hi[r.name] = max(hi[r.name], r.id)
+				case recState:
+					if err := q.setState(r.id, r.data); err != nil {
+						return err
+					}
+				case recRemove:
+					for _, id := range r.ids {
+						if _, _, err := q.remove(r.name, id); err != nil {
+							return err
+						}
+					}
+				}
+			}
+		}
+		return replayDone(touched, hi)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("replay the log: %w", err)
+	}
+	for _, n := range segs {
+		if err := os.Remove(segmentName(b.path, n)); err != nil {
+			return 0, err
+		}
+	}
+	return segs[len(segs)-1] + 1, syncDir(b.path)
+}
+
+func replayDone(touched map[string]*txQueue, hi map[string]uint64) error {
+	for name, q := range touched {
+		if err := q.finish(hi[name]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// newTxQueue starts a queue's part of a transaction.
+func newTxQueue(qb *bolt.Bucket) *txQueue {
+	q := &txQueue{bucket: qb.Bucket(bucketRecords), counts: qb}
+	if d := qb.Bucket(bucketStates); d != nil {
+		if k, _ := d.Cursor().First(); k != nil {
+			q.states = d
+		}
+	}
+	q.records, q.bytes = readCounts(qb)
+	// Keys only ever grow: full pages instead of half-full ones on split.
+	q.bucket.FillPercent = 1.0
+	return q
+}
+
+// put stores a record unless it is there already (a replay).
+func (q *txQueue) put(id uint64, data []byte, size int64) error {
+	var key [8]byte
+	binary.BigEndian.PutUint64(key[:], id)
+	if q.bucket.Get(key[:]) == nil {
+		q.records++
+		q.bytes += size
+	}
+	return q.bucket.Put(key[:], data)
+}
+
+// setState stores a delivery state for a record that is there.
+func (q *txQueue) setState(id uint64, state []byte) error {
+	var key [8]byte
+	binary.BigEndian.PutUint64(key[:], id)
+	if q.bucket.Get(key[:]) == nil {
+		return nil // removed meanwhile: its state goes with it
+	}
+	if q.states == nil {
+		d, err := q.counts.CreateBucketIfNotExists(bucketStates)
+		if err != nil {
+			return err
+		}
+		q.states = d
+		q.stateCur = nil
+	}
+	return q.states.Put(key[:], state)
+}
+
+// remove deletes a record and its state, and says whether it was there
+// and its size. One seek of a cursor kept for the transaction finds the
+// record, reads its size and deletes it.
+func (q *txQueue) remove(name string, id uint64) (bool, int64, error) {
+	var key [8]byte
+	binary.BigEndian.PutUint64(key[:], id)
+	if q.cur == nil {
+		q.cur = q.bucket.Cursor()
+	}
+	k, v := q.cur.Seek(key[:])
+	if k == nil || binary.BigEndian.Uint64(k) != id {
+		return false, 0, nil // removed before, or never stored
+	}
+	meta, err := codec.ReadMeta(v)
+	if err != nil {
+		return false, 0, fmt.Errorf("queue %q record %d: %w", name, id, err)
+	}
+	if err := q.cur.Delete(); err != nil {
+		return false, 0, err
+	}
+	if q.states != nil {
+		if q.stateCur == nil {
+			q.stateCur = q.states.Cursor()
+		}
+		if k, _ := q.stateCur.Seek(key[:]); k != nil && binary.BigEndian.Uint64(k) == id {
+			if err := q.stateCur.Delete(); err != nil {
+				return false, 0, err
+			}
+		}
+	}
+	q.records--
+	q.bytes -= int64(meta.Size)
+	return true, int64(meta.Size), nil
+}
+
+// finish writes the counts and raises the sequence to hi: IDs are never
+// reused after a reopen.
+func (q *txQueue) finish(hi uint64) error {
+	if hi > q.bucket.Sequence() {
+		if err := q.bucket.SetSequence(hi); err != nil {
+			return err
+		}
+	}
+	return q.counts.Put(keyCounts, encodeCounts(q.records, q.bytes))
+}
+
+// newSegment creates segment n and makes its name durable. On the writer
+// goroutine (or Open).
+func (b *Backend) newSegment(n uint64) error {
+	f, err := os.OpenFile(segmentName(b.path, n), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if err := syncDir(b.path); err != nil {
+		_ = f.Close()
+		return err
+	}
+	b.seg, b.segNo, b.segSize = f, n, 0
+	return nil
+}
+
+// writeLog writes buf at the end of the segment and syncs it. A failed
+// write is cut off again, so that the next one follows the last good
+// record. On the writer goroutine.
+func (b *Backend) writeLog(buf []byte) error {
+	b.walMu.Lock()
+	defer b.walMu.Unlock()
+	_, err := b.seg.WriteAt(buf, b.segSize)
+	if err == nil {
+		err = fdatasync(b.seg)
+	}
+	if err != nil {
+		if terr := b.seg.Truncate(b.segSize); terr != nil {
+			b.failed = fmt.Errorf("the log cannot be cut back after a failed write: %w", terr)
+		}
+		return err
+	}
+	b.segSize += int64(len(buf))
+	return nil
+}
+
+// takeCut closes the segment being written (a new one follows unless
+// last) and freezes what the overlay holds for a checkpoint. On the
+// writer goroutine, with no checkpoint running.
+func (b *Backend) takeCut(last bool) (*cut, error) {
+	c := &cut{seg: b.segNo}
+	old := b.seg
+	if !last {
+		if err := b.newSegment(b.segNo + 1); err != nil {
+			return nil, err
+		}
+	}
+	_ = old.Close() // synced with its last write
+	b.ovMu.Lock()
+	defer b.ovMu.Unlock()
+	for l := range b.ovQueues {
+		o := &l.ov
+		if o.empty() {
+			delete(b.ovQueues, l)
+			continue
+		}
+		cq := cutQueue{l: l}
+		for _, r := range o.recs {
+			if r.data != nil {
+				cq.recs = append(cq.recs, r)
+			}
+		}
+		if len(o.recs) > 0 {
+			cq.hi = o.recs[len(o.recs)-1].id
+		}
+		o.frozenHi = cq.hi
+		o.removing, o.removed = o.removed, nil
+		o.statesCk, o.states = o.states, nil
+		cq.removing, cq.states = o.removing, o.statesCk
+		c.queues = append(c.queues, cq)
+	}
+	return c, nil
+}
+
+// checkpoint applies c in one bbolt transaction, drops what it wrote
+// from the overlay, and deletes the segments it covers. On the
+// checkpointer goroutine (or the writer's, for Drop; or Close).
+func (b *Backend) checkpoint(c *cut) error {
+	if len(c.queues) > 0 {
+		err := b.db.Update(func(tx *bolt.Tx) error {
+			if b.checkpointFault != nil {
+				if err := b.checkpointFault(); err != nil {
+					return err
+				}
+			}
+			queues := tx.Bucket(bucketQueues)
+			for i := range c.queues {
+				cq := &c.queues[i]
+				qb := queues.Bucket(cq.l.key)
+				if qb == nil || cq.l.dropped.Load() {
+					continue
+				}
+				q := newTxQueue(qb)
+				for _, r := range cq.recs {
+					if err := q.put(r.id, r.data, r.size); err != nil {
+						return err
+					}
+				}
+				for id, st := range cq.states {
+					if err := q.setState(id, st); err != nil {
+						return err
+					}
+				}
+				for id := range cq.removing {
+					ok, size, err := q.remove(cq.l.name, id)
+					if err != nil {
+						return err
+					}
+					if ok {
+						cq.gone++
+						cq.goneBytes += size
+					}
+				}
+				if err := q.finish(cq.hi); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			b.unfreeze(c)
+			return err
+		}
+		b.checkpoints.Add(1)
+	}
+	// Readers hold ckMu while they read bbolt and the overlay: one that
+	// began before the commit still finds what it wrote in the overlay,
+	// and what it deleted in removing.
+	b.ckMu.Lock()
+	b.ovMu.Lock()
+	for i := range c.queues {
+		cq := &c.queues[i]
+		o := &cq.l.ov
+		n := sort.Search(len(o.recs), func(i int) bool { return o.recs[i].id > cq.hi })
+		clear(o.recs[:n])
+		o.recs = o.recs[n:]
+		o.frozenHi = 0
+		o.removing, o.statesCk = nil, nil
+		cq.l.records.Add(-cq.gone)
+		cq.l.bytes.Add(-cq.goneBytes)
+	}
+	b.ovMu.Unlock()
+	b.ckMu.Unlock()
+	segs, err := segments(b.path)
+	if err != nil {
+		return err
+	}
+	for _, n := range segs {
+		if n <= c.seg {
+			if err := os.Remove(segmentName(b.path, n)); err != nil {
+				return err
+			}
+		}
+	}
+	return syncDir(b.path)
+}
+
+// unfreeze gives a cut that failed back to the overlay: its records stay
+// there, and its segments on disk, until a later checkpoint (whose cut
+// holds everything the overlay does) succeeds.
+func (b *Backend) unfreeze(c *cut) {
+	b.ovMu.Lock()
+	defer b.ovMu.Unlock()
+	for i := range c.queues {
+		cq := &c.queues[i]
+		o := &cq.l.ov
+		o.frozenHi = 0
+		for id := range o.removing {
+			if o.removed == nil {
+				o.removed = map[uint64]struct{}{}
+			}
+			o.removed[id] = struct{}{}
+		}
+		for id, st := range o.statesCk {
+			if _, newer := o.states[id]; !newer {
+				if o.states == nil {
+					o.states = map[uint64][]byte{}
+				}
+				o.states[id] = st
+			}
+		}
+		o.removing, o.statesCk = nil, nil
+		b.ovQueues[cq.l] = struct{}{}
+	}
+}
+
+// checkpointer runs the checkpoints the writer hands it, one at a time.
+func (b *Backend) checkpointer() {
+	defer close(b.ckExited)
+	for c := range b.cuts {
+		b.ckDone <- b.checkpoint(c)
+	}
+}
+
+// maybeCheckpoint, after a commit, starts a checkpoint when the segment
+// is full or old enough (tick), and waits for the running one when the
+// log has grown too far ahead of bbolt. On the writer goroutine.
+func (b *Backend) maybeCheckpoint(tick bool) {
+	b.reapCheckpoint(false)
+	if b.segSize == 0 || b.failed != nil {
+		return
+	}
+	if b.segSize < b.segmentMax && !tick {
+		return
+	}
+	if b.ckBusy {
+		if b.segSize < b.segmentHard {
+			return // the next commit or tick tries again
+		}
+		b.reapCheckpoint(true)
+		if b.failed != nil {
+			return
+		}
+	}
+	c, err := b.takeCut(false)
+	if err != nil {
+		return // no new segment (a full disk?): the next commit or tick tries again
+	}
+	b.ckBusy = true
+	b.cuts <- c
+}
+
+// reapCheckpoint notes the end of the running checkpoint; wait blocks
+// for it. A failed checkpoint gave its cut back to the overlay
+// (unfreeze): the next tick tries again, and until one succeeds the log
+// keeps everything. On the writer goroutine.
+func (b *Backend) reapCheckpoint(wait bool) {
+	if !b.ckBusy {
+		return
+	}
+	if wait {
+		<-b.ckDone
+	} else {
+		select {
+		case <-b.ckDone:
+		default:
+			return
+		}
+	}
+	b.ckBusy = false
+}
+
+// checkpointNow applies everything logged so far to bbolt before it
+// returns (Drop; tests). On the writer goroutine.
+func (b *Backend) checkpointNow() error {
+	b.reapCheckpoint(true)
+	if b.failed != nil {
+		return b.failed
+	}
+	c, err := b.takeCut(false)
+	if err != nil {
+		return fmt.Errorf("start a log segment: %w", err)
+	}
+	if err := b.checkpoint(c); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	return nil
+}
+
+// armTick asks for a commit (and with it a checkpoint) checkpointDelay
+// from now, while the log holds something. On the writer goroutine.
+func (b *Backend) armTick() {
+	if b.tickArmed || (b.segSize == 0 && !b.ckBusy) {
+		return
+	}
+	b.tickArmed = true
+	time.AfterFunc(b.checkpointDelay, func() { b.loop.Add(op{tick: true}) })
+}
