@@ -245,3 +245,62 @@ func TestLinkOverflowBlockPrefetchingConsumer(t *testing.T) {
 		t.Fatalf("%v dropped", d)
 	}
 }
+
+// TestLinkOverflowBlockSeveralPublishersWaitOn: with several publishers
+// waiting on one full link, a settlement's token wakes only one of them;
+// the others must still count it as the link's sign of life. Before,
+// each waiter was renewed only every N settlements, so with two
+// publishers and a settlement every 0.6 OverflowWait the second one's
+// wait ran out (the link stalled and dropped) although the consumer
+// showed life well within OverflowWait throughout.
+func TestLinkOverflowBlockSeveralPublishersWaitOn(t *testing.T) {
+	const pubs, perPub, batch = 2, 20, 10
+	// A settlement every 350 ms against a wait of 600: each waiter sees
+	// one every 700 ms at best before the fix, and the link's life well
+	// within the wait after it (250 ms of margin for a loaded machine).
+	const wait, every = 600 * time.Millisecond, 350 * time.Millisecond
+	e := startServer(t, func(o *Options) {
+		o.LinkBuffer = batch
+		o.BlockOnOverflow = true
+		o.OverflowWait = wait
+	})
+	r := newReceiver(t, e.session(t), "several", &goamqp.ReceiverOptions{Credit: -1,
+		RequestedSenderSettleMode: goamqp.SenderSettleModeUnsettled.Ptr()})
+	var dones []<-chan struct{}
+	for range pubs {
+		dones = append(dones, publishPresettled(t, e, "several", perPub))
+	}
+	const total = pubs * perPub
+	got := 0
+	for got < total {
+		if err := r.IssueCredit(batch); err != nil {
+			t.Fatal(err)
+		}
+		var held []*goamqp.Message
+		for range batch {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			m, err := r.Receive(ctx, nil)
+			cancel()
+			if err != nil {
+				break
+			}
+			held = append(held, m)
+		}
+		if len(held) == 0 {
+			break
+		}
+		for _, m := range held {
+			time.Sleep(every)
+			if err := r.AcceptMessage(ctx5(t), m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got += len(held)
+	}
+	for _, d := range dones {
+		<-d
+	}
+	if d := e.dropped("slow_consumer"); d != 0 || got != total {
+		t.Fatalf("%d publishers: received %d of %d, %v dropped", pubs, got, total, d)
+	}
+}

@@ -75,6 +75,7 @@ type outLink struct {
 	space        chan struct{} // cap 1: the writer took a retained copy
 	room         chan struct{} // cap 1: the writer took a live message while a publisher waited
 	waiting      int           // publishers waiting for room (block)
+	life         time.Time     // the link's last sign of life: the writer took a message or the consumer settled one (block)
 	stalled      bool          // a wait for room timed out: drop without waiting until half drained
 	done         chan struct{} // closed with the link
 
@@ -380,6 +381,13 @@ func (l *outLink) offer(q queued, mayWait bool) (ok, closed bool) {
 		l.mu.Lock()
 		l.waiting--
 		if timedOut {
+			// One token wakes one waiter: with several publishers waiting,
+			// the others learn of a sign of life from l.life, and wait on
+			// for what is left of OverflowWait since it.
+			if d := time.Since(l.life); d < l.c.s.opts.OverflowWait {
+				timer.Reset(l.c.s.opts.OverflowWait - d)
+				continue
+			}
 			l.stalled = true
 			l.mu.Unlock()
 			return false, false
@@ -400,6 +408,7 @@ func (l *outLink) offer(q queued, mayWait bool) (ok, closed bool) {
 // stuck. Called by the writer.
 func (l *outLink) alive() {
 	l.mu.Lock()
+	l.life = time.Now()
 	if l.waiting > 0 {
 		select {
 		case l.room <- struct{}{}:
@@ -502,6 +511,7 @@ func (l *outLink) pop() (queued, bool) {
 	q, ok := l.live.pop()
 	if l.block {
 		if l.waiting > 0 {
+			l.life = time.Now()
 			select {
 			case l.room <- struct{}{}:
 			default:
