@@ -377,13 +377,16 @@ func (e *Engine) Ensure(ctx context.Context, cfg Config) (*Queue, error) {
 		e.declMu.Unlock()
 		return q, nil
 	}
+	store := true
 	if sb, ok := e.opts.Backend.(SharedBackend); ok && !cfg.Temporary {
-		stored, found, err := sb.Declaration(ctx, cfg.Name)
+		// Create, not a read then a declare: another gateway's Declare
+		// between the two would be overwritten with cfg's defaults.
+		stored, created, err := sb.Create(ctx, cfg)
 		if err != nil {
 			e.declMu.Unlock()
 			return nil, fmt.Errorf("queue %q: %w", cfg.Name, err)
 		}
-		if found {
+		if !created {
 			err := e.applyLocked(ctx, sb, cfg.Name, stored, true)
 			q, ok := e.Queue(cfg.Name)
 			e.declMu.Unlock()
@@ -392,8 +395,9 @@ func (e *Engine) Ensure(ctx context.Context, cfg Config) (*Queue, error) {
 			}
 			return q, nil
 		}
+		store = false // stored by Create: attach to it
 	}
-	q, err := e.declare(ctx, cfg, true)
+	q, err := e.declare(ctx, cfg, store)
 	e.declMu.Unlock()
 	if err == nil && !cfg.Temporary && e.opts.Changed != nil {
 		e.opts.Changed(cfg.Name)

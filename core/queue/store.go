@@ -96,6 +96,12 @@ type SharedBackend interface {
 	// Declaration reads one queue's stored configuration; ok is false
 	// when the store holds none (never declared, or dropped).
 	Declaration(ctx context.Context, name string) (cfg Config, ok bool, err error)
+	// Create stores cfg as the queue's configuration, with what Open
+	// makes for its messages, only if the store holds none, in one step
+	// no other gateway's Open, Create or Drop can come between; created
+	// is false when one was there, and stored is then that one (which
+	// the caller follows, as Attach does), else cfg.
+	Create(ctx context.Context, cfg Config) (stored Config, created bool, err error)
 	// Attach returns the Log of a queue another gateway stored, without
 	// storing its configuration again (an older copy must not overwrite
 	// a newer one). The store holds the queue's messages before its

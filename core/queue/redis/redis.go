@@ -165,9 +165,11 @@ func (b *Backend) Declared(ctx context.Context) ([]queue.Config, error) {
 }
 
 // Open implements queue.Backend: the stream and its group are created if
-// missing, then the configuration goes into the hash. In that order: a
+// missing and the configuration goes into the hash, in one MULTI: a
 // gateway that reads the configuration (Declaration, Declared) finds the
-// stream to attach to (Attach).
+// stream to attach to (Attach), and another gateway's Drop (one MULTI too)
+// cannot land between the two and leave a configuration without a stream
+// (every append refused for good).
 func (b *Backend) Open(ctx context.Context, cfg queue.Config) (queue.Log, error) {
 	js, err := json.Marshal(cfg)
 	if err != nil {
@@ -179,17 +181,78 @@ func (b *Backend) Open(ctx context.Context, cfg queue.Config) (queue.Log, error)
 	if l == nil {
 		l = b.newLog(cfg.Name)
 	}
-	// From 0: a stream another gateway created holds nothing the group has
-	// not seen, and the group must see all of it.
-	err = b.client.XGroupCreateMkStream(ctx, l.stream, group, "0").Err()
-	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
+	var xg *goredis.StatusCmd
+	var hs *goredis.IntCmd
+	_, _ = b.client.TxPipelined(ctx, func(p goredis.Pipeliner) error {
+		xg = b.groupCreate(ctx, p, l)
+		hs = p.HSet(ctx, b.cfgKey, cfg.Name, js)
+		return nil
+	})
+	if err := groupCreated(xg); err != nil {
 		return nil, unavailable(err)
 	}
-	if err := b.client.HSet(ctx, b.cfgKey, cfg.Name, js).Err(); err != nil {
+	if err := hs.Err(); err != nil {
 		return nil, unavailable(err)
 	}
 	b.logs[cfg.Name] = l
 	return l, nil
+}
+
+// Create implements queue.SharedBackend: Open's stream and group, and the
+// configuration only if the store holds none (HSETNX), in one MULTI that
+// also reads what the store holds then. created is false when another
+// gateway's declaration was there first; stored is that one.
+func (b *Backend) Create(ctx context.Context, cfg queue.Config) (stored queue.Config, created bool, err error) {
+	js, err := json.Marshal(cfg)
+	if err != nil {
+		return queue.Config{}, false, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	l := b.logs[cfg.Name]
+	if l == nil {
+		l = b.newLog(cfg.Name)
+	}
+	var xg *goredis.StatusCmd
+	var set *goredis.BoolCmd
+	var get *goredis.StringCmd
+	_, _ = b.client.TxPipelined(ctx, func(p goredis.Pipeliner) error {
+		xg = b.groupCreate(ctx, p, l)
+		set = p.HSetNX(ctx, b.cfgKey, cfg.Name, js)
+		get = p.HGet(ctx, b.cfgKey, cfg.Name)
+		return nil
+	})
+	if err := groupCreated(xg); err != nil {
+		return queue.Config{}, false, unavailable(err)
+	}
+	if err := set.Err(); err != nil {
+		return queue.Config{}, false, unavailable(err)
+	}
+	if set.Val() {
+		return cfg, true, nil
+	}
+	if err := get.Err(); err != nil {
+		return queue.Config{}, false, unavailable(err)
+	}
+	if err := json.Unmarshal([]byte(get.Val()), &stored); err != nil {
+		return queue.Config{}, false, fmt.Errorf("queue %q: config: %w", cfg.Name, err)
+	}
+	return stored, false, nil
+}
+
+// groupCreate queues the creation of l's stream and consumer group. From
+// 0: a stream another gateway created holds nothing the group has not
+// seen, and the group must see all of it.
+func (b *Backend) groupCreate(ctx context.Context, p goredis.Pipeliner, l *rlog) *goredis.StatusCmd {
+	return p.XGroupCreateMkStream(ctx, l.stream, group, "0")
+}
+
+// groupCreated is groupCreate's error, but for a group that exists.
+func groupCreated(xg *goredis.StatusCmd) error {
+	if err := xg.Err(); err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
+		return err
+	}
+	return nil
 }
 
 func (b *Backend) newLog(name string) *rlog {
