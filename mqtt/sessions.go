@@ -265,6 +265,10 @@ func (ss *sessions) OnQosPublish(cl *mochi.Client, pk packets.Packet, _ int64, _
 func (ss *sessions) markHeld(client string, id uint16, held bool) {
 	ss.heldMu.Lock()
 	defer ss.heldMu.Unlock()
+	ss.markHeldLocked(client, id, held)
+}
+
+func (ss *sessions) markHeldLocked(client string, id uint16, held bool) {
 	m := ss.held[client]
 	switch {
 	case held && m == nil:
@@ -279,11 +283,9 @@ func (ss *sessions) markHeld(client string, id uint16, held bool) {
 	}
 }
 
-// wasHeld reports whether the message id of client was stored held, and
-// forgets it.
-func (ss *sessions) wasHeld(client string, id uint16) bool {
-	ss.heldMu.Lock()
-	defer ss.heldMu.Unlock()
+// wasHeldLocked reports whether the message id of client was stored held,
+// and forgets it. The caller holds heldMu.
+func (ss *sessions) wasHeldLocked(client string, id uint16) bool {
 	m := ss.held[client]
 	if _, ok := m[id]; !ok {
 		return false
@@ -306,9 +308,20 @@ func (ss *sessions) forgetHeld(client string) {
 // been sent (patch 13's sendHeld, which calls no hook), without the mark:
 // after a restart it is resent with DUP [MQTT-4.4.0-1]. On the client's
 // writer.
+//
+// The mark's test, the look into the inflight store and the write are one
+// step under heldMu, which dropInflight holds too while it clears the mark
+// and writes the delete: the client's PUBACK, read on its reader while
+// this runs, otherwise could have its delete written between our look
+// and our write, and our write put the acknowledged message back into
+// the store (resent after a restart).
 func (ss *sessions) OnPacketSent(cl *mochi.Client, pk packets.Packet, _ []byte) {
-	if pk.FixedHeader.Type != packets.Publish || pk.FixedHeader.Qos == 0 || !persistent(cl) ||
-		!ss.wasHeld(cl.ID, pk.PacketID) {
+	if pk.FixedHeader.Type != packets.Publish || pk.FixedHeader.Qos == 0 || !persistent(cl) {
+		return
+	}
+	ss.heldMu.Lock()
+	defer ss.heldMu.Unlock()
+	if !ss.wasHeldLocked(cl.ID, pk.PacketID) {
 		return
 	}
 	if sent, ok := cl.State.Inflight.Get(pk.PacketID); ok && sent.Expiry >= 0 {
@@ -334,7 +347,10 @@ func (ss *sessions) dropInflight(cl *mochi.Client, id uint16) {
 	// A clean-start takeover deletes the whole session instead
 	// (OnSessionEstablished).
 	if persistent(cl) && !cl.IsTakenOver() && ss.isKnown(cl.ID) {
-		ss.markHeld(cl.ID, id, false)
+		// Under heldMu, as OnPacketSent's write of the same message.
+		ss.heldMu.Lock()
+		defer ss.heldMu.Unlock()
+		ss.markHeldLocked(cl.ID, id, false)
 		ss.enqueueKnown(cl.ID, session.Op{Kind: session.DeleteInflight, Client: cl.ID, Key: packetKey(id)})
 	}
 }

@@ -526,3 +526,62 @@ func TestSessionTakeoverDeletesNoInflight(t *testing.T) {
 		t.Fatalf("the takeover deleted %d in-flight messages from the store", n)
 	}
 }
+
+// TestSentAndAcknowledgedAtOnceLeavesNoInflight: a message stored held
+// (queued for an offline session) is stored again once it is sent
+// (OnPacketSent, on the client's writer), and deleted when the client
+// acknowledges it (dropInflight, on its reader). When the PUBACK came
+// while the writer was between its look into the inflight store and its
+// write, the delete went to the store first and the write put the
+// acknowledged message back: resent after a restart (seen once in CI as
+// TestSessionSurvivesRestart's "want PUBREL, got Publish"). The two run
+// here at once, many times; the last op for each message must be its
+// delete.
+func TestSentAndAcknowledgedAtOnceLeavesNoInflight(t *testing.T) {
+	var ob *opsBackend
+	s, _ := startSessionServer(t, t.TempDir(), func(b session.Backend) session.Backend {
+		ob = &opsBackend{Backend: b}
+		return ob
+	})
+	sub, _ := dialSession(t, s.Addr(), "dev", 5, true)
+	sub.subscribeQoS1(t, "t/#")
+	cl, ok := s.mochi.Clients.Get("dev")
+	if !ok || !s.sessions.isKnown("dev") {
+		t.Fatal("the session is not established")
+	}
+	const n = 10000
+	for i := range n {
+		id := uint16(1 + i)
+		pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, PacketID: id,
+			TopicName: "t/x", Payload: []byte("m")}
+		cl.State.Inflight.Set(pk)
+		s.sessions.markHeld("dev", id, true)
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); s.sessions.OnPacketSent(cl, pk, nil) }()
+		go func() {
+			defer wg.Done()
+			cl.State.Inflight.Delete(id)
+			s.sessions.OnQosComplete(cl, pk)
+		}()
+		wg.Wait()
+	}
+	waitUntil(t, "every delete applied", func() bool { return ob.count(session.DeleteInflight, "dev") >= n })
+	ob.mu.Lock()
+	defer ob.mu.Unlock()
+	last := map[string]session.Kind{}
+	for _, op := range ob.ops {
+		if op.Client == "dev" && (op.Kind == session.PutInflight || op.Kind == session.DeleteInflight) {
+			last[string(op.Key)] = op.Kind
+		}
+	}
+	put := 0
+	for i := range n {
+		if last[string(packetKey(uint16(1+i)))] != session.DeleteInflight {
+			put++
+		}
+	}
+	if put > 0 {
+		t.Fatalf("%d of %d acknowledged messages left in the store (written after their delete)", put, n)
+	}
+}
