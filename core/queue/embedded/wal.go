@@ -22,10 +22,10 @@ package embedded
 //	2 name n:uvarint id:u64 ...       removals
 //	3 name id:u64 state               a delivery state (queue.DeliveryState)
 //
-// with name a uvarint length and the queue's name. Replay stops at the
-// first record that is short or fails its CRC (a torn write: never
-// acknowledged, since an append is answered after the fdatasync that
-// follows its whole record).
+// with name a uvarint length and the queue's name. Replay of a segment
+// stops at its first record that is short or fails its CRC (a torn write:
+// never acknowledged, since an append is answered after the fdatasync that
+// follows its whole record) and goes on with the next segment.
 
 import (
 	"encoding/binary"
@@ -293,9 +293,14 @@ func (b *Backend) replay() (uint64, error) {
 			for len(data) > 0 {
 				r, rest, err := nextRecord(data)
 				if err != nil {
-					// A torn write ends the log: nothing after it was
-					// acknowledged.
-					return replayDone(touched, hi)
+					// A torn write ends its segment: nothing after it in
+					// the segment was acknowledged. Not the log: a later
+					// segment was started after this one's last good
+					// record was synced (a failed write is cut back in
+					// the page cache only, and a segment closed after
+					// it may keep its head), and holds acknowledged
+					// records.
+					break
 				}
 				data = rest
 				q := touched[r.name]

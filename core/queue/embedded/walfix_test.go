@@ -1,0 +1,61 @@
+package embedded
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/tolsey/tolsey/core/queue"
+	"github.com/tolsey/tolsey/core/queue/queuetest"
+)
+
+// TestTornRecordInEarlierSegment: a segment that is not the last may end
+// in a record that is not whole (a write that failed and was cut back in
+// the page cache only, then the segment was closed for a checkpoint that
+// failed): its garbage ends that segment's replay, not the log's. The
+// records of the later segments were acknowledged and are replayed.
+func TestTornRecordInEarlierSegment(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), FileName)
+	b := open(t, path)
+	noCheckpoints(b)
+	l, err := b.Open(ctx, queue.Config{Name: "q"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	queuetest.Append(t, l, queuetest.Msg("t", 0))
+	first := b.segNo
+	b.checkpointFault = func() error { return errors.New("disk full (test)") }
+	if err := b.checkpointSync(); err == nil { // a new segment; the first stays
+		t.Fatal("checkpoint succeeded")
+	}
+	id1 := queuetest.Append(t, l, queuetest.Msg("t", 1)) // acknowledged, in the second segment
+	if b.segNo == first {
+		t.Fatal("no new segment")
+	}
+	crash(b)
+	f, err := os.OpenFile(segmentName(path, first), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The head of a record whose body never made it.
+	if _, err := f.Write([]byte{40, 0, 0, 0, 1, 2, 3, 4, recAppend}); err != nil {
+		t.Fatal(err)
+	}
+	_ = f.Close()
+
+	b = open(t, path)
+	defer b.Close()
+	if l, err = b.Open(ctx, queue.Config{Name: "q"}); err != nil {
+		t.Fatal(err)
+	}
+	recs := queuetest.ReadAll(t, l, 0)
+	if len(recs) != 2 || recs[1].ID != id1 {
+		t.Fatalf("%d records after the reopen, want 2 (the acknowledged append of the later segment lost)", len(recs))
+	}
+	if n, _, _ := l.Stats(ctx); n != 2 {
+		t.Fatalf("stats %d, want 2", n)
+	}
+}
