@@ -94,6 +94,7 @@ type Backend struct {
 	buf       []byte
 	failed    error // the log cannot be cut back after a failed write: every append fails
 	ckBusy    bool  // a cut was handed to the checkpointer, not reaped
+	ckFailed  bool  // the last checkpoint failed: tried again on the next tick
 	tickArmed bool
 	// walMu is held around a log write (tests hold it to stall the
 	// writer).

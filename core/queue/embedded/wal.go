@@ -482,13 +482,21 @@ func (b *Backend) writeLog(buf []byte) error {
 // writer goroutine, with no checkpoint running.
 func (b *Backend) takeCut(last bool) (*cut, error) {
 	c := &cut{seg: b.segNo}
-	old := b.seg
-	if !last {
+	switch {
+	case last:
+		_ = b.seg.Close() // synced with its last write
+	case b.segSize == 0:
+		// Nothing written since the last cut (a failed checkpoint tried
+		// again): the segments before this one hold all the overlay
+		// does, and no empty segment is made per try.
+		c.seg = b.segNo - 1
+	default:
+		old := b.seg
 		if err := b.newSegment(b.segNo + 1); err != nil {
 			return nil, err
 		}
+		_ = old.Close() // synced with its last write
 	}
-	_ = old.Close() // synced with its last write
 	b.ovMu.Lock()
 	defer b.ovMu.Unlock()
 	for l := range b.ovQueues {
@@ -640,7 +648,7 @@ func (b *Backend) checkpointer() {
 // log has grown too far ahead of bbolt. On the writer goroutine.
 func (b *Backend) maybeCheckpoint(tick bool) {
 	b.reapCheckpoint(false)
-	if b.segSize == 0 || b.failed != nil {
+	if (b.segSize == 0 && !b.ckFailed) || b.failed != nil {
 		return
 	}
 	if b.segSize < b.segmentMax && !tick {
@@ -657,7 +665,11 @@ func (b *Backend) maybeCheckpoint(tick bool) {
 	}
 	c, err := b.takeCut(false)
 	if err != nil {
-		return // no new segment (a full disk?): the next commit or tick tries again
+		// No new segment (a full disk?): the next commit or tick tries
+		// again.
+		b.ckFailed = true
+		b.noteCheckpoint(fmt.Errorf("start a log segment: %w", err))
+		return
 	}
 	b.ckBusy = true
 	b.cuts <- c
@@ -671,16 +683,19 @@ func (b *Backend) reapCheckpoint(wait bool) {
 	if !b.ckBusy {
 		return
 	}
+	var err error
 	if wait {
-		<-b.ckDone
+		err = <-b.ckDone
 	} else {
 		select {
-		case <-b.ckDone:
+		case err = <-b.ckDone:
 		default:
 			return
 		}
 	}
 	b.ckBusy = false
+	b.ckFailed = err != nil
+	b.noteCheckpoint(err)
 }
 
 // checkpointNow applies everything logged so far to bbolt before it
@@ -692,20 +707,26 @@ func (b *Backend) checkpointNow() error {
 	}
 	c, err := b.takeCut(false)
 	if err != nil {
-		return fmt.Errorf("start a log segment: %w", err)
+		err = fmt.Errorf("start a log segment: %w", err)
+	} else if err = b.checkpoint(c); err != nil {
+		err = fmt.Errorf("checkpoint: %w", err)
 	}
-	if err := b.checkpoint(c); err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
-	}
-	return nil
+	b.ckFailed = err != nil
+	b.noteCheckpoint(err)
+	return err
 }
 
 // armTick asks for a commit (and with it a checkpoint) checkpointDelay
-// from now, while the log holds something. On the writer goroutine.
+// from now, while the log holds something or the last checkpoint failed
+// (it is tried again, appends or none). On the writer goroutine.
 func (b *Backend) armTick() {
-	if b.tickArmed || (b.segSize == 0 && !b.ckBusy) {
+	if b.tickArmed || (b.segSize == 0 && !b.ckBusy && !b.ckFailed) {
 		return
 	}
 	b.tickArmed = true
 	time.AfterFunc(b.checkpointDelay, func() { b.loop.Add(op{tick: true}) })
 }
+
+// noteCheckpoint records a checkpoint's outcome (nil: it succeeded) for
+// CheckpointErr and the log. Stub until the report is wired.
+func (b *Backend) noteCheckpoint(error) {}

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/tolsey/tolsey/core/queue"
 	"github.com/tolsey/tolsey/core/queue/queuetest"
@@ -57,5 +59,45 @@ func TestTornRecordInEarlierSegment(t *testing.T) {
 	}
 	if n, _, _ := l.Stats(ctx); n != 2 {
 		t.Fatalf("stats %d, want 2", n)
+	}
+}
+
+// TestFailedCheckpointRetriedWhenIdle: a checkpoint that failed is tried
+// again on its own, appends or no appends, and the log's segments go once
+// it succeeds.
+func TestFailedCheckpointRetriedWhenIdle(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), FileName)
+	b := open(t, path)
+	defer b.Close()
+	b.checkpointDelay = 5 * time.Millisecond
+	var fail atomic.Bool
+	var tries atomic.Int64
+	fail.Store(true)
+	b.checkpointFault = func() error {
+		tries.Add(1)
+		if fail.Load() {
+			return errors.New("disk full (test)")
+		}
+		return nil
+	}
+	l, err := b.Open(ctx, queue.Config{Name: "q"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	queuetest.Append(t, l, queuetest.Msg("t", 0))
+	deadline := time.Now().Add(10 * time.Second)
+	for tries.Load() < 1 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if tries.Load() < 1 {
+		t.Fatal("no checkpoint tried")
+	}
+	fail.Store(false)
+	for b.Checkpoints() == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if b.Checkpoints() == 0 {
+		t.Fatalf("no checkpoint succeeded after %d tries: the failed one is not retried without appends", tries.Load())
 	}
 }
