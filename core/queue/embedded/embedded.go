@@ -30,6 +30,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"sort"
 	"sync"
@@ -69,6 +70,9 @@ type Options struct {
 	// OpenTimeout bounds the wait for the file's lock, held by another
 	// process (default 5 s).
 	OpenTimeout time.Duration
+	// Logger takes the checkpoints' failures and recoveries and what
+	// replay skips (default slog.Default()).
+	Logger *slog.Logger
 }
 
 // Backend is the embedded queue.Backend. Safe for concurrent use.
@@ -129,6 +133,12 @@ type Backend struct {
 	// checkpointFault, set by tests only, fails a checkpoint's transaction
 	// when it returns an error.
 	checkpointFault func() error
+
+	log *slog.Logger
+	// ckRep and ckFailures report the checkpoints' failures (wal.go).
+	ckRep              ckReport
+	ckFailures         atomic.Uint64
+	checkpointLogEvery time.Duration
 }
 
 // op is one Append (done set), Remove (ids or rm set) or SetState (state
@@ -178,6 +188,9 @@ func Open(path string, o Options) (*Backend, error) {
 	if o.OpenTimeout == 0 {
 		o.OpenTimeout = 5 * time.Second
 	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
 	db, err := bolt.Open(path, 0o600, &bolt.Options{
 		Timeout: o.OpenTimeout,
 		// The freelist is rebuilt by scanning at open instead of being
@@ -199,7 +212,7 @@ func Open(path string, o Options) (*Backend, error) {
 	b := &Backend{db: db, path: path, logs: map[string]*qlog{}, lazyDelay: lazyDelay,
 		ovQueues: map[*qlog]struct{}{}, cuts: make(chan *cut), ckDone: make(chan error, 1),
 		ckExited: make(chan struct{}), segmentMax: segmentMax, segmentHard: segmentHard,
-		checkpointDelay: checkpointDelay}
+		checkpointDelay: checkpointDelay, log: o.Logger, checkpointLogEvery: checkpointLogEvery}
 	if err == nil {
 		var next uint64
 		if next, err = b.replay(); err == nil {

@@ -38,6 +38,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -293,6 +294,10 @@ func (b *Backend) replay() (uint64, error) {
 			for len(data) > 0 {
 				r, rest, err := nextRecord(data)
 				if err != nil {
+					if n != segs[len(segs)-1] {
+						b.log.Warn("queue store: log segment ends in a torn record; replay goes on with the next segment",
+							"segment", segmentName(b.path, n), "bytesSkipped", len(data))
+					}
 					// A torn write ends its segment: nothing after it in
 					// the segment was acknowledged. Not the log: a later
 					// segment was started after this one's last good
@@ -727,6 +732,65 @@ func (b *Backend) armTick() {
 	time.AfterFunc(b.checkpointDelay, func() { b.loop.Add(op{tick: true}) })
 }
 
+// checkpointLogEvery is how often a checkpoint that keeps failing is
+// logged again (Backend.checkpointLogEvery; tests change it).
+const checkpointLogEvery = time.Minute
+
+// ckReport is what the checkpoints' failures show operators
+// (CheckpointErr, the log).
+type ckReport struct {
+	mu     sync.Mutex
+	err    error     // the last failure; nil once one succeeds
+	since  time.Time // the first failure of this run of them
+	fails  uint64    // failures in this run
+	logged time.Time // the last line logged of this run
+}
+
 // noteCheckpoint records a checkpoint's outcome (nil: it succeeded) for
-// CheckpointErr and the log. Stub until the report is wired.
-func (b *Backend) noteCheckpoint(error) {}
+// CheckpointErr and logs it: the first failure, then once every
+// checkpointLogEvery while they go on, and the recovery.
+func (b *Backend) noteCheckpoint(err error) {
+	r := &b.ckRep
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	if err == nil {
+		if r.err != nil {
+			b.log.Info("queue store: checkpoint succeeded again", "path", b.path,
+				"failures", r.fails, "failingFor", now.Sub(r.since).Round(time.Millisecond))
+		}
+		r.err, r.fails = nil, 0
+		return
+	}
+	b.ckFailures.Add(1)
+	if r.err == nil {
+		r.since, r.logged, r.fails, r.err = now, now, 1, err
+		b.log.Error("queue store: checkpoint failed; the write-ahead log keeps every record, memory and log grow until one succeeds; tried again",
+			"path", b.path, "error", err)
+		return
+	}
+	r.fails++
+	r.err = err
+	if now.Sub(r.logged) >= b.checkpointLogEvery {
+		r.logged = now
+		b.log.Error("queue store: checkpoint still failing", "path", b.path,
+			"since", r.since.UTC().Format(time.RFC3339), "failures", r.fails, "error", err)
+	}
+}
+
+// CheckpointErr says why checkpoints are failing, since when and how
+// many times, or nil when the last one succeeded (none failed since it).
+// The store still takes appends meanwhile: they are in the log.
+func (b *Backend) CheckpointErr() error {
+	r := &b.ckRep
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.err == nil {
+		return nil
+	}
+	return fmt.Errorf("embedded %s: checkpoints failing since %s (%d tries): %w",
+		b.path, r.since.UTC().Format(time.RFC3339), r.fails, r.err)
+}
+
+// CheckpointFailures counts the checkpoints that failed since Open.
+func (b *Backend) CheckpointFailures() uint64 { return b.ckFailures.Load() }

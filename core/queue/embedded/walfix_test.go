@@ -1,10 +1,14 @@
 package embedded
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -99,5 +103,93 @@ func TestFailedCheckpointRetriedWhenIdle(t *testing.T) {
 	}
 	if b.Checkpoints() == 0 {
 		t.Fatalf("no checkpoint succeeded after %d tries: the failed one is not retried without appends", tries.Load())
+	}
+}
+
+// syncBuffer is a log's output that tests read while the store writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestFailedCheckpointIsReported: a checkpoint that fails is logged
+// (once, then once every checkpointLogEvery while they go on), counted
+// and said by CheckpointErr; the one that succeeds again is logged and
+// clears CheckpointErr.
+func TestFailedCheckpointIsReported(t *testing.T) {
+	ctx := context.Background()
+	var out syncBuffer
+	b, err := Open(filepath.Join(t.TempDir(), FileName),
+		Options{Logger: slog.New(slog.NewTextHandler(&out, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	noCheckpoints(b)
+	b.checkpointLogEvery = time.Hour
+	var fail atomic.Bool
+	fail.Store(true)
+	b.checkpointFault = func() error {
+		if fail.Load() {
+			return errors.New("disk full (test)")
+		}
+		return nil
+	}
+	l, err := b.Open(ctx, queue.Config{Name: "q"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.CheckpointErr() != nil {
+		t.Fatal("CheckpointErr before any failed")
+	}
+	for i := range 3 {
+		queuetest.Append(t, l, queuetest.Msg("t", i))
+		if err := b.checkpointSync(); err == nil {
+			t.Fatal("checkpoint succeeded")
+		}
+	}
+	if n := strings.Count(out.String(), "checkpoint failed"); n != 1 {
+		t.Fatalf("%d lines of the first failure, want 1:\n%s", n, out.String())
+	}
+	if strings.Contains(out.String(), "still failing") {
+		t.Fatalf("logged again within checkpointLogEvery:\n%s", out.String())
+	}
+	if err := b.CheckpointErr(); err == nil || !strings.Contains(err.Error(), "disk full (test)") || !strings.Contains(err.Error(), "3 tries") {
+		t.Fatalf("CheckpointErr %v", err)
+	}
+	if n := b.CheckpointFailures(); n != 3 {
+		t.Fatalf("CheckpointFailures %d, want 3", n)
+	}
+	b.checkpointLogEvery = 0 // the next failure is a minute later
+	if err := b.checkpointSync(); err == nil {
+		t.Fatal("checkpoint succeeded")
+	}
+	if n := strings.Count(out.String(), "checkpoint still failing"); n != 1 {
+		t.Fatalf("%d lines of failures going on, want 1:\n%s", n, out.String())
+	}
+	fail.Store(false)
+	if err := b.checkpointSync(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "checkpoint succeeded again") || !strings.Contains(out.String(), "failures=4") {
+		t.Fatalf("no recovery logged:\n%s", out.String())
+	}
+	if err := b.CheckpointErr(); err != nil {
+		t.Fatalf("CheckpointErr after a success: %v", err)
+	}
+	if n := len(queuetest.ReadAll(t, l, 0)); n != 3 {
+		t.Fatalf("%d records, want 3", n)
 	}
 }
