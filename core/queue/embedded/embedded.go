@@ -133,6 +133,8 @@ type Backend struct {
 	// checkpointFault, set by tests only, fails a checkpoint's transaction
 	// when it returns an error.
 	checkpointFault func() error
+	// dropFault, set by tests only, fails Drop's transaction.
+	dropFault func() error
 
 	log *slog.Logger
 	// ckRep and ckFailures report the checkpoints' failures (wal.go).
@@ -307,6 +309,11 @@ func (b *Backend) Drop(_ context.Context, name string) error {
 	}
 	key := []byte(name)
 	err := b.db.Update(func(tx *bolt.Tx) error {
+		if b.dropFault != nil {
+			if err := b.dropFault(); err != nil {
+				return err
+			}
+		}
 		if err := tx.Bucket(bucketConfigs).Delete(key); err != nil {
 			return err
 		}
@@ -322,6 +329,7 @@ func (b *Backend) Drop(_ context.Context, name string) error {
 		return b.unavailable(err)
 	}
 	if l != nil {
+		l.gone.Store(true)
 		b.ovMu.Lock()
 		l.ov = overlay{}
 		delete(b.ovQueues, l)
@@ -468,6 +476,10 @@ type qlog struct {
 	key  []byte
 
 	dropped atomic.Bool // set by Drop, read by the writer
+	// gone is set by a Drop that succeeded, before another queue of the
+	// name can be opened: a checkpoint writes nothing of this qlog after
+	// it (its name's bucket may be the new queue's).
+	gone atomic.Bool
 	// The counts: written by the writer (appends), removers and
 	// checkpoints; read by Stats.
 	records, bytes atomic.Int64

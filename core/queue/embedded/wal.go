@@ -542,8 +542,12 @@ func (b *Backend) checkpoint(c *cut) error {
 			queues := tx.Bucket(bucketQueues)
 			for i := range c.queues {
 				cq := &c.queues[i]
+				// A queue being dropped is written too: if the Drop's
+				// transaction fails, the queue stays, with its records
+				// in bbolt (the overlay forgets them below, and the
+				// segments go).
 				qb := queues.Bucket(cq.l.key)
-				if qb == nil || cq.l.dropped.Load() {
+				if qb == nil || cq.l.gone.Load() {
 					continue
 				}
 				q := newTxQueue(qb)
