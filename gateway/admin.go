@@ -119,6 +119,10 @@ func (a *adminServer) readyz(w http.ResponseWriter, _ *http.Request) {
 		b = append(b, d...)
 		b = append(b, '\n')
 	}
+	if d := a.g.QueueStoreDegraded(); d != "" {
+		b = append(b, d...)
+		b = append(b, '\n')
+	}
 	_, _ = w.Write(b)
 }
 

@@ -28,6 +28,7 @@ import (
 	"github.com/tolsey/tolsey/core/limits"
 	"github.com/tolsey/tolsey/core/metrics"
 	"github.com/tolsey/tolsey/core/queue"
+	queueembedded "github.com/tolsey/tolsey/core/queue/embedded"
 	"github.com/tolsey/tolsey/core/tlsconf"
 	"github.com/tolsey/tolsey/mqtt"
 	"github.com/tolsey/tolsey/retain"
@@ -40,7 +41,8 @@ type Gateway struct {
 	metrics     *metrics.Metrics
 	store       retain.Store
 	router      *core.Router
-	queues      atomic.Pointer[queue.Engine] // set once at start; the admin API reads it meanwhile
+	queues      atomic.Pointer[queue.Engine]          // set once at start; the admin API reads it meanwhile
+	queueStore  atomic.Pointer[queueembedded.Backend] // the embedded queue store (nil: another), for /readyz; set at start
 	mqtt        *mqtt.Server
 	amqp        *amqp.Server                    // nil when amqp.listen is empty
 	nats        *bridge.NATS                    // nil when bridge.nats.url is empty

@@ -24,7 +24,7 @@ func (g *Gateway) openQueueBackend(ctx context.Context) (queue.Backend, error) {
 		if err := os.MkdirAll(g.cfg.DataDir, 0o755); err != nil {
 			return nil, &ConfigError{Key: "data.dir", Msg: err.Error()}
 		}
-		qb, err := queueembedded.Open(filepath.Join(g.cfg.DataDir, queueembedded.FileName), queueembedded.Options{})
+		qb, err := queueembedded.Open(filepath.Join(g.cfg.DataDir, queueembedded.FileName), queueembedded.Options{Logger: g.log.With("part", "queues")})
 		if err != nil {
 			return nil, &ConfigError{Key: "queues.backend", Msg: "embedded: " + err.Error()}
 		}
@@ -55,6 +55,20 @@ func (g *Gateway) startQueues(ctx context.Context) error {
 		return err
 	}
 	g.onStop(func(context.Context) error { return b.Close() })
+	if c, ok := b.(*queueembedded.Backend); ok {
+		g.queueStore.Store(c)
+		g.metrics.GaugeFunc("tolsey_queue_checkpoint_failing",
+			"1 while the embedded queue store's checkpoints (its write-ahead log applied to queues.db) fail, else 0: appends are still taken, the log and memory grow until one succeeds. GET /readyz names the cause.",
+			func() float64 {
+				if c.CheckpointErr() != nil {
+					return 1
+				}
+				return 0
+			})
+		g.metrics.CounterFunc("tolsey_queue_checkpoint_failures_total",
+			"Checkpoints of the embedded queue store that failed (each is tried again about a second later).", nil,
+			func() float64 { return float64(c.CheckpointFailures()) })
+	}
 	shared := g.followsQueues()
 	var changed func(string)
 	if shared {
@@ -92,6 +106,20 @@ func (g *Gateway) startQueues(ctx context.Context) error {
 	}
 	g.metrics.Registry.MustRegister(queueCollector{e})
 	return nil
+}
+
+// QueueStoreDegraded says why the queue store is degraded, for /readyz's
+// body, or "": checkpoints failing leave the gateway ready (appends are
+// still logged and acknowledged), but the log and memory grow.
+func (g *Gateway) QueueStoreDegraded() string {
+	c := g.queueStore.Load()
+	if c == nil {
+		return ""
+	}
+	if err := c.CheckpointErr(); err != nil {
+		return "queue store degraded: " + err.Error()
+	}
+	return ""
 }
 
 // followsQueues: the gateways of the cluster share one queue store

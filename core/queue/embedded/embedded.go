@@ -30,6 +30,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"sort"
 	"sync"
@@ -69,6 +70,9 @@ type Options struct {
 	// OpenTimeout bounds the wait for the file's lock, held by another
 	// process (default 5 s).
 	OpenTimeout time.Duration
+	// Logger takes the checkpoints' failures and recoveries and what
+	// replay skips (default slog.Default()).
+	Logger *slog.Logger
 }
 
 // Backend is the embedded queue.Backend. Safe for concurrent use.
@@ -94,6 +98,7 @@ type Backend struct {
 	buf       []byte
 	failed    error // the log cannot be cut back after a failed write: every append fails
 	ckBusy    bool  // a cut was handed to the checkpointer, not reaped
+	ckFailed  bool  // the last checkpoint failed: tried again on the next tick
 	tickArmed bool
 	// walMu is held around a log write (tests hold it to stall the
 	// writer).
@@ -128,6 +133,14 @@ type Backend struct {
 	// checkpointFault, set by tests only, fails a checkpoint's transaction
 	// when it returns an error.
 	checkpointFault func() error
+	// dropFault, set by tests only, fails Drop's transaction.
+	dropFault func() error
+
+	log *slog.Logger
+	// ckRep and ckFailures report the checkpoints' failures (wal.go).
+	ckRep              ckReport
+	ckFailures         atomic.Uint64
+	checkpointLogEvery time.Duration
 }
 
 // op is one Append (done set), Remove (ids or rm set) or SetState (state
@@ -177,6 +190,9 @@ func Open(path string, o Options) (*Backend, error) {
 	if o.OpenTimeout == 0 {
 		o.OpenTimeout = 5 * time.Second
 	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
 	db, err := bolt.Open(path, 0o600, &bolt.Options{
 		Timeout: o.OpenTimeout,
 		// The freelist is rebuilt by scanning at open instead of being
@@ -198,7 +214,7 @@ func Open(path string, o Options) (*Backend, error) {
 	b := &Backend{db: db, path: path, logs: map[string]*qlog{}, lazyDelay: lazyDelay,
 		ovQueues: map[*qlog]struct{}{}, cuts: make(chan *cut), ckDone: make(chan error, 1),
 		ckExited: make(chan struct{}), segmentMax: segmentMax, segmentHard: segmentHard,
-		checkpointDelay: checkpointDelay}
+		checkpointDelay: checkpointDelay, log: o.Logger, checkpointLogEvery: checkpointLogEvery}
 	if err == nil {
 		var next uint64
 		if next, err = b.replay(); err == nil {
@@ -293,6 +309,11 @@ func (b *Backend) Drop(_ context.Context, name string) error {
 	}
 	key := []byte(name)
 	err := b.db.Update(func(tx *bolt.Tx) error {
+		if b.dropFault != nil {
+			if err := b.dropFault(); err != nil {
+				return err
+			}
+		}
 		if err := tx.Bucket(bucketConfigs).Delete(key); err != nil {
 			return err
 		}
@@ -308,6 +329,7 @@ func (b *Backend) Drop(_ context.Context, name string) error {
 		return b.unavailable(err)
 	}
 	if l != nil {
+		l.gone.Store(true)
 		b.ovMu.Lock()
 		l.ov = overlay{}
 		delete(b.ovQueues, l)
@@ -454,6 +476,10 @@ type qlog struct {
 	key  []byte
 
 	dropped atomic.Bool // set by Drop, read by the writer
+	// gone is set by a Drop that succeeded, before another queue of the
+	// name can be opened: a checkpoint writes nothing of this qlog after
+	// it (its name's bucket may be the new queue's).
+	gone atomic.Bool
 	// The counts: written by the writer (appends), removers and
 	// checkpoints; read by Stats.
 	records, bytes atomic.Int64

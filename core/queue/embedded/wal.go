@@ -22,10 +22,10 @@ package embedded
 //	2 name n:uvarint id:u64 ...       removals
 //	3 name id:u64 state               a delivery state (queue.DeliveryState)
 //
-// with name a uvarint length and the queue's name. Replay stops at the
-// first record that is short or fails its CRC (a torn write: never
-// acknowledged, since an append is answered after the fdatasync that
-// follows its whole record).
+// with name a uvarint length and the queue's name. Replay of a segment
+// stops at its first record that is short or fails its CRC (a torn write:
+// never acknowledged, since an append is answered after the fdatasync that
+// follows its whole record) and goes on with the next segment.
 
 import (
 	"encoding/binary"
@@ -38,6 +38,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -293,9 +294,18 @@ func (b *Backend) replay() (uint64, error) {
 			for len(data) > 0 {
 				r, rest, err := nextRecord(data)
 				if err != nil {
-					// A torn write ends the log: nothing after it was
-					// acknowledged.
-					return replayDone(touched, hi)
+					if n != segs[len(segs)-1] {
+						b.log.Warn("queue store: log segment ends in a torn record; replay goes on with the next segment",
+							"segment", segmentName(b.path, n), "bytesSkipped", len(data))
+					}
+					// A torn write ends its segment: nothing after it in
+					// the segment was acknowledged. Not the log: a later
+					// segment was started after this one's last good
+					// record was synced (a failed write is cut back in
+					// the page cache only, and a segment closed after
+					// it may keep its head), and holds acknowledged
+					// records.
+					break
 				}
 				data = rest
 				q := touched[r.name]
@@ -477,13 +487,21 @@ func (b *Backend) writeLog(buf []byte) error {
 // writer goroutine, with no checkpoint running.
 func (b *Backend) takeCut(last bool) (*cut, error) {
 	c := &cut{seg: b.segNo}
-	old := b.seg
-	if !last {
+	switch {
+	case last:
+		_ = b.seg.Close() // synced with its last write
+	case b.segSize == 0:
+		// Nothing written since the last cut (a failed checkpoint tried
+		// again): the segments before this one hold all the overlay
+		// does, and no empty segment is made per try.
+		c.seg = b.segNo - 1
+	default:
+		old := b.seg
 		if err := b.newSegment(b.segNo + 1); err != nil {
 			return nil, err
 		}
+		_ = old.Close() // synced with its last write
 	}
-	_ = old.Close() // synced with its last write
 	b.ovMu.Lock()
 	defer b.ovMu.Unlock()
 	for l := range b.ovQueues {
@@ -524,8 +542,12 @@ func (b *Backend) checkpoint(c *cut) error {
 			queues := tx.Bucket(bucketQueues)
 			for i := range c.queues {
 				cq := &c.queues[i]
+				// A queue being dropped is written too: if the Drop's
+				// transaction fails, the queue stays, with its records
+				// in bbolt (the overlay forgets them below, and the
+				// segments go).
 				qb := queues.Bucket(cq.l.key)
-				if qb == nil || cq.l.dropped.Load() {
+				if qb == nil || cq.l.gone.Load() {
 					continue
 				}
 				q := newTxQueue(qb)
@@ -635,7 +657,7 @@ func (b *Backend) checkpointer() {
 // log has grown too far ahead of bbolt. On the writer goroutine.
 func (b *Backend) maybeCheckpoint(tick bool) {
 	b.reapCheckpoint(false)
-	if b.segSize == 0 || b.failed != nil {
+	if (b.segSize == 0 && !b.ckFailed) || b.failed != nil {
 		return
 	}
 	if b.segSize < b.segmentMax && !tick {
@@ -652,7 +674,11 @@ func (b *Backend) maybeCheckpoint(tick bool) {
 	}
 	c, err := b.takeCut(false)
 	if err != nil {
-		return // no new segment (a full disk?): the next commit or tick tries again
+		// No new segment (a full disk?): the next commit or tick tries
+		// again.
+		b.ckFailed = true
+		b.noteCheckpoint(fmt.Errorf("start a log segment: %w", err))
+		return
 	}
 	b.ckBusy = true
 	b.cuts <- c
@@ -666,16 +692,19 @@ func (b *Backend) reapCheckpoint(wait bool) {
 	if !b.ckBusy {
 		return
 	}
+	var err error
 	if wait {
-		<-b.ckDone
+		err = <-b.ckDone
 	} else {
 		select {
-		case <-b.ckDone:
+		case err = <-b.ckDone:
 		default:
 			return
 		}
 	}
 	b.ckBusy = false
+	b.ckFailed = err != nil
+	b.noteCheckpoint(err)
 }
 
 // checkpointNow applies everything logged so far to bbolt before it
@@ -687,20 +716,85 @@ func (b *Backend) checkpointNow() error {
 	}
 	c, err := b.takeCut(false)
 	if err != nil {
-		return fmt.Errorf("start a log segment: %w", err)
+		err = fmt.Errorf("start a log segment: %w", err)
+	} else if err = b.checkpoint(c); err != nil {
+		err = fmt.Errorf("checkpoint: %w", err)
 	}
-	if err := b.checkpoint(c); err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
-	}
-	return nil
+	b.ckFailed = err != nil
+	b.noteCheckpoint(err)
+	return err
 }
 
 // armTick asks for a commit (and with it a checkpoint) checkpointDelay
-// from now, while the log holds something. On the writer goroutine.
+// from now, while the log holds something or the last checkpoint failed
+// (it is tried again, appends or none). On the writer goroutine.
 func (b *Backend) armTick() {
-	if b.tickArmed || (b.segSize == 0 && !b.ckBusy) {
+	if b.tickArmed || (b.segSize == 0 && !b.ckBusy && !b.ckFailed) {
 		return
 	}
 	b.tickArmed = true
 	time.AfterFunc(b.checkpointDelay, func() { b.loop.Add(op{tick: true}) })
 }
+
+// checkpointLogEvery is how often a checkpoint that keeps failing is
+// logged again (Backend.checkpointLogEvery; tests change it).
+const checkpointLogEvery = time.Minute
+
+// ckReport is what the checkpoints' failures show operators
+// (CheckpointErr, the log).
+type ckReport struct {
+	mu     sync.Mutex
+	err    error     // the last failure; nil once one succeeds
+	since  time.Time // the first failure of this run of them
+	fails  uint64    // failures in this run
+	logged time.Time // the last line logged of this run
+}
+
+// noteCheckpoint records a checkpoint's outcome (nil: it succeeded) for
+// CheckpointErr and logs it: the first failure, then once every
+// checkpointLogEvery while they go on, and the recovery.
+func (b *Backend) noteCheckpoint(err error) {
+	r := &b.ckRep
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	if err == nil {
+		if r.err != nil {
+			b.log.Info("queue store: checkpoint succeeded again", "path", b.path,
+				"failures", r.fails, "failingFor", now.Sub(r.since).Round(time.Millisecond))
+		}
+		r.err, r.fails = nil, 0
+		return
+	}
+	b.ckFailures.Add(1)
+	if r.err == nil {
+		r.since, r.logged, r.fails, r.err = now, now, 1, err
+		b.log.Error("queue store: checkpoint failed; the write-ahead log keeps every record, memory and log grow until one succeeds; tried again",
+			"path", b.path, "error", err)
+		return
+	}
+	r.fails++
+	r.err = err
+	if now.Sub(r.logged) >= b.checkpointLogEvery {
+		r.logged = now
+		b.log.Error("queue store: checkpoint still failing", "path", b.path,
+			"since", r.since.UTC().Format(time.RFC3339), "failures", r.fails, "error", err)
+	}
+}
+
+// CheckpointErr says why checkpoints are failing, since when and how
+// many times, or nil when the last one succeeded (none failed since it).
+// The store still takes appends meanwhile: they are in the log.
+func (b *Backend) CheckpointErr() error {
+	r := &b.ckRep
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.err == nil {
+		return nil
+	}
+	return fmt.Errorf("embedded %s: checkpoints failing since %s (%d tries): %w",
+		b.path, r.since.UTC().Format(time.RFC3339), r.fails, r.err)
+}
+
+// CheckpointFailures counts the checkpoints that failed since Open.
+func (b *Backend) CheckpointFailures() uint64 { return b.ckFailures.Load() }
