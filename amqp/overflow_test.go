@@ -215,18 +215,9 @@ func TestLinkOverflowBlockPrefetchingConsumer(t *testing.T) {
 		RequestedSenderSettleMode: goamqp.SenderSettleModeUnsettled.Ptr()})
 	done := publishPresettled(t, e, "prefetch", batch*batches)
 	for b := range batches {
-		if err := r.IssueCredit(batch); err != nil {
-			t.Fatal(err)
-		}
-		var held []*goamqp.Message
-		for range batch {
-			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-			m, err := r.Receive(ctx, nil)
-			cancel()
-			if err != nil {
-				t.Fatalf("batch %d: %v (%v dropped)", b, err, e.dropped("slow_consumer"))
-			}
-			held = append(held, m)
+		held, err := grantAndReceive(t, r, batch, 15*time.Second)
+		if err != nil {
+			t.Fatalf("batch %d: %v (%v dropped)", b, err, e.dropped("slow_consumer"))
 		}
 		// Working through the batch takes longer than OverflowWait (not
 		// a timing assertion: each settlement comes well within it).
@@ -273,19 +264,7 @@ func TestLinkOverflowBlockSeveralPublishersWaitOn(t *testing.T) {
 	const total = pubs * perPub
 	got := 0
 	for got < total {
-		if err := r.IssueCredit(batch); err != nil {
-			t.Fatal(err)
-		}
-		var held []*goamqp.Message
-		for range batch {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			m, err := r.Receive(ctx, nil)
-			cancel()
-			if err != nil {
-				break
-			}
-			held = append(held, m)
-		}
+		held, _ := grantAndReceive(t, r, batch, 5*time.Second) // what came: the count below says if any was lost
 		if len(held) == 0 {
 			break
 		}
@@ -303,4 +282,25 @@ func TestLinkOverflowBlockSeveralPublishersWaitOn(t *testing.T) {
 	if d := e.dropped("slow_consumer"); d != 0 || got != total {
 		t.Fatalf("%d publishers: received %d of %d, %v dropped", pubs, got, total, d)
 	}
+}
+
+// grantAndReceive grants r n credit and receives up to n messages, each
+// within wait; it returns what came before the first that did not, and
+// that one's error.
+func grantAndReceive(t *testing.T, r *goamqp.Receiver, n int, wait time.Duration) ([]*goamqp.Message, error) {
+	t.Helper()
+	if err := r.IssueCredit(uint32(n)); err != nil {
+		t.Fatal(err)
+	}
+	var held []*goamqp.Message
+	for range n {
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		m, err := r.Receive(ctx, nil)
+		cancel()
+		if err != nil {
+			return held, err
+		}
+		held = append(held, m)
+	}
+	return held, nil
 }
