@@ -23,6 +23,15 @@ import (
 // session comes back disconnected; its expiry interval runs from now.
 func (ss *sessions) restore() error {
 	r := ss.restorer()
+	if sh, ok := ss.b.(session.Shared); ok {
+		// Read first: a session another gateway takes meanwhile gets a
+		// newer epoch, and what this one writes of it is refused.
+		e, err := sh.Epochs()
+		if err != nil {
+			return fmt.Errorf("mqtt: restore sessions: %w", err)
+		}
+		r.epochs = e
+	}
 	if err := ss.b.Load(r.add); err != nil {
 		return fmt.Errorf("mqtt: restore sessions: %w", err)
 	}
@@ -46,7 +55,8 @@ func (ss *sessions) restore() error {
 // back into mochi by finish.
 type restoring struct {
 	ss         *sessions
-	anyNode    bool // take sessions stored by any gateway (fetch), not only this one's
+	anyNode    bool              // take sessions stored by any gateway (fetch), not only this one's
+	epochs     map[string]uint64 // the sessions' epochs in a shared store (session.Shared)
 	byID       map[string]*loaded
 	subs, msgs int
 }
@@ -137,7 +147,7 @@ func (r *restoring) finish() {
 		}
 		ms.Clients.Add(l.cl)
 		ss.mu.Lock()
-		ss.known[id] = struct{}{}
+		ss.known[id] = r.epochs[id]
 		ss.count.Store(int64(len(ss.known)))
 		ss.mu.Unlock()
 	}

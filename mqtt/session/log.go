@@ -35,6 +35,10 @@ type Op struct {
 	Client string
 	Key    []byte
 	Value  []byte
+	// Epoch is the client's epoch in a shared store (Shared) when the op
+	// was queued: the store refuses it once the client's session was
+	// taken with a newer one. Ignored by the embedded store.
+	Epoch uint64
 }
 
 // Backend is where sessions are kept: the embedded bbolt file (Open) or,
