@@ -195,3 +195,26 @@ func TestLogAfterReportsFailure(t *testing.T) {
 		t.Fatalf("after a failed commit since the mark: %v, want ErrCommitFailed", err)
 	}
 }
+
+// BenchmarkRedisApply: one batch of 64 in-flight messages of 8 clients
+// applied to a real Redis (the epoch test of each client in the script,
+// shared.go).
+func BenchmarkRedisApply(b *testing.B) {
+	rs := redistest.Start(b)
+	r, err := OpenRedis(context.Background(), rs.URL(), "bench:")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Close()
+	ops := make([]Op, 64)
+	v := make([]byte, 256)
+	for i := range ops {
+		ops[i] = Op{Kind: PutInflight, Client: fmt.Sprint("c", i%8), Key: []byte{0, byte(i)}, Value: v}
+	}
+	b.ResetTimer()
+	for range b.N {
+		if err := r.Apply(ops); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
