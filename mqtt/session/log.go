@@ -61,6 +61,9 @@ type Maintainer interface {
 	Maintain()
 }
 
+// refuser is a Shared backend counting the ops it refused (Redis).
+type refuser interface{ Refused() uint64 }
+
 // Log queues writes and commits them in batches through a
 // core/groupcommit loop, on a goroutine of its own. Enqueue never waits for
 // the disk: the front-end calls it on client readers, where waiting would
@@ -162,12 +165,21 @@ func (l *Log) commit(batch []item) {
 	}
 	var err error
 	if len(l.ops) > 0 {
+		rc, counts := l.b.(refuser)
+		var before uint64
+		if counts {
+			before = rc.Refused()
+		}
 		if err = l.b.Apply(l.ops); err != nil {
 			l.failed.Add(1)
 			l.log.Error("session store: commit failed; the sessions of this batch are not durable",
 				"ops", len(l.ops), "error", err)
 		} else {
 			l.commits.Add(1)
+			if counts && rc.Refused() != before {
+				l.log.Info("session store: writes refused: another gateway took their sessions (docs/cluster.md, \"Epochs\")",
+					"ops", rc.Refused()-before)
+			}
 		}
 	}
 	wrote := len(l.ops) > 0

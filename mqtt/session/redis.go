@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -21,7 +22,7 @@ import (
 type Redis struct {
 	c       *goredis.Client
 	prefix  string
-	refused refusedOps
+	refused atomic.Uint64 // ops Apply left out: their client's epoch moved on
 }
 
 var _ Backend = (*Redis)(nil)
@@ -53,8 +54,10 @@ func (r *Redis) ctx() (context.Context, context.CancelFunc) {
 }
 
 // Apply writes ops in one script (applyScript), which the server runs
-// alone: all or none, except that an op whose client's epoch has moved on
-// (Shared) is left out; Refused counts those.
+// alone, nothing else in between; an op whose client's epoch has moved on
+// (Shared) is left out, and Refused counts those. Unlike MULTI/EXEC, a
+// script stopped by a command's error (a key of another type than the
+// store's) keeps the writes it made before it.
 func (r *Redis) Apply(ops []Op) error {
 	args := make([]any, 1, 1+5*len(ops))
 	args[0] = r.prefix
@@ -71,7 +74,7 @@ func (r *Redis) Apply(ops []Op) error {
 		return fmt.Errorf("session: redis: %w", err)
 	}
 	if n > 0 {
-		r.refused.n.Add(uint64(n))
+		r.refused.Add(uint64(n))
 	}
 	return nil
 }

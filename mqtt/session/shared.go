@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync/atomic"
 
 	goredis "github.com/redis/go-redis/v9"
 )
@@ -149,9 +148,6 @@ end
 return refused
 `)
 
-// refusedOps counts the ops Apply refused (their client's epoch moved on).
-type refusedOps struct{ n atomic.Uint64 }
-
 // Refused is the number of ops Apply refused because another gateway had
 // taken their client's session meanwhile (docs/cluster.md).
-func (r *Redis) Refused() uint64 { return r.refused.n.Load() }
+func (r *Redis) Refused() uint64 { return r.refused.Load() }
