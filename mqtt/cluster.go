@@ -147,10 +147,11 @@ func (s *Server) claim(cl *mochi.Client) error {
 }
 
 // takenEpoch is the epoch cl's claim took its id's session with from a
-// shared store (fetch, dropStored); 0 when none.
+// shared store (fetch, dropStored); 0 when none; Unfenced outside a
+// cluster.
 func (s *Server) takenEpoch(cl *mochi.Client) uint64 {
 	if s.opts.Cluster == nil {
-		return 0
+		return session.Unfenced
 	}
 	s.ids.mu.Lock()
 	defer s.ids.mu.Unlock()
@@ -286,6 +287,16 @@ func (ss *sessions) fetch(cl *mochi.Client) {
 	}
 	client := cl.ID
 	if _, ok := ss.s.mochi.Clients.Get(client); ok {
+		if persistent(cl) && !ss.isKnown(client) {
+			// A connection here whose session was not stored holds the
+			// id (its own claim took the id's epoch): the session this
+			// one starts is new, and written with an epoch of its own.
+			if epoch, err := sh.TakeEpoch(client); err == nil {
+				ss.s.setEpoch(cl, epoch)
+			} else {
+				ss.s.log.Error("mqtt session epoch not taken from the shared store; its writes will be refused", "client", client, "error", err)
+			}
+		}
 		return
 	}
 	r := ss.restorer()

@@ -158,3 +158,36 @@ func TestLocalConnectDuringTakeoverReadsTheSessionBack(t *testing.T) {
 	pub.publishWait(t, "b/x", "m1", 1, 1)
 	d.c.expectPublish(t, "b/x", "m1", 1, false)
 }
+
+// A persistent session started while a connection of the id whose
+// session was not stored holds it here (no fetch: mochi holds the id)
+// takes an epoch of its own: its writes are not refused. (Without,
+// they carried epoch 0 while the clean start had raised the id's.)
+func TestSessionNewOverUnstoredLocalIsWritten(t *testing.T) {
+	var r *session.Redis
+	s := startClusterServer(t, claimFunc(answered), func(rr *session.Redis) session.Backend {
+		r = rr
+		return rr
+	})
+	first, present := dialSessionExpiry(t, s.Addr(), "dev", 5, true, 0)
+	if present {
+		t.Fatal("a clean start found a session")
+	}
+	_ = first
+	cur, _ := dialSession(t, s.Addr(), "dev", 5, false)
+	cur.subscribeQoS1(t, "d/#")
+	waitUntil(t, "dev's session stored", func() bool { return s.sessions.isKnown("dev") })
+	settled(s)
+	if n := r.Refused(); n != 0 {
+		t.Fatalf("%d writes of the new session refused", n)
+	}
+	var subs int
+	if _, err := r.TakeClient("dev", func(kind session.Kind, _ string, _, _ []byte) error {
+		if kind == session.PutSub {
+			subs++
+		}
+		return nil
+	}); err != nil || subs != 1 {
+		t.Fatalf("stored subscriptions %d, %v; want 1", subs, err)
+	}
+}

@@ -23,7 +23,7 @@ import (
 // session comes back disconnected; its expiry interval runs from now.
 func (ss *sessions) restore() error {
 	r := ss.restorer()
-	if sh, ok := ss.b.(session.Shared); ok {
+	if sh, ok := ss.b.(session.Shared); ok && ss.s.opts.Cluster != nil {
 		// Read first: a session another gateway takes meanwhile gets a
 		// newer epoch, and what this one writes of it is refused.
 		e, err := sh.Epochs()
@@ -64,6 +64,15 @@ type restoring struct {
 type loaded struct {
 	cl       *mochi.Client
 	inflight []inflightRecord
+}
+
+// epoch is the one id's session is written with: its epoch in a shared
+// store; Unfenced outside a cluster (nobody to be fenced from).
+func (r *restoring) epoch(id string) uint64 {
+	if r.ss.s.opts.Cluster == nil {
+		return session.Unfenced
+	}
+	return r.epochs[id]
 }
 
 func (ss *sessions) restorer() *restoring {
@@ -147,7 +156,7 @@ func (r *restoring) finish() {
 		}
 		ms.Clients.Add(l.cl)
 		ss.mu.Lock()
-		ss.known[id] = r.epochs[id]
+		ss.known[id] = r.epoch(id)
 		ss.count.Store(int64(len(ss.known)))
 		ss.mu.Unlock()
 	}

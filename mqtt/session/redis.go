@@ -65,7 +65,11 @@ func (r *Redis) Apply(ops []Op) error {
 		if op.Kind < PutClient || op.Kind > DeleteInflight {
 			return fmt.Errorf("session: unknown op %d", op.Kind)
 		}
-		args = append(args, strconv.Itoa(int(op.Kind)), op.Client, strconv.FormatUint(op.Epoch, 10), op.Key, op.Value)
+		e := "u"
+		if op.Epoch != Unfenced {
+			e = strconv.FormatUint(op.Epoch, 10)
+		}
+		args = append(args, strconv.Itoa(int(op.Kind)), op.Client, e, op.Key, op.Value)
 	}
 	ctx, cancel := r.ctx()
 	defer cancel()

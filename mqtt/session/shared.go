@@ -30,10 +30,19 @@ type Shared interface {
 	// DropClient raises client's epoch and deletes its stored session, in
 	// one round trip, and returns the new epoch.
 	DropClient(client string) (epoch uint64, err error)
+	// TakeEpoch raises client's epoch and returns it, reading nothing:
+	// for a session new here while a connection of client here (one whose
+	// session was not stored) holds the id.
+	TakeEpoch(client string) (epoch uint64, err error)
 	// Epochs returns every client's epoch (those never taken are absent:
 	// 0), for a restore.
 	Epochs() (map[string]uint64, error)
 }
+
+// Unfenced is the Epoch of an op written whatever the client's epoch: a
+// gateway alone on its store (no cluster) has nobody to be fenced from,
+// and a store once shared may hold epochs it never took.
+const Unfenced = ^uint64(0)
 
 var _ Shared = (*Redis)(nil)
 
@@ -94,6 +103,17 @@ func (r *Redis) DropClient(client string) (uint64, error) {
 	return uint64(epoch.Val()), nil
 }
 
+// TakeEpoch raises client's epoch.
+func (r *Redis) TakeEpoch(client string) (uint64, error) {
+	ctx, cancel := r.ctx()
+	defer cancel()
+	e, err := r.c.HIncrBy(ctx, r.epochs(), client, 1).Result()
+	if err != nil {
+		return 0, fmt.Errorf("session: redis: %w", err)
+	}
+	return uint64(e), nil
+}
+
 // Epochs reads every client's epoch.
 func (r *Redis) Epochs() (map[string]uint64, error) {
 	ctx, cancel := r.ctx()
@@ -115,7 +135,8 @@ func (r *Redis) Epochs() (map[string]uint64, error) {
 
 // applyScript applies a batch of ops (ARGV: the key prefix, then five
 // per op: kind, client, epoch, key, value), each only while its client's
-// epoch (absent: 0) is the op's; it returns the number refused. A script
+// epoch (absent: 0) is the op's, or the op's is Unfenced ("u"); it
+// returns the number refused. A script
 // runs alone on the server, so the test and the write are one step.
 var applyScript = goredis.NewScript(`
 local p = ARGV[1]
@@ -124,7 +145,9 @@ local refused = 0
 for i = 2, #ARGV, 5 do
   local kind, c, e, k, v = ARGV[i], ARGV[i+1], ARGV[i+2], ARGV[i+3], ARGV[i+4]
   local good = ok[c]
-  if good == nil then
+  if e == 'u' then
+    good = true
+  elseif good == nil then
     good = (redis.call('HGET', p .. 'epoch', c) or '0') == e
     ok[c] = good
   end
