@@ -52,6 +52,17 @@ type clusterIDs struct {
 type localConn struct {
 	cl    *mochi.Client
 	stamp int64
+	// claimed: its claim has returned (set under the id's session lock).
+	// A takeover from another gateway keeps the session for it from then
+	// on; before, it lets the session go and the connection reads it back
+	// from the store (lost).
+	claimed bool
+	// lost: a takeover let the session held here go while this
+	// connection claimed the id (TakenOver).
+	lost bool
+	// epoch: the one its claim took the id's session with from a shared
+	// store (session.Shared), for a session new here.
+	epoch uint64
 }
 
 // claim stamps cl's CONNECT and claims its id in the cluster, then reads
@@ -88,6 +99,21 @@ func (s *Server) claim(cl *mochi.Client) error {
 	s.ids.local[cl.ID] = localConn{cl: cl, stamp: stamp}
 	s.ids.mu.Unlock()
 	answered := s.opts.Cluster.Claim(cl.ID, stamp)
+	// Under the id's session lock, which TakenOver lets a session go
+	// under: from here on a takeover keeps the session held here for this
+	// connection; one before let it go, and this connection reads it back
+	// from the store (docs/cluster.md, "A local connect while a takeover
+	// lets the session go").
+	lost := false
+	s.mochi.WithSessionLock(cl.ID, func() {
+		s.ids.mu.Lock()
+		if lc, ok := s.ids.local[cl.ID]; ok && lc.cl == cl {
+			lc.claimed = true
+			lost = lc.lost
+			s.ids.local[cl.ID] = lc
+		}
+		s.ids.mu.Unlock()
+	})
 	if cl.Closed() {
 		return packets.ErrSessionTakenOver // a newer CONNECT elsewhere won (TakenOver)
 	}
@@ -95,8 +121,14 @@ func (s *Server) claim(cl *mochi.Client) error {
 	if ss == nil {
 		return nil
 	}
+	if lost {
+		// What this gateway wrote of the session it let go is committed
+		// before it is read back (after that, with an older epoch, it
+		// would be refused).
+		ss.settle()
+	}
 	if cl.Properties.Clean {
-		ss.dropStored(cl.ID)
+		ss.dropStored(cl)
 		return nil
 	}
 	if _, shared := ss.b.(session.Shared); shared && !answered && !ss.isKnown(cl.ID) {
@@ -110,8 +142,33 @@ func (s *Server) claim(cl *mochi.Client) error {
 		_ = s.mochi.SendConnack(cl, code, false, nil)
 		return code
 	}
-	ss.fetch(cl.ID)
+	ss.fetch(cl)
 	return nil
+}
+
+// takenEpoch is the epoch cl's claim took its id's session with from a
+// shared store (fetch, dropStored); 0 when none; Unfenced outside a
+// cluster.
+func (s *Server) takenEpoch(cl *mochi.Client) uint64 {
+	if s.opts.Cluster == nil {
+		return session.Unfenced
+	}
+	s.ids.mu.Lock()
+	defer s.ids.mu.Unlock()
+	if lc, ok := s.ids.local[cl.ID]; ok && lc.cl == cl {
+		return lc.epoch
+	}
+	return 0
+}
+
+// setEpoch notes the epoch cl's claim took its id's session with.
+func (s *Server) setEpoch(cl *mochi.Client, epoch uint64) {
+	s.ids.mu.Lock()
+	defer s.ids.mu.Unlock()
+	if lc, ok := s.ids.local[cl.ID]; ok && lc.cl == cl {
+		lc.epoch = epoch
+		s.ids.local[cl.ID] = lc
+	}
 }
 
 // forgetLocal drops cl from the ids when its connection ends.
@@ -169,20 +226,37 @@ func (s *Server) TakenOver(client string, stamp int64, node string, done func(en
 	// CONNECT came after the claim) holds or restores the session itself;
 	// removing it then took the subscriptions it had just inherited
 	// (indexed by client id) and forgot what it stores.
+	//
+	// A newer local connection whose claim has returned keeps the session:
+	// the other gateway has not read it (its claim waits for this answer;
+	// timed out, a resume is refused and a clean start reads nothing), and
+	// that connection's claim ended the other's. One still claiming does
+	// not: kept, the session could be read by the other gateway once this
+	// answers, and this one would go on writing it and hand the new
+	// connection its own copy. It is let go like any other; the new
+	// connection's claim then makes the other gateway let go in turn and
+	// reads the session back from the store (claim, lost).
 	letGo := false
 	s.mochi.WithSessionLock(client, func() {
-		s.ids.mu.Lock()
-		_, newer := s.ids.local[client]
-		s.ids.mu.Unlock()
 		cl, ok := s.mochi.Clients.Get(client)
-		if newer || !ok || cl.Net.Inline {
-			return // not held here, or held by a newer connection: nothing to wait for
+		if !ok || cl.Net.Inline {
+			return // not held here: nothing to wait for
+		}
+		s.ids.mu.Lock()
+		lc, newer := s.ids.local[client]
+		if newer && !lc.claimed {
+			lc.lost = true
+			s.ids.local[client] = lc
+		}
+		s.ids.mu.Unlock()
+		if newer && lc.claimed {
+			return // held by a newer connection whose claim ended the other's
 		}
 		letGo = true
 		// Forgotten first: the ending connection's OnDisconnect, and
 		// messages fanned out to it meanwhile, must not write to the
 		// store the other gateway now reads (enqueueKnown).
-		if ss.forget(client) {
+		if _, was := ss.forget(client); was {
 			ss.forgetHeld(client)
 		}
 		if s.mochi.Clients.DeleteIf(client, cl) {
@@ -201,20 +275,33 @@ func (s *Server) TakenOver(client string, stamp int64, node string, done func(en
 // connection was told and before the session is let go.
 var testHookTakenOver atomic.Pointer[func(client string)]
 
-// fetch reads client's session from a shared store, unless mochi holds
-// it: the session another gateway let go of (TakenOver there). Its
-// filters are announced to the cluster first, as a SUBSCRIBE's are.
-func (ss *sessions) fetch(client string) {
+// fetch reads cl's session from a shared store, unless mochi holds it:
+// the session another gateway let go of (TakenOver there). It takes the
+// session with a new epoch (session.Shared): what another gateway still
+// writes of it is refused. Its filters are announced to the cluster
+// first, as a SUBSCRIBE's are.
+func (ss *sessions) fetch(cl *mochi.Client) {
 	sh, ok := ss.b.(session.Shared)
 	if !ok {
 		return
 	}
+	client := cl.ID
 	if _, ok := ss.s.mochi.Clients.Get(client); ok {
+		if persistent(cl) && !ss.isKnown(client) {
+			// A connection here whose session was not stored holds the
+			// id (its own claim took the id's epoch): the session this
+			// one starts is new, and written with an epoch of its own.
+			if epoch, err := sh.TakeEpoch(client); err == nil {
+				ss.s.setEpoch(cl, epoch)
+			} else {
+				ss.s.log.Error("mqtt session epoch not taken from the shared store; its writes will be refused", "client", client, "error", err)
+			}
+		}
 		return
 	}
 	r := ss.restorer()
 	r.anyNode = true
-	err := sh.LoadClient(client, func(kind session.Kind, id string, key, value []byte) error {
+	epoch, err := sh.TakeClient(client, func(kind session.Kind, id string, key, value []byte) error {
 		if kind == session.PutSub {
 			ss.s.opts.Router.FilterAdded(string(key))
 		}
@@ -226,6 +313,8 @@ func (ss *sessions) fetch(client string) {
 		ss.s.log.Error("mqtt session not read from the shared store; the client starts a new one", "client", client, "error", err)
 		return
 	}
+	ss.s.setEpoch(cl, epoch)
+	r.epochs = map[string]uint64{client: epoch}
 	// Not its will: the gateway that held the connection sent or dropped
 	// it when it ended.
 	for _, l := range r.byID {
@@ -237,19 +326,30 @@ func (ss *sessions) fetch(client string) {
 	}
 }
 
-// dropStored removes client's session from a shared store before a clean
+// dropStored removes cl's session from a shared store before a clean
 // start takes the id [MQTT-3.1.2-4]: another gateway let go of it and
 // kept it in the store, where a later clean start 0 would find it. A
-// session held here is removed by OnSessionEstablished instead. It waits
-// for the commit: the client may connect to another gateway right after.
-func (ss *sessions) dropStored(client string) {
-	if _, ok := ss.b.(session.Shared); !ok || ss.isKnown(client) {
+// session held here is removed by OnSessionEstablished instead. Done
+// before the CONNACK (the client may connect to another gateway right
+// after), with a new epoch: a gateway that did not answer the claim in
+// time and writes the session later is refused (session.Shared).
+func (ss *sessions) dropStored(cl *mochi.Client) {
+	sh, ok := ss.b.(session.Shared)
+	if !ok || ss.isKnown(cl.ID) {
 		return
 	}
-	m := ss.log.Mark()
-	ss.log.Enqueue(session.Op{Kind: session.DeleteSession, Client: client})
+	epoch, err := sh.DropClient(cl.ID)
+	if err != nil {
+		ss.s.log.Error("mqtt session not deleted from the shared store before a clean start", "client", cl.ID, "error", err)
+		return
+	}
+	ss.s.setEpoch(cl, epoch)
+}
+
+// settle waits until everything queued for the store so far is written.
+func (ss *sessions) settle() {
 	done := make(chan struct{})
-	if ss.log.After(m, func(error) { close(done) }) {
+	if ss.log.After(session.Mark{}, func(error) { close(done) }) {
 		<-done
 	}
 }

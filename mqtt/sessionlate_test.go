@@ -25,7 +25,7 @@ func TestSessionEstablishedAfterLetGoStoresNothing(t *testing.T) {
 	waitUntil(t, "the persistent session stored", func() bool { return s.sessions.isKnown("moved") })
 	// What TakenOver does, in its order.
 	_ = s.mochi.DisconnectClientNoWait(cl, packets.ErrSessionTakenOver)
-	s.sessions.forget("moved")
+	_, _ = s.sessions.forget("moved")
 	// mochi's late call.
 	s.sessions.OnSessionEstablished(cl, packets.Packet{})
 	if s.sessions.isKnown("moved") {

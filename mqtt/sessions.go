@@ -47,9 +47,11 @@ type sessions struct {
 
 	order atomic.Uint64 // the order of in-flight records, restored by it
 
-	mu    sync.Mutex
-	known map[string]struct{} // guarded by mu: client ids with a stored session
-	count atomic.Int64        // len(known), read without mu on every publish
+	mu sync.Mutex
+	// known: the client ids with a stored session, each with the epoch
+	// its ops carry (session.Shared; 0 in a store of one gateway).
+	known map[string]uint64 // guarded by mu
+	count atomic.Int64      // len(known), read without mu on every publish
 
 	// The in-flight messages stored with patch 13's held mark (never
 	// sent), per client: when mochi sends one (OnPacketSent) it is stored
@@ -70,7 +72,7 @@ type pendingAck struct {
 }
 
 func newSessions(s *Server, b session.Backend) *sessions {
-	return &sessions{s: s, b: b, known: map[string]struct{}{}, pending: map[*mochi.Client]pendingAck{},
+	return &sessions{s: s, b: b, known: map[string]uint64{}, pending: map[*mochi.Client]pendingAck{},
 		held: map[string]map[uint16]struct{}{}}
 }
 
@@ -121,11 +123,15 @@ func (ss *sessions) isKnown(id string) bool {
 func (ss *sessions) enqueueKnown(id string, ops ...session.Op) bool {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	if _, ok := ss.known[id]; !ok {
+	epoch, ok := ss.known[id]
+	if !ok {
 		return false
 	}
 	if h := testHookEnqueueKnown.Load(); h != nil {
 		(*h)(id)
+	}
+	for i := range ops {
+		ops[i].Epoch = epoch
 	}
 	ss.log.Enqueue(ops...)
 	return true
@@ -135,15 +141,16 @@ func (ss *sessions) enqueueKnown(id string, ops ...session.Op) bool {
 // test and its queueing: the window a takeover must not pass.
 var testHookEnqueueKnown atomic.Pointer[func(id string)]
 
-// forget marks id not stored and reports whether it was.
-func (ss *sessions) forget(id string) (was bool) {
+// forget marks id not stored and reports whether it was, with the epoch
+// its ops carried.
+func (ss *sessions) forget(id string) (epoch uint64, was bool) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	if _, was = ss.known[id]; was {
+	if epoch, was = ss.known[id]; was {
 		delete(ss.known, id)
 		ss.count.Add(-1)
 	}
-	return was
+	return epoch, was
 }
 
 // OnSessionEstablished stores a persistent session, or removes the stored
@@ -160,6 +167,9 @@ func (ss *sessions) OnSessionEstablished(cl *mochi.Client, _ packets.Packet) {
 	// connection before its CONNACK and calls this after it: a connection
 	// let go in between must not store its session again (the other
 	// gateway has read it) nor mark it known here.
+	// The epoch a clean start took the id with (dropStored): a session
+	// new here is written with it.
+	taken := ss.s.takenEpoch(cl)
 	ss.mu.Lock()
 	if errors.Is(cl.StopCause(), packets.ErrSessionTakenOver) {
 		ss.mu.Unlock()
@@ -167,24 +177,33 @@ func (ss *sessions) OnSessionEstablished(cl *mochi.Client, _ packets.Packet) {
 	}
 	var ops []session.Op
 	dropped := false
-	if _, known := ss.known[cl.ID]; known && (cl.Properties.Clean || !persistent(cl)) {
+	epoch, known := ss.known[cl.ID]
+	if known && (cl.Properties.Clean || !persistent(cl)) {
 		delete(ss.known, cl.ID)
 		ss.count.Add(-1)
 		dropped = true
-		ops = append(ops, session.Op{Kind: session.DeleteSession, Client: cl.ID})
+		ops = append(ops, session.Op{Kind: session.DeleteSession, Client: cl.ID, Epoch: epoch})
 	}
 	if persistent(cl) {
-		ops = append(ops, ss.clientOp(cl))
 		if _, known := ss.known[cl.ID]; !known {
-			ss.known[cl.ID] = struct{}{}
+			if !dropped {
+				epoch = taken
+			}
+			ss.known[cl.ID] = epoch
 			ss.count.Add(1)
+			ops = append(ops, ss.clientOp(cl))
 			for _, sub := range cl.State.Subscriptions.GetAll() {
 				ops = append(ops, subOp(cl.ID, sub))
 			}
 			for _, pk := range cl.State.Inflight.GetAll(false) {
 				ops = append(ops, ss.inflightOp(cl.ID, pk))
 			}
+		} else {
+			ops = append(ops, ss.clientOp(cl))
 		}
+	}
+	for i := range ops {
+		ops[i].Epoch = epoch
 	}
 	ss.log.Enqueue(ops...)
 	ss.mu.Unlock()
@@ -217,9 +236,9 @@ func (ss *sessions) OnWillSent(cl *mochi.Client, _ packets.Packet) {
 // OnClientExpired removes a session whose expiry interval has run out
 // [MQTT-4.1.0-2].
 func (ss *sessions) OnClientExpired(cl *mochi.Client) {
-	if ss.forget(cl.ID) {
+	if epoch, was := ss.forget(cl.ID); was {
 		ss.forgetHeld(cl.ID)
-		ss.log.Enqueue(session.Op{Kind: session.DeleteSession, Client: cl.ID})
+		ss.log.Enqueue(session.Op{Kind: session.DeleteSession, Client: cl.ID, Epoch: epoch})
 	}
 }
 

@@ -59,9 +59,11 @@ func (s *Server) DeleteSession(id string) bool {
 	}
 	// Forgotten first: the ending connection's OnDisconnect must not
 	// store the session again behind the delete.
-	if ss := s.sessions; ss != nil && ss.forget(id) {
-		ss.forgetHeld(id)
-		defer ss.log.Enqueue(session.Op{Kind: session.DeleteSession, Client: id})
+	if ss := s.sessions; ss != nil {
+		if epoch, was := ss.forget(id); was {
+			ss.forgetHeld(id)
+			defer ss.log.Enqueue(session.Op{Kind: session.DeleteSession, Client: id, Epoch: epoch})
+		}
 	}
 	if !cl.Closed() {
 		_ = s.mochi.DisconnectClientNoWait(cl, packets.ErrAdministrativeAction)

@@ -23,6 +23,15 @@ import (
 // session comes back disconnected; its expiry interval runs from now.
 func (ss *sessions) restore() error {
 	r := ss.restorer()
+	if sh, ok := ss.b.(session.Shared); ok && ss.s.opts.Cluster != nil {
+		// Read first: a session another gateway takes meanwhile gets a
+		// newer epoch, and what this one writes of it is refused.
+		e, err := sh.Epochs()
+		if err != nil {
+			return fmt.Errorf("mqtt: restore sessions: %w", err)
+		}
+		r.epochs = e
+	}
 	if err := ss.b.Load(r.add); err != nil {
 		return fmt.Errorf("mqtt: restore sessions: %w", err)
 	}
@@ -46,7 +55,8 @@ func (ss *sessions) restore() error {
 // back into mochi by finish.
 type restoring struct {
 	ss         *sessions
-	anyNode    bool // take sessions stored by any gateway (fetch), not only this one's
+	anyNode    bool              // take sessions stored by any gateway (fetch), not only this one's
+	epochs     map[string]uint64 // the sessions' epochs in a shared store (session.Shared)
 	byID       map[string]*loaded
 	subs, msgs int
 }
@@ -54,6 +64,15 @@ type restoring struct {
 type loaded struct {
 	cl       *mochi.Client
 	inflight []inflightRecord
+}
+
+// epoch is the one id's session is written with: its epoch in a shared
+// store; Unfenced outside a cluster (nobody to be fenced from).
+func (r *restoring) epoch(id string) uint64 {
+	if r.ss.s.opts.Cluster == nil {
+		return session.Unfenced
+	}
+	return r.epochs[id]
 }
 
 func (ss *sessions) restorer() *restoring {
@@ -137,7 +156,7 @@ func (r *restoring) finish() {
 		}
 		ms.Clients.Add(l.cl)
 		ss.mu.Lock()
-		ss.known[id] = struct{}{}
+		ss.known[id] = r.epoch(id)
 		ss.count.Store(int64(len(ss.known)))
 		ss.mu.Unlock()
 	}

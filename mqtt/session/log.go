@@ -35,6 +35,10 @@ type Op struct {
 	Client string
 	Key    []byte
 	Value  []byte
+	// Epoch is the client's epoch in a shared store (Shared) when the op
+	// was queued: the store refuses it once the client's session was
+	// taken with a newer one. Ignored by the embedded store.
+	Epoch uint64
 }
 
 // Backend is where sessions are kept: the embedded bbolt file (Open) or,
@@ -56,6 +60,9 @@ type Backend interface {
 type Maintainer interface {
 	Maintain()
 }
+
+// refuser is a Shared backend counting the ops it refused (Redis).
+type refuser interface{ Refused() uint64 }
 
 // Log queues writes and commits them in batches through a
 // core/groupcommit loop, on a goroutine of its own. Enqueue never waits for
@@ -158,12 +165,21 @@ func (l *Log) commit(batch []item) {
 	}
 	var err error
 	if len(l.ops) > 0 {
+		rc, counts := l.b.(refuser)
+		var before uint64
+		if counts {
+			before = rc.Refused()
+		}
 		if err = l.b.Apply(l.ops); err != nil {
 			l.failed.Add(1)
 			l.log.Error("session store: commit failed; the sessions of this batch are not durable",
 				"ops", len(l.ops), "error", err)
 		} else {
 			l.commits.Add(1)
+			if counts && rc.Refused() != before {
+				l.log.Info("session store: writes refused: another gateway took their sessions (docs/cluster.md, \"Epochs\")",
+					"ops", rc.Refused()-before)
+			}
 		}
 	}
 	wrote := len(l.ops) > 0

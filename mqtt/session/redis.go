@@ -3,6 +3,8 @@ package session
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -12,13 +14,15 @@ import (
 // Redis is the backend for retain.backend=redis: one MULTI/EXEC round
 // trip per batch. Per prefix P: the hash P+"clients" (client id →
 // record), and per client the hashes P+"subs:"+id (filter →
-// subscription) and P+"inflight:"+id (packet id → message). How durable
+// subscription) and P+"inflight:"+id (packet id → message), and the
+// hash P+"epoch" (client id → its epoch, shared.go). How durable
 // a commit is depends on the server's appendfsync (always: as the
 // embedded file; everysec, Redis's default: up to a second lost if Redis
 // itself dies; a gateway's kill -9 loses nothing EXEC answered).
 type Redis struct {
-	c      *goredis.Client
-	prefix string
+	c       *goredis.Client
+	prefix  string
+	refused atomic.Uint64 // ops Apply left out: their client's epoch moved on
 }
 
 var _ Backend = (*Redis)(nil)
@@ -49,33 +53,34 @@ func (r *Redis) ctx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), 10*time.Second)
 }
 
-// Apply writes ops in one MULTI/EXEC: all or none.
+// Apply writes ops in one script (applyScript), which the server runs
+// alone, nothing else in between; an op whose client's epoch has moved on
+// (Shared) is left out, and Refused counts those. Unlike MULTI/EXEC, a
+// script stopped by a command's error (a key of another type than the
+// store's) keeps the writes it made before it.
 func (r *Redis) Apply(ops []Op) error {
+	args := make([]any, 1, 1+5*len(ops))
+	args[0] = r.prefix
+	for _, op := range ops {
+		if op.Kind < PutClient || op.Kind > DeleteInflight {
+			return fmt.Errorf("session: unknown op %d", op.Kind)
+		}
+		e := "u"
+		if op.Epoch != Unfenced {
+			e = strconv.FormatUint(op.Epoch, 10)
+		}
+		args = append(args, strconv.Itoa(int(op.Kind)), op.Client, e, op.Key, op.Value)
+	}
 	ctx, cancel := r.ctx()
 	defer cancel()
-	_, err := r.c.TxPipelined(ctx, func(p goredis.Pipeliner) error {
-		for _, op := range ops {
-			switch op.Kind {
-			case PutClient:
-				p.HSet(ctx, r.clients(), op.Client, op.Value)
-			case DeleteSession:
-				p.HDel(ctx, r.clients(), op.Client)
-				p.Del(ctx, r.subs(op.Client), r.msgs(op.Client))
-			case PutSub:
-				p.HSet(ctx, r.subs(op.Client), string(op.Key), op.Value)
-			case DeleteSub:
-				p.HDel(ctx, r.subs(op.Client), string(op.Key))
-			case PutInflight:
-				p.HSet(ctx, r.msgs(op.Client), string(op.Key), op.Value)
-			case DeleteInflight:
-				p.HDel(ctx, r.msgs(op.Client), string(op.Key))
-			default:
-				return fmt.Errorf("session: unknown op %d", op.Kind)
-			}
-		}
-		return nil
-	})
-	return err
+	n, err := applyScript.Run(ctx, r.c, nil, args...).Int64()
+	if err != nil {
+		return fmt.Errorf("session: redis: %w", err)
+	}
+	if n > 0 {
+		r.refused.Add(uint64(n))
+	}
+	return nil
 }
 
 // Load reads every session: the clients, then each one's subscriptions

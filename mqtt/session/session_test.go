@@ -195,3 +195,88 @@ func TestLogAfterReportsFailure(t *testing.T) {
 		t.Fatalf("after a failed commit since the mark: %v, want ErrCommitFailed", err)
 	}
 }
+
+// BenchmarkRedisApply: one batch of 64 in-flight messages of 8 clients
+// applied to a real Redis (the epoch test of each client in the script,
+// shared.go).
+func BenchmarkRedisApply(b *testing.B) {
+	rs := redistest.Start(b)
+	r, err := OpenRedis(context.Background(), rs.URL(), "bench:")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Close()
+	ops := make([]Op, 64)
+	v := make([]byte, 256)
+	for i := range ops {
+		ops[i] = Op{Kind: PutInflight, Client: fmt.Sprint("c", i%8), Key: []byte{0, byte(i)}, Value: v}
+	}
+	b.ResetTimer()
+	for range b.N {
+		if err := r.Apply(ops); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// A session taken with a new epoch (TakeClient, DropClient) refuses the
+// writes of an older one; writes with the present epoch, and those of
+// another client, go through.
+func TestRedisEpochRefusesOlderWrites(t *testing.T) {
+	rs := redistest.Start(t)
+	r, err := OpenRedis(context.Background(), rs.URL(), "ep:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	put := func(client string, epoch uint64, v string) {
+		t.Helper()
+		if err := r.Apply([]Op{{Kind: PutClient, Client: client, Value: []byte(v), Epoch: epoch}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stored := func(client string) (string, uint64) {
+		t.Helper()
+		var got string
+		e, err := r.TakeClient(client, func(kind Kind, _ string, _, value []byte) error {
+			if kind == PutClient {
+				got = string(value)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got, e
+	}
+	put("c", 0, "v0") // never taken: epoch 0
+	got, e := stored("c")
+	if got != "v0" || e != 1 {
+		t.Fatalf("take: %q epoch %d, want v0 epoch 1", got, e)
+	}
+	put("c", 0, "stale") // the old holder
+	put("d", 0, "other") // another client, never taken
+	if got, _ := stored("c"); got != "v0" {
+		t.Fatalf("a write with an older epoch went through: %q", got)
+	}
+	e, err = r.DropClient("c") // epoch 3
+	if err != nil || e != 3 {
+		t.Fatalf("drop: epoch %d, %v; want 3", e, err)
+	}
+	put("c", 2, "stale")
+	put("c", 3, "new")
+	got, _ = stored("c")
+	if got != "new" {
+		t.Fatalf("after the drop: %q, want new", got)
+	}
+	if n := r.Refused(); n != 2 {
+		t.Errorf("refused %d, want 2", n)
+	}
+	if ep, err := r.Epochs(); err != nil || ep["c"] != 4 || ep["d"] != 0 {
+		t.Errorf("epochs %v, %v; want c 4, d absent", ep, err)
+	}
+	var d string
+	if _, err := r.TakeClient("d", func(kind Kind, _ string, _, value []byte) error { d = string(value); return nil }); err != nil || d != "other" {
+		t.Errorf("d: %q, %v", d, err)
+	}
+}
