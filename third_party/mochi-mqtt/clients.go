@@ -1203,7 +1203,9 @@ func (cl *Client) sent(pk *packets.Packet, b []byte, n int64) {
 		cl.Net.Stats.MessagesSent.Add(1)
 	}
 
-	cl.ops.hooks.OnPacketSent(cl, *pk, b)
+	if cl.ops.hooks.provided(OnPacketSent) { // gateway patch 34: no packet copy for no hook
+		cl.ops.hooks.OnPacketSent(cl, *pk, b)
+	}
 }
 
 // refused reports whether a packet of type typ may no longer be written:

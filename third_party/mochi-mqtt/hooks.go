@@ -128,7 +128,27 @@ type Hooks struct {
 	wg         sync.WaitGroup // a waitgroup for syncing hook shutdown
 	qty        int64          // the number of hooks in use
 	sync.Mutex                // a mutex for locking when adding hooks
+
+	// byEvent is, for each event, the hooks that provide it, in the order
+	// they were added (gateway patch 34): made by Add, so that the events
+	// of every message (OnPacketRead, OnPublish, OnACLCheck,
+	// OnPacketEncode, OnPacketSent, OnPacketProcessed, OnPublished) ask
+	// no hook whether it provides them, and cost nothing when none does.
+	// Upstream asked every hook on every event. A hook's Provides must
+	// not change once it is added (none does).
+	byEvent atomic.Pointer[[256][]Hook]
 }
+
+// providers is the hooks that provide event ev (gateway patch 34).
+func (h *Hooks) providers(ev byte) []Hook {
+	if t := h.byEvent.Load(); t != nil {
+		return t[ev]
+	}
+	return nil
+}
+
+// provided reports whether a hook provides event ev (gateway patch 34).
+func (h *Hooks) provided(ev byte) bool { return len(h.providers(ev)) > 0 }
 
 // Len returns the number of hooks added.
 func (h *Hooks) Len() int64 {
@@ -165,6 +185,15 @@ func (h *Hooks) Add(hook Hook, config any) error {
 
 	i = append(i, hook)
 	h.internal.Store(i)
+	var t [256][]Hook // gateway patch 34
+	for ev := range t {
+		for _, hk := range i {
+			if hk.Provides(byte(ev)) {
+				t[ev] = append(t[ev], hk)
+			}
+		}
+	}
+	h.byEvent.Store(&t)
 	atomic.AddInt64(&h.qty, 1)
 	h.wg.Add(1)
 
@@ -268,18 +297,16 @@ func (h *Hooks) OnDisconnect(cl *Client, err error, expire bool) {
 // OnPacketRead is called when a packet is received from a client.
 func (h *Hooks) OnPacketRead(cl *Client, pk packets.Packet) (pkx packets.Packet, err error) {
 	pkx = pk
-	for _, hook := range h.GetAll() {
-		if hook.Provides(OnPacketRead) {
-			npk, err := hook.OnPacketRead(cl, pkx)
-			if err != nil && errors.Is(err, packets.ErrRejectPacket) {
-				h.Log.Debug("packet rejected", "hook", hook.ID(), "packet", pkx)
-				return pk, err
-			} else if err != nil {
-				continue
-			}
-
-			pkx = npk
+	for _, hook := range h.providers(OnPacketRead) { // gateway patch 34
+		npk, err := hook.OnPacketRead(cl, pkx)
+		if err != nil && errors.Is(err, packets.ErrRejectPacket) {
+			h.Log.Debug("packet rejected", "hook", hook.ID(), "packet", pkx)
+			return pk, err
+		} else if err != nil {
+			continue
 		}
+
+		pkx = npk
 	}
 
 	return
@@ -305,10 +332,8 @@ func (h *Hooks) OnAuthPacket(cl *Client, pk packets.Packet) (pkx packets.Packet,
 
 // OnPacketEncode is called immediately before a packet is encoded to be sent to a client.
 func (h *Hooks) OnPacketEncode(cl *Client, pk packets.Packet) packets.Packet {
-	for _, hook := range h.GetAll() {
-		if hook.Provides(OnPacketEncode) {
-			pk = hook.OnPacketEncode(cl, pk)
-		}
+	for _, hook := range h.providers(OnPacketEncode) { // gateway patch 34
+		pk = hook.OnPacketEncode(cl, pk)
 	}
 
 	return pk
@@ -316,20 +341,16 @@ func (h *Hooks) OnPacketEncode(cl *Client, pk packets.Packet) packets.Packet {
 
 // OnPacketProcessed is called when a packet has been received and successfully handled by the broker.
 func (h *Hooks) OnPacketProcessed(cl *Client, pk packets.Packet, err error) {
-	for _, hook := range h.GetAll() {
-		if hook.Provides(OnPacketProcessed) {
-			hook.OnPacketProcessed(cl, pk, err)
-		}
+	for _, hook := range h.providers(OnPacketProcessed) { // gateway patch 34
+		hook.OnPacketProcessed(cl, pk, err)
 	}
 }
 
 // OnPacketSent is called when a packet has been sent to a client. It takes a bytes parameter
 // containing the bytes sent.
 func (h *Hooks) OnPacketSent(cl *Client, pk packets.Packet, b []byte) {
-	for _, hook := range h.GetAll() {
-		if hook.Provides(OnPacketSent) {
-			hook.OnPacketSent(cl, pk, b)
-		}
+	for _, hook := range h.providers(OnPacketSent) { // gateway patch 34
+		hook.OnPacketSent(cl, pk, b)
 	}
 }
 
@@ -395,27 +416,25 @@ func (h *Hooks) OnUnsubscribed(cl *Client, pk packets.Packet) {
 // The return values of the hook methods are passed-through in the order the hooks were attached.
 func (h *Hooks) OnPublish(cl *Client, pk packets.Packet) (pkx packets.Packet, err error) {
 	pkx = pk
-	for _, hook := range h.GetAll() {
-		if hook.Provides(OnPublish) {
-			npk, err := hook.OnPublish(cl, pkx)
-			if err != nil {
-				if errors.Is(err, packets.ErrRejectPacket) {
-					h.Log.Debug("publish packet rejected",
-						"error", err,
-						"hook", hook.ID(),
-						"packet", pkx)
-					return pk, err
-				} else if errors.Is(err, packets.CodeSuccessIgnore) {
-					return pk, err
-				}
-				h.Log.Error("publish packet error",
+	for _, hook := range h.providers(OnPublish) { // gateway patch 34
+		npk, err := hook.OnPublish(cl, pkx)
+		if err != nil {
+			if errors.Is(err, packets.ErrRejectPacket) {
+				h.Log.Debug("publish packet rejected",
 					"error", err,
 					"hook", hook.ID(),
 					"packet", pkx)
 				return pk, err
+			} else if errors.Is(err, packets.CodeSuccessIgnore) {
+				return pk, err
 			}
-			pkx = npk
+			h.Log.Error("publish packet error",
+				"error", err,
+				"hook", hook.ID(),
+				"packet", pkx)
+			return pk, err
 		}
+		pkx = npk
 	}
 
 	return
@@ -423,10 +442,8 @@ func (h *Hooks) OnPublish(cl *Client, pk packets.Packet) (pkx packets.Packet, er
 
 // OnPublished is called when a client has published a message to subscribers.
 func (h *Hooks) OnPublished(cl *Client, pk packets.Packet) {
-	for _, hook := range h.GetAll() {
-		if hook.Provides(OnPublished) {
-			hook.OnPublished(cl, pk)
-		}
+	for _, hook := range h.providers(OnPublished) { // gateway patch 34
+		hook.OnPublished(cl, pk)
 	}
 }
 
@@ -670,11 +687,9 @@ func (h *Hooks) OnConnectAuthenticate(cl *Client, pk packets.Packet) bool {
 // (see hooks/auth/allow_all or basic). It can be used in custom hooks to
 // check publishing and subscribing users against an existing permissions or roles database.
 func (h *Hooks) OnACLCheck(cl *Client, topic string, write bool) bool {
-	for _, hook := range h.GetAll() {
-		if hook.Provides(OnACLCheck) {
-			if ok := hook.OnACLCheck(cl, topic, write); ok {
-				return true
-			}
+	for _, hook := range h.providers(OnACLCheck) { // gateway patch 34
+		if ok := hook.OnACLCheck(cl, topic, write); ok {
+			return true
 		}
 	}
 
