@@ -1021,7 +1021,9 @@ func (cl *Client) ReadPacket(fh *packets.FixedHeader) (pk packets.Packet, err er
 		return pk, err
 	}
 
-	pk, err = cl.ops.hooks.OnPacketRead(cl, pk)
+	if cl.ops.hooks.packetProvided(OnPacketRead, pk.FixedHeader.Type) { // gateway patch 36: no packet copies for no hook
+		pk, err = cl.ops.hooks.OnPacketRead(cl, pk)
+	}
 	return
 }
 

@@ -1,6 +1,7 @@
 package mqtt
 
 import (
+	"net"
 	"testing"
 
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -117,4 +118,65 @@ func TestHooksAskedOnceWhatTheyProvide(t *testing.T) {
 	require.True(t, h.provided(OnPublish))
 	require.False(t, h.provided(OnPublished))
 	require.True(t, h.Provides(OnACLCheck)) // upstream's Provides still asks
+}
+
+// packetCounter counts its OnPacketRead and OnPacketProcessed calls; with
+// only set, it is a PacketHook wanting those for packets of that type.
+type packetCounter struct {
+	HookBase
+	only            *byte
+	read, processed []byte
+}
+
+func (h *packetCounter) ID() string { return "packets" }
+func (h *packetCounter) Provides(b byte) bool {
+	return b == OnPacketRead || b == OnPacketProcessed
+}
+func (h *packetCounter) OnPacketRead(cl *Client, pk packets.Packet) (packets.Packet, error) {
+	h.read = append(h.read, pk.FixedHeader.Type)
+	return pk, nil
+}
+func (h *packetCounter) OnPacketProcessed(cl *Client, pk packets.Packet, err error) {
+	h.processed = append(h.processed, pk.FixedHeader.Type)
+}
+
+type typedPacketCounter struct{ packetCounter }
+
+func (h *typedPacketCounter) ProvidesPacket(ev, typ byte) bool { return typ == *h.only }
+
+// TestPacketHookTypes (patch 36): a PacketHook gets OnPacketRead and
+// OnPacketProcessed for the packet types it names only, read from a
+// connection and processed; a hook that is not one gets every packet.
+// Before the patch both got every packet.
+func TestPacketHookTypes(t *testing.T) {
+	puback := byte(packets.Puback)
+	s := newServer()
+	plain := new(packetCounter)
+	typed := &typedPacketCounter{packetCounter{only: &puback}}
+	require.NoError(t, s.AddHook(plain, nil))
+	require.NoError(t, s.AddHook(typed, nil))
+
+	r, w := net.Pipe()
+	defer r.Close()
+	cl := s.NewClient(w, "t", "c", false)
+	cl.Properties.ProtocolVersion = 4
+	cl.State.Inflight.ResetReceiveQuota(10)
+	s.Clients.Add(cl)
+	defer cl.Stop(nil)
+	for _, raw := range [][]byte{
+		{packets.Publish << 4, 5, 0, 1, 'a', 'h', 'i'}, // QoS 0 PUBLISH "a": "hi"
+		{packets.Puback << 4, 2, 0, 7},                  // PUBACK 7, nothing inflight
+	} {
+		go func() { _, _ = r.Write(raw) }()
+		fh := new(packets.FixedHeader)
+		require.NoError(t, cl.ReadFixedHeader(fh))
+		pk, err := cl.ReadPacket(fh)
+		require.NoError(t, err)
+		require.NoError(t, s.processPacket(cl, pk))
+	}
+	want := []byte{packets.Publish, packets.Puback}
+	require.Equal(t, want, plain.read)
+	require.Equal(t, want, plain.processed)
+	require.Equal(t, []byte{packets.Puback}, typed.read)
+	require.Equal(t, []byte{packets.Puback}, typed.processed)
 }

@@ -136,16 +136,83 @@ type Hooks struct {
 	// no hook whether it provides them, and cost nothing when none does.
 	// Upstream asked every hook on every event. A hook's Provides must
 	// not change once it is added (none does).
-	byEvent atomic.Pointer[[256][]Hook]
+	byEvent atomic.Pointer[hookTable]
+}
+
+// hookTable is Hooks.byEvent (gateway patches 34 and 36).
+type hookTable struct {
+	events [256][]Hook
+	// packets is, for OnPacketRead (0) and OnPacketProcessed (1), the
+	// hooks that provide it for each packet type (patch 36).
+	packets [2][16][]Hook
+}
+
+// PacketHook is a hook whose OnPacketRead and OnPacketProcessed act on
+// some packet types only (gateway patch 36): ProvidesPacket(ev, typ)
+// reports whether it wants event ev (OnPacketRead or OnPacketProcessed)
+// for packets of type typ; it is asked once, when the hook is added, for
+// events it Provides. A hook that is not a PacketHook gets every type.
+// Upstream called them for every packet, every PUBLISH included, with a
+// copy of the packet (~800 B) each time.
+type PacketHook interface {
+	ProvidesPacket(ev, typ byte) bool
+}
+
+// packetEvent is ev's index in hookTable.packets; -1 for other events.
+func packetEvent(ev byte) int {
+	switch ev {
+	case OnPacketRead:
+		return 0
+	case OnPacketProcessed:
+		return 1
+	}
+	return -1
+}
+
+// newHookTable makes the table of the hooks in hooks.
+func newHookTable(hooks []Hook) *hookTable {
+	t := new(hookTable)
+	for ev := range t.events {
+		for _, hk := range hooks {
+			if !hk.Provides(byte(ev)) {
+				continue
+			}
+			t.events[ev] = append(t.events[ev], hk)
+			pe := packetEvent(byte(ev))
+			if pe < 0 {
+				continue
+			}
+			ph, some := hk.(PacketHook)
+			for typ := range t.packets[pe] {
+				if !some || ph.ProvidesPacket(byte(ev), byte(typ)) {
+					t.packets[pe][typ] = append(t.packets[pe][typ], hk)
+				}
+			}
+		}
+	}
+	return t
 }
 
 // providers is the hooks that provide event ev (gateway patch 34).
 func (h *Hooks) providers(ev byte) []Hook {
 	if t := h.byEvent.Load(); t != nil {
-		return t[ev]
+		return t.events[ev]
 	}
 	return nil
 }
+
+// packetProviders is the hooks that provide event ev (OnPacketRead or
+// OnPacketProcessed) for packets of type typ (gateway patch 36).
+func (h *Hooks) packetProviders(ev, typ byte) []Hook {
+	if t := h.byEvent.Load(); t != nil && typ < 16 {
+		return t.packets[packetEvent(ev)][typ]
+	}
+	return nil
+}
+
+// packetProvided reports whether a hook provides event ev for packets of
+// type typ (gateway patch 36).
+func (h *Hooks) packetProvided(ev, typ byte) bool { return len(h.packetProviders(ev, typ)) > 0 }
 
 // provided reports whether a hook provides event ev (gateway patch 34).
 func (h *Hooks) provided(ev byte) bool { return len(h.providers(ev)) > 0 }
@@ -185,15 +252,7 @@ func (h *Hooks) Add(hook Hook, config any) error {
 
 	i = append(i, hook)
 	h.internal.Store(i)
-	var t [256][]Hook // gateway patch 34
-	for ev := range t {
-		for _, hk := range i {
-			if hk.Provides(byte(ev)) {
-				t[ev] = append(t[ev], hk)
-			}
-		}
-	}
-	h.byEvent.Store(&t)
+	h.byEvent.Store(newHookTable(i)) // gateway patches 34 and 36
 	atomic.AddInt64(&h.qty, 1)
 	h.wg.Add(1)
 
@@ -297,7 +356,7 @@ func (h *Hooks) OnDisconnect(cl *Client, err error, expire bool) {
 // OnPacketRead is called when a packet is received from a client.
 func (h *Hooks) OnPacketRead(cl *Client, pk packets.Packet) (pkx packets.Packet, err error) {
 	pkx = pk
-	for _, hook := range h.providers(OnPacketRead) { // gateway patch 34
+	for _, hook := range h.packetProviders(OnPacketRead, pk.FixedHeader.Type) { // gateway patches 34 and 36
 		npk, err := hook.OnPacketRead(cl, pkx)
 		if err != nil && errors.Is(err, packets.ErrRejectPacket) {
 			h.Log.Debug("packet rejected", "hook", hook.ID(), "packet", pkx)
@@ -341,7 +400,7 @@ func (h *Hooks) OnPacketEncode(cl *Client, pk packets.Packet) packets.Packet {
 
 // OnPacketProcessed is called when a packet has been received and successfully handled by the broker.
 func (h *Hooks) OnPacketProcessed(cl *Client, pk packets.Packet, err error) {
-	for _, hook := range h.providers(OnPacketProcessed) { // gateway patch 34
+	for _, hook := range h.packetProviders(OnPacketProcessed, pk.FixedHeader.Type) { // gateway patches 34 and 36
 		hook.OnPacketProcessed(cl, pk, err)
 	}
 }

@@ -949,7 +949,9 @@ func (s *Server) processPacket(cl *Client, pk packets.Packet) error {
 		return fmt.Errorf("no valid packet available; %v", pk.FixedHeader.Type)
 	}
 
-	s.hooks.OnPacketProcessed(cl, pk, err)
+	if s.hooks.packetProvided(OnPacketProcessed, pk.FixedHeader.Type) { // gateway patch 36: no packet copy for no hook
+		s.hooks.OnPacketProcessed(cl, pk, err)
+	}
 	if err != nil {
 		return err
 	}
