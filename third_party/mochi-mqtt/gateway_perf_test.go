@@ -165,7 +165,7 @@ func TestPacketHookTypes(t *testing.T) {
 	defer cl.Stop(nil)
 	for _, raw := range [][]byte{
 		{packets.Publish << 4, 5, 0, 1, 'a', 'h', 'i'}, // QoS 0 PUBLISH "a": "hi"
-		{packets.Puback << 4, 2, 0, 7},                  // PUBACK 7, nothing inflight
+		{packets.Puback << 4, 2, 0, 7},                 // PUBACK 7, nothing inflight
 	} {
 		go func() { _, _ = r.Write(raw) }()
 		fh := new(packets.FixedHeader)
