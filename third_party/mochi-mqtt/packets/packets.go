@@ -211,7 +211,7 @@ func (pk *Packet) Copy(allowTransfer bool) Packet {
 func (pk *Packet) CopySharedPayload(allowTransfer bool) Packet {
 	p := pk.copyShallow(allowTransfer)
 	if len(pk.Payload) > 0 {
-		p.Payload = pk.Payload
+		p.Payload = pk.Payload[:len(pk.Payload):len(pk.Payload)] // an append to one copy's is never seen by another
 	}
 	return p
 }
