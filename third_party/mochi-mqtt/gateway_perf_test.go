@@ -57,6 +57,14 @@ func TestCopySharedPayload(t *testing.T) {
 	require.NotSame(t, &pk.Payload[0], &c.Payload[0])
 	require.Same(t, &pk.Payload[0], &sh.Payload[0])
 	require.Equal(t, pk.Copy(true), pk.CopySharedPayload(true))
+
+	// Room behind the payload is not shared: an append reallocates.
+	pk.Payload = append(make([]byte, 0, 16), 'p')
+	sh = pk.CopySharedPayload(false)
+	require.Equal(t, 1, cap(sh.Payload))
+	sh.Payload = append(sh.Payload, 'x')
+	require.Equal(t, "p", string(pk.Payload[:1]))
+	require.NotSame(t, &pk.Payload[0], &sh.Payload[0])
 }
 
 // providesCounter provides OnPublish and OnACLCheck and counts how often
