@@ -22,8 +22,8 @@ import (
 // 1.7), patch 28 the publisher's PUBACK put in its inflight store and
 // taken out again, whose map was made anew for every message (1.1 for
 // QoS 1), patch 33 the copy of the payload for each subscriber
-// (1.5–1.7 → 0.5 and 1.2 → 0.1; to four subscribers 4.7 → 0.4 and
-// 4.4 → 0.6 per message published). Counted over the whole process, the writer goroutines
+// (1.5–1.7 → 0.4–0.5 and 1.2 → 0.1; to four subscribers 4.7 → 0.4–0.7
+// and 4.4 → 0.6–0.7 per message published). Counted over the whole process, the writer goroutines
 // included; run without -race (test/run's budget set), which changes
 // allocation counts. Per message published, not per delivery.
 func TestDeliveryAllocBudget(t *testing.T) {
