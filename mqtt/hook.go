@@ -96,6 +96,26 @@ var provided = func() (t [256]bool) {
 
 func (h *hook) Provides(b byte) bool { return provided[b] }
 
+var _ mochi.PacketHook = (*hook)(nil)
+
+// ProvidesPacket tells mochi (patch 36, asked once) the packet types
+// OnPacketRead and OnPacketProcessed act on, so that neither is called
+// (with a copy of the packet) for every PUBLISH: OnPacketRead for a
+// PUBACK, OnPacketProcessed for a SUBSCRIBE and the acknowledgements.
+func (h *hook) ProvidesPacket(ev, typ byte) bool {
+	switch ev {
+	case mochi.OnPacketRead:
+		return typ == packets.Puback
+	case mochi.OnPacketProcessed:
+		switch typ {
+		case packets.Subscribe, packets.Puback, packets.Pubrec, packets.Pubrel, packets.Pubcomp:
+			return true
+		}
+		return false
+	}
+	return true
+}
+
 // OnConnectAuthenticate admits every client: OnConnect has authenticated
 // it already (auth.go says why there).
 func (h *hook) OnConnectAuthenticate(*mochi.Client, packets.Packet) bool { return true }
@@ -118,7 +138,8 @@ func (h *hook) OnSessionEstablished(cl *mochi.Client, _ packets.Packet) {
 }
 
 // OnPacketRead settles the queue delivery a PUBACK acknowledges, before
-// mochi processes it (queues.acked says why then).
+// mochi processes it (queues.acked says why then); mochi calls it for a
+// PUBACK only (ProvidesPacket).
 func (h *hook) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
 	if pk.FixedHeader.Type == packets.Puback {
 		h.queues.acked(cl, pk)
@@ -384,7 +405,8 @@ func (h *hook) OnSubscribed(cl *mochi.Client, pk packets.Packet, codes []byte) {
 // mochi may have freed an inflight slot and given back send quota, which a
 // replay worker may be waiting for. Signalled after every acknowledgement
 // rather than from OnQosComplete: one place for every way a slot frees,
-// and a wake that finds none just waits again.
+// and a wake that finds none just waits again. mochi calls it for those
+// packet types only (ProvidesPacket).
 func (h *hook) OnPacketProcessed(cl *mochi.Client, pk packets.Packet, err error) {
 	if cl.Net.Inline {
 		return

@@ -168,14 +168,20 @@ func benchPubSub(b testing.TB, ms *mochi.Server) *mochi.Client {
 	pub := ms.NewClient(discardConn{}, "t", "pub", false)
 	pub.Properties.ProtocolVersion = 5
 	pub.State.Inflight.ResetReceiveQuota(1024)
-	sub := ms.NewClient(discardConn{}, "t", "sub", false)
-	sub.Properties.ProtocolVersion = 5
 	ms.Clients.Add(pub)
+	benchSubscriber(b, ms, "sub")
+	return pub
+}
+
+// benchSubscriber adds to ms a subscriber to "load/+/s0" (QoS 0) whose
+// connection discards what is written; it stops with the test.
+func benchSubscriber(tb testing.TB, ms *mochi.Server, id string) {
+	sub := ms.NewClient(discardConn{}, "t", id, false)
+	sub.Properties.ProtocolVersion = 5
 	ms.Clients.Add(sub)
 	ms.Topics.Subscribe(sub.ID, packets.Subscription{Filter: "load/+/s0"})
 	go sub.WriteLoop()
-	b.Cleanup(func() { sub.Stop(nil) })
-	return pub
+	tb.Cleanup(func() { sub.Stop(nil) })
 }
 
 // BenchmarkMochiPublishQoS1 is BenchmarkMochiPublish with a QoS 1 PUBLISH:

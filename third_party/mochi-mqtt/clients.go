@@ -1021,7 +1021,9 @@ func (cl *Client) ReadPacket(fh *packets.FixedHeader) (pk packets.Packet, err er
 		return pk, err
 	}
 
-	pk, err = cl.ops.hooks.OnPacketRead(cl, pk)
+	if cl.ops.hooks.packetProvided(OnPacketRead, pk.FixedHeader.Type) { // gateway patch 36: no packet copies for no hook
+		pk, err = cl.ops.hooks.OnPacketRead(cl, pk)
+	}
 	return
 }
 
@@ -1203,7 +1205,9 @@ func (cl *Client) sent(pk *packets.Packet, b []byte, n int64) {
 		cl.Net.Stats.MessagesSent.Add(1)
 	}
 
-	cl.ops.hooks.OnPacketSent(cl, *pk, b)
+	if cl.ops.hooks.provided(OnPacketSent) { // gateway patch 34: no packet copy for no hook
+		cl.ops.hooks.OnPacketSent(cl, *pk, b)
+	}
 }
 
 // refused reports whether a packet of type typ may no longer be written:

@@ -128,7 +128,94 @@ type Hooks struct {
 	wg         sync.WaitGroup // a waitgroup for syncing hook shutdown
 	qty        int64          // the number of hooks in use
 	sync.Mutex                // a mutex for locking when adding hooks
+
+	// byEvent is, for each event, the hooks that provide it, in the order
+	// they were added (gateway patch 34): made by Add, so that the events
+	// of every message (OnPacketRead, OnPublish, OnACLCheck,
+	// OnPacketEncode, OnPacketSent, OnPacketProcessed, OnPublished) ask
+	// no hook whether it provides them, and cost nothing when none does.
+	// Upstream asked every hook on every event. A hook's Provides must
+	// not change once it is added (none does).
+	byEvent atomic.Pointer[hookTable]
 }
+
+// hookTable is Hooks.byEvent (gateway patches 34 and 36).
+type hookTable struct {
+	events [256][]Hook
+	// packets is, for OnPacketRead (0) and OnPacketProcessed (1), the
+	// hooks that provide it for each packet type (patch 36).
+	packets [2][16][]Hook
+}
+
+// PacketHook is a hook whose OnPacketRead and OnPacketProcessed act on
+// some packet types only (gateway patch 36): ProvidesPacket(ev, typ)
+// reports whether it wants event ev (OnPacketRead or OnPacketProcessed)
+// for packets of type typ; it is asked once, when the hook is added, for
+// events it Provides. A hook that is not a PacketHook gets every type.
+// Upstream called them for every packet, every PUBLISH included, with a
+// copy of the packet (~800 B) each time.
+type PacketHook interface {
+	ProvidesPacket(ev, typ byte) bool
+}
+
+// packetEvent is ev's index in hookTable.packets; -1 for other events.
+func packetEvent(ev byte) int {
+	switch ev {
+	case OnPacketRead:
+		return 0
+	case OnPacketProcessed:
+		return 1
+	}
+	return -1
+}
+
+// newHookTable makes the table of the hooks in hooks.
+func newHookTable(hooks []Hook) *hookTable {
+	t := new(hookTable)
+	for ev := range t.events {
+		for _, hk := range hooks {
+			if !hk.Provides(byte(ev)) {
+				continue
+			}
+			t.events[ev] = append(t.events[ev], hk)
+			pe := packetEvent(byte(ev))
+			if pe < 0 {
+				continue
+			}
+			ph, some := hk.(PacketHook)
+			for typ := range t.packets[pe] {
+				if !some || ph.ProvidesPacket(byte(ev), byte(typ)) {
+					t.packets[pe][typ] = append(t.packets[pe][typ], hk)
+				}
+			}
+		}
+	}
+	return t
+}
+
+// providers is the hooks that provide event ev (gateway patch 34).
+func (h *Hooks) providers(ev byte) []Hook {
+	if t := h.byEvent.Load(); t != nil {
+		return t.events[ev]
+	}
+	return nil
+}
+
+// packetProviders is the hooks that provide event ev (OnPacketRead or
+// OnPacketProcessed) for packets of type typ (gateway patch 36).
+func (h *Hooks) packetProviders(ev, typ byte) []Hook {
+	if t := h.byEvent.Load(); t != nil && typ < 16 {
+		return t.packets[packetEvent(ev)][typ]
+	}
+	return nil
+}
+
+// packetProvided reports whether a hook provides event ev for packets of
+// type typ (gateway patch 36).
+func (h *Hooks) packetProvided(ev, typ byte) bool { return len(h.packetProviders(ev, typ)) > 0 }
+
+// provided reports whether a hook provides event ev (gateway patch 34).
+func (h *Hooks) provided(ev byte) bool { return len(h.providers(ev)) > 0 }
 
 // Len returns the number of hooks added.
 func (h *Hooks) Len() int64 {
@@ -165,6 +252,7 @@ func (h *Hooks) Add(hook Hook, config any) error {
 
 	i = append(i, hook)
 	h.internal.Store(i)
+	h.byEvent.Store(newHookTable(i)) // gateway patches 34 and 36
 	atomic.AddInt64(&h.qty, 1)
 	h.wg.Add(1)
 
@@ -268,18 +356,16 @@ func (h *Hooks) OnDisconnect(cl *Client, err error, expire bool) {
 // OnPacketRead is called when a packet is received from a client.
 func (h *Hooks) OnPacketRead(cl *Client, pk packets.Packet) (pkx packets.Packet, err error) {
 	pkx = pk
-	for _, hook := range h.GetAll() {
-		if hook.Provides(OnPacketRead) {
-			npk, err := hook.OnPacketRead(cl, pkx)
-			if err != nil && errors.Is(err, packets.ErrRejectPacket) {
-				h.Log.Debug("packet rejected", "hook", hook.ID(), "packet", pkx)
-				return pk, err
-			} else if err != nil {
-				continue
-			}
-
-			pkx = npk
+	for _, hook := range h.packetProviders(OnPacketRead, pk.FixedHeader.Type) { // gateway patches 34 and 36
+		npk, err := hook.OnPacketRead(cl, pkx)
+		if err != nil && errors.Is(err, packets.ErrRejectPacket) {
+			h.Log.Debug("packet rejected", "hook", hook.ID(), "packet", pkx)
+			return pk, err
+		} else if err != nil {
+			continue
 		}
+
+		pkx = npk
 	}
 
 	return
@@ -305,10 +391,8 @@ func (h *Hooks) OnAuthPacket(cl *Client, pk packets.Packet) (pkx packets.Packet,
 
 // OnPacketEncode is called immediately before a packet is encoded to be sent to a client.
 func (h *Hooks) OnPacketEncode(cl *Client, pk packets.Packet) packets.Packet {
-	for _, hook := range h.GetAll() {
-		if hook.Provides(OnPacketEncode) {
-			pk = hook.OnPacketEncode(cl, pk)
-		}
+	for _, hook := range h.providers(OnPacketEncode) { // gateway patch 34
+		pk = hook.OnPacketEncode(cl, pk)
 	}
 
 	return pk
@@ -316,20 +400,16 @@ func (h *Hooks) OnPacketEncode(cl *Client, pk packets.Packet) packets.Packet {
 
 // OnPacketProcessed is called when a packet has been received and successfully handled by the broker.
 func (h *Hooks) OnPacketProcessed(cl *Client, pk packets.Packet, err error) {
-	for _, hook := range h.GetAll() {
-		if hook.Provides(OnPacketProcessed) {
-			hook.OnPacketProcessed(cl, pk, err)
-		}
+	for _, hook := range h.packetProviders(OnPacketProcessed, pk.FixedHeader.Type) { // gateway patches 34 and 36
+		hook.OnPacketProcessed(cl, pk, err)
 	}
 }
 
 // OnPacketSent is called when a packet has been sent to a client. It takes a bytes parameter
 // containing the bytes sent.
 func (h *Hooks) OnPacketSent(cl *Client, pk packets.Packet, b []byte) {
-	for _, hook := range h.GetAll() {
-		if hook.Provides(OnPacketSent) {
-			hook.OnPacketSent(cl, pk, b)
-		}
+	for _, hook := range h.providers(OnPacketSent) { // gateway patch 34
+		hook.OnPacketSent(cl, pk, b)
 	}
 }
 
@@ -395,27 +475,25 @@ func (h *Hooks) OnUnsubscribed(cl *Client, pk packets.Packet) {
 // The return values of the hook methods are passed-through in the order the hooks were attached.
 func (h *Hooks) OnPublish(cl *Client, pk packets.Packet) (pkx packets.Packet, err error) {
 	pkx = pk
-	for _, hook := range h.GetAll() {
-		if hook.Provides(OnPublish) {
-			npk, err := hook.OnPublish(cl, pkx)
-			if err != nil {
-				if errors.Is(err, packets.ErrRejectPacket) {
-					h.Log.Debug("publish packet rejected",
-						"error", err,
-						"hook", hook.ID(),
-						"packet", pkx)
-					return pk, err
-				} else if errors.Is(err, packets.CodeSuccessIgnore) {
-					return pk, err
-				}
-				h.Log.Error("publish packet error",
+	for _, hook := range h.providers(OnPublish) { // gateway patch 34
+		npk, err := hook.OnPublish(cl, pkx)
+		if err != nil {
+			if errors.Is(err, packets.ErrRejectPacket) {
+				h.Log.Debug("publish packet rejected",
 					"error", err,
 					"hook", hook.ID(),
 					"packet", pkx)
 				return pk, err
+			} else if errors.Is(err, packets.CodeSuccessIgnore) {
+				return pk, err
 			}
-			pkx = npk
+			h.Log.Error("publish packet error",
+				"error", err,
+				"hook", hook.ID(),
+				"packet", pkx)
+			return pk, err
 		}
+		pkx = npk
 	}
 
 	return
@@ -423,10 +501,8 @@ func (h *Hooks) OnPublish(cl *Client, pk packets.Packet) (pkx packets.Packet, er
 
 // OnPublished is called when a client has published a message to subscribers.
 func (h *Hooks) OnPublished(cl *Client, pk packets.Packet) {
-	for _, hook := range h.GetAll() {
-		if hook.Provides(OnPublished) {
-			hook.OnPublished(cl, pk)
-		}
+	for _, hook := range h.providers(OnPublished) { // gateway patch 34
+		hook.OnPublished(cl, pk)
 	}
 }
 
@@ -670,11 +746,9 @@ func (h *Hooks) OnConnectAuthenticate(cl *Client, pk packets.Packet) bool {
 // (see hooks/auth/allow_all or basic). It can be used in custom hooks to
 // check publishing and subscribing users against an existing permissions or roles database.
 func (h *Hooks) OnACLCheck(cl *Client, topic string, write bool) bool {
-	for _, hook := range h.GetAll() {
-		if hook.Provides(OnACLCheck) {
-			if ok := hook.OnACLCheck(cl, topic, write); ok {
-				return true
-			}
+	for _, hook := range h.providers(OnACLCheck) { // gateway patch 34
+		if ok := hook.OnACLCheck(cl, topic, write); ok {
+			return true
 		}
 	}
 

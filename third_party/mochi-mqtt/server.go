@@ -949,7 +949,9 @@ func (s *Server) processPacket(cl *Client, pk packets.Packet) error {
 		return fmt.Errorf("no valid packet available; %v", pk.FixedHeader.Type)
 	}
 
-	s.hooks.OnPacketProcessed(cl, pk, err)
+	if s.hooks.packetProvided(OnPacketProcessed, pk.FixedHeader.Type) { // gateway patch 36: no packet copy for no hook
+		s.hooks.OnPacketProcessed(cl, pk, err)
+	}
 	if err != nil {
 		return err
 	}
@@ -1185,7 +1187,9 @@ func (s *Server) processPublish(cl *Client, pk packets.Packet) error {
 			cl.State.acks.drop(deferred)
 		}
 		s.publishToSubscribersFrom(cl, pk)
-		s.hooks.OnPublished(cl, pk)
+		if s.hooks.provided(OnPublished) { // gateway patch 34: no packet copy for no hook
+			s.hooks.OnPublished(cl, pk)
+		}
 		return nil
 	}
 
@@ -1209,7 +1213,9 @@ func (s *Server) processPublish(cl *Client, pk packets.Packet) error {
 			return err
 		}
 		s.publishToSubscribersFrom(cl, pk)
-		s.hooks.OnPublished(cl, pk)
+		if s.hooks.provided(OnPublished) { // gateway patch 34: no packet copy for no hook
+			s.hooks.OnPublished(cl, pk)
+		}
 		return nil
 	}
 
@@ -1238,7 +1244,9 @@ func (s *Server) processPublish(cl *Client, pk packets.Packet) error {
 	}
 
 	s.publishToSubscribersFrom(cl, pk)
-	s.hooks.OnPublished(cl, pk)
+	if s.hooks.provided(OnPublished) { // gateway patch 34
+		s.hooks.OnPublished(cl, pk)
+	}
 
 	return nil
 }
@@ -1266,10 +1274,20 @@ func (s *Server) publishToSubscribers(pk packets.Packet) {
 // queue (gateway patch 22), unless cl is the inline client, whose callers
 // (the gateway's other front-ends) must never wait on an MQTT socket.
 func (s *Server) publishToSubscribersFrom(cl *Client, pk packets.Packet) {
-	s.publishToSubscribersStall(pk, !cl.Net.Inline && s.Options.SlowSubscriberStall > 0)
+	s.publishToSubscribersShared(pk, !cl.Net.Inline && s.Options.SlowSubscriberStall > 0, !cl.Net.Inline)
 }
 
 func (s *Server) publishToSubscribersStall(pk packets.Packet, stall bool) {
+	s.publishToSubscribersShared(pk, stall, false)
+}
+
+// publishToSubscribersShared is publishToSubscribersStall; with
+// readPayload, pk's payload is a buffer read for it alone from a client
+// (ReadPacket), which nothing changes, and the subscribers' copies share
+// it (gateway patch 33). Anything else (the inline client's payloads are
+// its caller's, a will's, a retained message's) is copied per subscriber
+// as upstream does.
+func (s *Server) publishToSubscribersShared(pk packets.Packet, stall, readPayload bool) {
 	if pk.Ignore {
 		return
 	}
@@ -1306,7 +1324,7 @@ func (s *Server) publishToSubscribersStall(pk packets.Packet, stall bool) {
 		inlineSubscription.Handler(s.inlineClient, inlineSubscription.Subscription, pk)
 	}
 
-	var f fanout // gateway patch 27: QoS 0 copies encoded once per variant
+	f := fanout{sharePayload: readPayload} // gateway patch 27: QoS 0 copies encoded once per variant
 	for id, subs := range subscribers.Subscriptions {
 		if cl, ok := s.Clients.Get(id); ok {
 			_, err := s.publishToClientShared(cl, subs, pk, stall, &f)
@@ -1335,7 +1353,12 @@ func (s *Server) publishToClientShared(cl *Client, sub packets.Subscription, pk 
 		return pk, nil // [MQTT-3.8.3-3]
 	}
 
-	out := pk.Copy(false)
+	var out packets.Packet
+	if f != nil && f.sharePayload {
+		out = pk.CopySharedPayload(false) // gateway patch 33: no payload copy per subscriber
+	} else {
+		out = pk.Copy(false)
+	}
 	if !s.hooks.OnACLCheck(cl, pk.TopicName, false) {
 		return out, packets.ErrNotAuthorized
 	}

@@ -45,6 +45,9 @@ type fanout struct {
 	keys [sharedVariants]sharedKey
 	enc  [sharedVariants]*sharedPublish
 	n    int
+	// sharePayload: the publish's payload is shared by the subscribers'
+	// copies, not copied for each (gateway patch 33).
+	sharePayload bool
 }
 
 // sharedPublish is a PUBLISH and its encoding, queued to several clients.

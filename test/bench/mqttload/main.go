@@ -2,7 +2,7 @@
 // mochi-mqtt, Mosquitto and the NATS server's MQTT listener, in one run,
 // and compares them.
 //
-//	go run ./test/bench/mqttload [-targets gateway,mochi,mosquitto,nats -n 20000 -rounds 1]
+//	go run ./test/bench/mqttload [-targets gateway,mochi,mosquitto,nats -qos 0,1 -n 20000 -rounds 1 -profile DIR]
 //
 // It builds cmd/gateway (retain.backend=memory, no AMQP) and
 // test/bench/baremochi into a temporary directory, installs Debian's
@@ -84,6 +84,7 @@ type options struct {
 	gwArgs    []string
 	profile   string        // directory for the gateway's CPU profiles, one per phase
 	profFor   time.Duration // how long each profile runs
+	qos       []byte        // the QoS levels of the unpaced scenarios
 }
 
 func main() {
@@ -99,7 +100,8 @@ func main() {
 	flag.IntVar(&o.rounds, "rounds", 1, "rounds; each rotates which target goes first")
 	flag.DurationVar(&o.idle, "idle", 3*time.Second, "a phase ends when subscribers get nothing for this long (QoS 0 drops)")
 	gwArgs := flag.String("gateway-args", "", "extra gateway flags, space-separated (e.g. --mqtt.maxPendingWrites=128)")
-	flag.StringVar(&o.profile, "profile", "", "save a CPU profile of the gateway (admin /debug/pprof) from the start of each of its phases into this directory")
+	qos := flag.String("qos", "0,1", "QoS levels of the unpaced scenarios, comma-separated")
+	flag.StringVar(&o.profile, "profile", "", "save a CPU profile of the gateway (admin /debug/pprof) from the start of each of its phases into this directory, and its allocation profile before and after each phase (*-allocs-0/1.pprof; compare with go tool pprof -diff_base)")
 	flag.DurationVar(&o.profFor, "profile-seconds", 3*time.Second, "length of each -profile")
 	flag.Parse()
 	o.targets = strings.Split(*targets, ",")
@@ -107,6 +109,18 @@ func main() {
 	o.proto = byte(*proto)
 	o.size = max(o.size, 8)
 	o.gwArgs = strings.Fields(*gwArgs)
+	qs, err := rig.IntList(*qos, 0)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "-qos:", err)
+		os.Exit(2)
+	}
+	for _, q := range qs {
+		if q > 1 {
+			fmt.Fprintln(os.Stderr, "-qos: 0 or 1")
+			os.Exit(2)
+		}
+		o.qos = append(o.qos, byte(q))
+	}
 	if o.proto != 4 && o.proto != 5 {
 		fmt.Fprintln(os.Stderr, "-proto must be 4 or 5")
 		os.Exit(2)
@@ -141,7 +155,7 @@ func (o *options) scenarioList() ([]scenario, error) {
 			return nil, fmt.Errorf("unknown scenario %q", name)
 		}
 		s.name, s.n = name, o.n
-		for _, q := range []byte{0, 1} {
+		for _, q := range o.qos {
 			s.qos = q
 			out = append(out, s)
 		}
@@ -379,6 +393,15 @@ func phase(t target, s scenario, o *options, tag string) (result, error) {
 	}
 	w0 := writeCalls(t.child.PID)
 	if o.profile != "" && t.child.Admin != "" && tag != "warm" {
+		base := filepath.Join(o.profile, fmt.Sprintf("%s-%s-q%d", tag, s.name, s.qos))
+		if err := rig.SaveHeapProfile(t.child.Admin, base+"-allocs-0.pprof"); err != nil {
+			fmt.Fprintln(os.Stderr, "allocation profile:", err)
+		}
+		defer func() {
+			if err := rig.SaveHeapProfile(t.child.Admin, base+"-allocs-1.pprof"); err != nil {
+				fmt.Fprintln(os.Stderr, "allocation profile:", err)
+			}
+		}()
 		prof := rig.ProfileGateway(t.child.Admin, o.profFor, filepath.Join(o.profile, fmt.Sprintf("%s-%s-q%d.pprof", tag, s.name, s.qos)))
 		defer func() {
 			if err := <-prof; err != nil {

@@ -197,6 +197,27 @@ type Subscription struct {
 
 // Copy creates a new instance of a packet, but with an empty header for inheriting new QoS flags, etc.
 func (pk *Packet) Copy(allowTransfer bool) Packet {
+	p := pk.copyShallow(allowTransfer)
+	if len(pk.Payload) > 0 {
+		p.Payload = append([]byte{}, pk.Payload...)
+	}
+	return p
+}
+
+// CopySharedPayload is Copy, whose payload is pk's own, not a copy of it
+// (gateway patch 33): for a packet whose payload no one changes, as a
+// PUBLISH a client sent (its own buffer, read for it alone) fanned out to
+// subscribers. Copy's payload was an allocation per subscriber.
+func (pk *Packet) CopySharedPayload(allowTransfer bool) Packet {
+	p := pk.copyShallow(allowTransfer)
+	if len(pk.Payload) > 0 {
+		p.Payload = pk.Payload[:len(pk.Payload):len(pk.Payload)] // an append to one copy's is never seen by another
+	}
+	return p
+}
+
+// copyShallow is Copy but for the payload.
+func (pk *Packet) copyShallow(allowTransfer bool) Packet {
 	p := Packet{
 		FixedHeader: FixedHeader{
 			Remaining: pk.FixedHeader.Remaining,
@@ -250,10 +271,6 @@ func (pk *Packet) Copy(allowTransfer bool) Packet {
 
 	if len(pk.Connect.WillPayload) > 0 {
 		p.Connect.WillPayload = append([]byte{}, pk.Connect.WillPayload...)
-	}
-
-	if len(pk.Payload) > 0 {
-		p.Payload = append([]byte{}, pk.Payload...)
 	}
 
 	if len(pk.ReasonCodes) > 0 {
@@ -642,6 +659,10 @@ func (pk *Packet) PublishEncode(buf *bytes.Buffer) error {
 	}
 
 	pk.FixedHeader.Remaining = n + len(pk.Payload)
+	// gateway patch 35: room for the whole packet at once (a fixed header
+	// is at most 5 bytes); an empty buffer grew twice, to 64 bytes for the
+	// header and again for the payload.
+	buf.Grow(5 + pk.FixedHeader.Remaining)
 	pk.FixedHeader.Encode(buf)
 	buf.WriteByte(byte(len(pk.TopicName) >> 8))
 	buf.WriteByte(byte(len(pk.TopicName)))

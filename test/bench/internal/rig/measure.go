@@ -146,6 +146,27 @@ func IntList(s string, least int) ([]int, error) {
 	return out, nil
 }
 
+// SaveHeapProfile fetches the gateway's allocation profile (admin
+// /debug/pprof/allocs: allocations since it started) into file. Two of
+// them, before and after a phase, give the phase's allocations:
+// go tool pprof -sample_index=alloc_objects -diff_base before after.
+func SaveHeapProfile(admin, file string) error {
+	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/allocs", admin))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(f, resp.Body)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
 // ProfileGateway fetches a CPU profile of the gateway whose admin API is
 // at admin (/debug/pprof) over d into file, in the background; the
 // returned channel says when it is written.
