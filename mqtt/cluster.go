@@ -294,7 +294,10 @@ func (ss *sessions) fetch(cl *mochi.Client) {
 			if epoch, err := sh.TakeEpoch(client); err == nil {
 				ss.s.setEpoch(cl, epoch)
 			} else {
-				ss.s.log.Error("mqtt session epoch not taken from the shared store; its writes will be refused", "client", client, "error", err)
+				// Written unfenced, as before epochs: without an epoch of
+				// its own every write of the session would be refused.
+				ss.s.setEpoch(cl, session.Unfenced)
+				ss.s.log.Error("mqtt session epoch not taken from the shared store; its writes go unfenced", "client", client, "error", err)
 			}
 		}
 		return
@@ -310,6 +313,9 @@ func (ss *sessions) fetch(cl *mochi.Client) {
 	if err != nil {
 		// The client gets a new session (session present 0) and knows it
 		// lost the old one [MQTT-3.2.2-2].
+		// Its writes go unfenced (no epoch was taken): refused, the
+		// new session would never be stored.
+		ss.s.setEpoch(cl, session.Unfenced)
 		ss.s.log.Error("mqtt session not read from the shared store; the client starts a new one", "client", client, "error", err)
 		return
 	}
@@ -340,6 +346,7 @@ func (ss *sessions) dropStored(cl *mochi.Client) {
 	}
 	epoch, err := sh.DropClient(cl.ID)
 	if err != nil {
+		ss.s.setEpoch(cl, session.Unfenced) // as in fetch: written, not refused
 		ss.s.log.Error("mqtt session not deleted from the shared store before a clean start", "client", cl.ID, "error", err)
 		return
 	}

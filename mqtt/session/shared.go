@@ -144,12 +144,14 @@ local ok = {}
 local refused = 0
 for i = 2, #ARGV, 5 do
   local kind, c, e, k, v = ARGV[i], ARGV[i+1], ARGV[i+2], ARGV[i+3], ARGV[i+4]
-  local good = ok[c]
-  if e == 'u' then
-    good = true
-  elseif good == nil then
-    good = (redis.call('HGET', p .. 'epoch', c) or '0') == e
-    ok[c] = good
+  local good = true
+  if e ~= 'u' then
+    local cur = ok[c]
+    if cur == nil then
+      cur = redis.call('HGET', p .. 'epoch', c) or '0'
+      ok[c] = cur
+    end
+    good = (cur == e)
   end
   if not good then
     refused = refused + 1
