@@ -212,6 +212,10 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 		func() float64 { return float64(atomic.LoadInt64(&ms.Info().MessagesDropped)) })
 	g.metrics.CounterFunc("tolsey_mqtt_inflight_dropped_total", "MQTT QoS 1/2 messages dropped because a session held mqtt.maxInflight already.", nil,
 		func() float64 { return float64(atomic.LoadInt64(&ms.Info().InflightDropped)) })
+	if r, ok := sessions.(interface{ Refused() uint64 }); ok {
+		g.metrics.CounterFunc("tolsey_mqtt_session_writes_refused_total", "MQTT session store writes the shared store refused: their client's session was taken by another gateway since (docs/cluster.md, \"Epochs\").", nil,
+			func() float64 { return float64(r.Refused()) })
+	}
 
 	if err := g.startAMQP(ctx); err != nil {
 		return err

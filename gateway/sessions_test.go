@@ -111,4 +111,9 @@ func TestSessionsInRedis(t *testing.T) {
 	if len(found) != 1 || strings.Join(found[0].Subscriptions, ",") != "r/#" {
 		t.Fatalf("dev after a restart on Redis: %+v", found)
 	}
+	// The shared store's refused writes are a metric (docs/cluster.md,
+	// "Epochs"); none here.
+	if _, metrics := call(t, g2, "GET", "/metrics", ""); !strings.Contains(metrics, "\ntolsey_mqtt_session_writes_refused_total 0\n") {
+		t.Fatalf("metrics lack tolsey_mqtt_session_writes_refused_total 0:\n%s", metrics)
+	}
 }

@@ -115,8 +115,11 @@ func TestLocalConnectDuringTakeoverReadsTheSessionBack(t *testing.T) {
 	cur := make(chan dialed, 1)
 	hook := func(string) {
 		go func() {
-			c, present := dialSession(t, a.Addr(), "dev", 5, false)
-			cur <- dialed{c, present}
+			var d dialed
+			// Sent also when dialSession's t.Fatal ends this goroutine:
+			// the test's own goroutine then reports the failed dial.
+			defer func() { cur <- d }()
+			d.c, d.present = dialSession(t, a.Addr(), "dev", 5, false)
 		}()
 		waitUntil(t, "the new connection claiming", func() bool {
 			a.ids.mu.Lock()
@@ -146,6 +149,9 @@ func TestLocalConnectDuringTakeoverReadsTheSessionBack(t *testing.T) {
 	close(release)
 
 	d := <-cur
+	if d.c == nil {
+		t.Fatal("the new connection on A failed")
+	}
 	if !d.present {
 		t.Fatal("the new connection on A found no session")
 	}
