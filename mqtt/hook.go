@@ -78,8 +78,8 @@ func newHook(s *Server) *hook {
 
 func (h *hook) ID() string { return "gateway" }
 
-// provided is the set of mochi events the hook handles; mochi asks on
-// every event, so this is a table, not a search.
+// provided is the set of mochi events the hook handles; mochi asks once,
+// when the hook is added (patch 34), and keeps a table per event.
 var provided = func() (t [256]bool) {
 	for _, b := range []byte{
 		mochi.OnConnectAuthenticate, mochi.OnACLCheck, mochi.OnPublish,

@@ -1054,7 +1054,7 @@ func (cl *Client) readBody(n int) ([]byte, error) {
 			return nil, err
 		}
 	}
-	return p, nil
+	return p[:n:n], nil // no spare room after the body: its payload is shared (patch 33)
 }
 
 // WritePacket encodes and writes a packet to the client, waiting for a
