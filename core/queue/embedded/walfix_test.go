@@ -1,18 +1,17 @@
 package embedded
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/tolsey/tolsey/core/coretest"
 	"github.com/tolsey/tolsey/core/queue"
 	"github.com/tolsey/tolsey/core/queue/queuetest"
 )
@@ -106,31 +105,13 @@ func TestFailedCheckpointRetriedWhenIdle(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log's output that tests read while the store writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestFailedCheckpointIsReported: a checkpoint that fails is logged
 // (once, then once every checkpointLogEvery while they go on), counted
 // and said by CheckpointErr; the one that succeeds again is logged and
 // clears CheckpointErr.
 func TestFailedCheckpointIsReported(t *testing.T) {
 	ctx := context.Background()
-	var out syncBuffer
+	var out coretest.SyncBuffer
 	b, err := Open(filepath.Join(t.TempDir(), FileName),
 		Options{Logger: slog.New(slog.NewTextHandler(&out, nil))})
 	if err != nil {
