@@ -65,12 +65,7 @@ func TestTornLogRecord(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	path := filepath.Join(dir, FileName)
-	b := open(t, path)
-	noCheckpoints(b)
-	l, err := b.Open(ctx, queue.Config{Name: "q"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, l := openQ(t, path)
 	var ids []uint64
 	for i := range 20 {
 		ids = append(ids, queuetest.Append(t, l, queuetest.Msg("t", i)))
@@ -259,12 +254,7 @@ func TestReadsDuringCheckpoints(t *testing.T) {
 func TestFailedCheckpointIsRetried(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), FileName)
-	b := open(t, path)
-	noCheckpoints(b)
-	l, err := b.Open(ctx, queue.Config{Name: "q"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, l := openQ(t, path)
 	var ids []uint64
 	for i := range 5 {
 		ids = append(ids, queuetest.Append(t, l, queuetest.Msg("t", i)))
@@ -320,8 +310,22 @@ func TestFailedCheckpointIsRetried(t *testing.T) {
 	crash(b) // the log after the checkpoint holds nothing more
 	b = open(t, path)
 	defer b.Close()
-	if l, err = b.Open(ctx, queue.Config{Name: "q"}); err != nil {
+	l, err := b.Open(ctx, queue.Config{Name: "q"})
+	if err != nil {
 		t.Fatal(err)
 	}
 	check(l, 1, 2, 3, 4, 6, 7, 8, 9, 10)
+}
+
+// openQ opens the store at path with its checkpoints left to the test
+// (noCheckpoints) and its queue "q".
+func openQ(t *testing.T, path string) (*Backend, queue.Log) {
+	t.Helper()
+	b := open(t, path)
+	noCheckpoints(b)
+	l, err := b.Open(context.Background(), queue.Config{Name: "q"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, l
 }

@@ -24,12 +24,7 @@ import (
 func TestTornRecordInEarlierSegment(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), FileName)
-	b := open(t, path)
-	noCheckpoints(b)
-	l, err := b.Open(ctx, queue.Config{Name: "q"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, l := openQ(t, path)
 	queuetest.Append(t, l, queuetest.Msg("t", 0))
 	first := b.segNo
 	b.checkpointFault = func() error { return errors.New("disk full (test)") }
@@ -181,12 +176,7 @@ func TestFailedCheckpointIsReported(t *testing.T) {
 func TestFailedDropKeepsRecords(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), FileName)
-	b := open(t, path)
-	noCheckpoints(b)
-	l, err := b.Open(ctx, queue.Config{Name: "q"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, l := openQ(t, path)
 	for i := range 3 {
 		queuetest.Append(t, l, queuetest.Msg("t", i))
 	}
@@ -204,7 +194,8 @@ func TestFailedDropKeepsRecords(t *testing.T) {
 	}
 	b = open(t, path)
 	defer b.Close()
-	if l, err = b.Open(ctx, queue.Config{Name: "q"}); err != nil {
+	l, err := b.Open(ctx, queue.Config{Name: "q"})
+	if err != nil {
 		t.Fatal(err)
 	}
 	if n := len(queuetest.ReadAll(t, l, 0)); n != 4 {
