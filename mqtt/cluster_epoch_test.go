@@ -34,14 +34,8 @@ func TestSessionAfterTakeErrorIsWritten(t *testing.T) {
 	if n := r.Refused(); n != 0 {
 		t.Errorf("%d writes of the session refused", n)
 	}
-	var subs int
-	if _, err := r.TakeClient("dev", func(kind session.Kind, _ string, _, _ []byte) error {
-		if kind == session.PutSub {
-			subs++
-		}
-		return nil
-	}); err != nil || subs != 1 {
-		t.Fatalf("stored subscriptions %d, %v; want 1", subs, err)
+	if subs := storedSubs(t, r, "dev"); len(subs) != 1 {
+		t.Fatalf("stored subscriptions %v; want 1", subs)
 	}
 }
 
@@ -94,13 +88,23 @@ func TestAdminDeleteThenReconnectIsWritten(t *testing.T) {
 	if n := r.Refused(); n != 1 {
 		t.Errorf("%d writes refused, want 1 (the delete)", n)
 	}
+	if subs := storedSubs(t, r, "dev"); !subs["e/#"] {
+		t.Fatalf("stored subscriptions %v; want e/# among them", subs)
+	}
+}
+
+// storedSubs is the filters of id's session in the shared store, read as
+// a gateway taking it would (TakeClient).
+func storedSubs(t *testing.T, r *session.Redis, id string) map[string]bool {
+	t.Helper()
 	subs := map[string]bool{}
-	if _, err := r.TakeClient("dev", func(kind session.Kind, _ string, key, _ []byte) error {
+	if _, err := r.TakeClient(id, func(kind session.Kind, _ string, key, _ []byte) error {
 		if kind == session.PutSub {
 			subs[string(key)] = true
 		}
 		return nil
-	}); err != nil || !subs["e/#"] {
-		t.Fatalf("stored subscriptions %v, %v; want e/# among them", subs, err)
+	}); err != nil {
+		t.Fatal(err)
 	}
+	return subs
 }

@@ -187,13 +187,7 @@ func TestSessionNewOverUnstoredLocalIsWritten(t *testing.T) {
 	if n := r.Refused(); n != 0 {
 		t.Fatalf("%d writes of the new session refused", n)
 	}
-	var subs int
-	if _, err := r.TakeClient("dev", func(kind session.Kind, _ string, _, _ []byte) error {
-		if kind == session.PutSub {
-			subs++
-		}
-		return nil
-	}); err != nil || subs != 1 {
-		t.Fatalf("stored subscriptions %d, %v; want 1", subs, err)
+	if subs := storedSubs(t, r, "dev"); len(subs) != 1 {
+		t.Fatalf("stored subscriptions %v; want 1", subs)
 	}
 }
