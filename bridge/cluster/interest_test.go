@@ -35,19 +35,7 @@ func smallNATS(t *testing.T) *natsserver.Server {
 func startInterestNode(t *testing.T, s *natsserver.Server, node string) (*Cluster, *core.Router) {
 	t.Helper()
 	r := core.NewRouter(core.RouterOptions{Node: node})
-	c, err := New(Options{Conn: natsConn(t, s), Router: r, Node: node, InterestPeriod: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = c.Stop(ctx)
-	})
-	return c, r
+	return startWith(t, Options{Conn: natsConn(t, s), Router: r, Node: node, InterestPeriod: time.Second}), r
 }
 
 type countSub struct {

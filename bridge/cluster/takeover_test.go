@@ -41,8 +41,14 @@ func natsConn(t *testing.T, s *natsserver.Server) *nats.Conn {
 
 func startCluster(t *testing.T, nc *nats.Conn, node string) *Cluster {
 	t.Helper()
-	c, err := New(Options{Conn: nc, Router: core.NewRouter(core.RouterOptions{Node: node}), Node: node,
+	return startWith(t, Options{Conn: nc, Router: core.NewRouter(core.RouterOptions{Node: node}), Node: node,
 		TakeoverTimeout: 10 * time.Second})
+}
+
+// startWith starts a cluster member with opts, stopped when the test ends.
+func startWith(t *testing.T, opts Options) *Cluster {
+	t.Helper()
+	c, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
