@@ -161,6 +161,10 @@ func (ss *sessions) OnSessionEstablished(cl *mochi.Client, _ packets.Packet) {
 	if cl.Net.Inline {
 		return
 	}
+	if h := testHookEstablished.Load(); h != nil {
+		done := (*h)(cl)
+		defer done()
+	}
 	// One step under mu, as enqueueKnown: a takeover by another gateway
 	// (TakenOver, cluster.go) ends the connection, then forgets the
 	// session under mu, then commits and answers. mochi registers a
@@ -169,9 +173,13 @@ func (ss *sessions) OnSessionEstablished(cl *mochi.Client, _ packets.Packet) {
 	// gateway has read it) nor mark it known here.
 	// The epoch a clean start took the id with (dropStored): a session
 	// new here is written with it.
+	// A connection already taken over here (mochi calls this after the
+	// CONNACK, and a newer CONNECT of the id may have been quicker) leaves
+	// the store to the newer one: a clean start's delete, run late, would
+	// remove the session the newer connection has just stored.
 	taken := ss.s.takenEpoch(cl)
 	ss.mu.Lock()
-	if errors.Is(cl.StopCause(), packets.ErrSessionTakenOver) {
+	if cl.IsTakenOver() || errors.Is(cl.StopCause(), packets.ErrSessionTakenOver) {
 		ss.mu.Unlock()
 		return
 	}
@@ -211,6 +219,10 @@ func (ss *sessions) OnSessionEstablished(cl *mochi.Client, _ packets.Packet) {
 		ss.forgetHeld(cl.ID)
 	}
 }
+
+// testHookEstablished, set by a test only, runs as OnSessionEstablished
+// begins; what it returns runs as it ends.
+var testHookEstablished atomic.Pointer[func(cl *mochi.Client) func()]
 
 // OnDisconnect stores the session as it is left (a clean DISCONNECT has
 // removed its will [MQTT-3.1.2-10]), unless a new connection has taken

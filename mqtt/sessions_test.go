@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	mochi "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/tolsey/tolsey/core"
@@ -584,4 +585,54 @@ func TestSentAndAcknowledgedAtOnceLeavesNoInflight(t *testing.T) {
 	if put > 0 {
 		t.Fatalf("%d of %d acknowledged messages left in the store (written after their delete)", put, n)
 	}
+}
+
+// TestLateEstablishedOfCleanStartKeepsNewerSession: mochi reports a
+// session established after its CONNACK, so a newer CONNECT of the id can
+// take the connection over and store its own persistent session first.
+// The older connection (clean start, no expiry: nothing to keep) then
+// deleted the stored session as its own, and the newer connection's
+// session was gone after a restart. A connection taken over now leaves
+// the store to the one that took it. (Seen in CI as a flaky
+// TestSessionNewOverUnstoredLocalIsWritten.)
+func TestLateEstablishedOfCleanStartKeepsNewerSession(t *testing.T) {
+	dir := t.TempDir()
+	s, stop := startSessionServer(t, dir, nil)
+	release := make(chan struct{})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free)
+	ran := make(chan struct{})
+	hook := func(cl *mochi.Client) func() {
+		if cl.ID != "dev" || !cl.Properties.Clean {
+			return func() {}
+		}
+		<-release
+		return func() { close(ran) }
+	}
+	testHookEstablished.Store(&hook)
+	t.Cleanup(func() { testHookEstablished.Store(nil) })
+
+	first, _ := dialSessionExpiry(t, s.Addr(), "dev", 5, true, 0)
+	_ = first
+	cur, _ := dialSession(t, s.Addr(), "dev", 5, false)
+	cur.subscribeQoS1(t, "d/#")
+	free() // the first connection's OnSessionEstablished, late
+	select {
+	case <-ran:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first connection's OnSessionEstablished did not run")
+	}
+	cur.disconnect(t)
+	waitOffline(t, s, "dev")
+	stop()
+
+	s, _ = startSessionServer(t, dir, nil)
+	again, present := dialSession(t, s.Addr(), "dev", 5, false)
+	if !present {
+		t.Fatal("the newer connection's session was not kept")
+	}
+	pub := dialRaw(t, s.Addr(), "pub", 0)
+	pub.publishWait(t, "d/1", "x", 1, 1)
+	again.expectPublish(t, "d/1", "x", 1, false)
 }

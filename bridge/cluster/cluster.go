@@ -234,6 +234,12 @@ func (c *Cluster) Start(context.Context) error {
 	c.sub = sub
 	c.wg.Add(1)
 	go c.writer()
+	// NATS has the subscriptions when Start returns: what another
+	// gateway sends from then on reaches this one. Bounded; NATS may be
+	// down (nats.go makes them again when it reconnects).
+	if err := c.opts.Conn.FlushTimeout(c.opts.FlushTimeout); err != nil {
+		c.log.Warn("cluster subscriptions not confirmed by NATS", "error", err)
+	}
 	c.log.Info("cluster started", "node", c.opts.Node, "subject", c.subject)
 	return nil
 }
