@@ -302,6 +302,9 @@ func (ss *sessions) fetch(cl *mochi.Client) {
 		}
 		return
 	}
+	// A delete of the session still queued (an operator's, an expiry) is
+	// written first: read before it, the deleted session would come back.
+	ss.deleteDone(client)
 	r := ss.restorer()
 	r.anyNode = true
 	epoch, err := sh.TakeClient(client, func(kind session.Kind, id string, key, value []byte) error {

@@ -63,6 +63,14 @@ type sessions struct {
 	// OnPublished: both run on that reader, one after the other.
 	pendMu  sync.Mutex
 	pending map[*mochi.Client]pendingAck // guarded by pendMu
+
+	// The client ids whose session delete (an operator's, an expiry) is
+	// queued and not yet committed, each with a channel closed once it
+	// is. A connect reading the session from a shared store waits for it
+	// (fetch): read before, the deleted session came back, and the
+	// delete, of an older epoch than the connect took, was refused.
+	delMu   sync.Mutex
+	deletes map[string]chan struct{} // guarded by delMu
 }
 
 type pendingAck struct {
@@ -73,8 +81,58 @@ type pendingAck struct {
 
 func newSessions(s *Server, b session.Backend) *sessions {
 	return &sessions{s: s, b: b, known: map[string]uint64{}, pending: map[*mochi.Client]pendingAck{},
-		held: map[string]map[uint16]struct{}{}}
+		held: map[string]map[uint16]struct{}{}, deletes: map[string]chan struct{}{}}
 }
+
+// beginDelete notes that a delete of id's session is about to be queued
+// (queueDelete), before the session is let go: a connect from then on
+// waits for it (deleteDone).
+func (ss *sessions) beginDelete(id string) chan struct{} {
+	done := make(chan struct{})
+	ss.delMu.Lock()
+	ss.deletes[id] = done
+	ss.delMu.Unlock()
+	return done
+}
+
+// queueDelete queues the delete of id's session noted by beginDelete and
+// closes done once it is committed (or failed: the store's error is the
+// log's to report).
+func (ss *sessions) queueDelete(id string, epoch uint64, done chan struct{}) {
+	ss.log.Enqueue(session.Op{Kind: session.DeleteSession, Client: id, Epoch: epoch})
+	end := func(error) { ss.endDelete(id, done) }
+	if !ss.log.After(session.Mark{}, end) {
+		end(nil)
+	}
+}
+
+// endDelete ends what beginDelete noted: committed, or nothing to delete.
+func (ss *sessions) endDelete(id string, done chan struct{}) {
+	ss.delMu.Lock()
+	if ss.deletes[id] == done {
+		delete(ss.deletes, id)
+	}
+	ss.delMu.Unlock()
+	close(done)
+}
+
+// deleteDone returns once no delete of id's session is queued.
+func (ss *sessions) deleteDone(id string) {
+	ss.delMu.Lock()
+	done := ss.deletes[id]
+	ss.delMu.Unlock()
+	if done == nil {
+		return
+	}
+	if h := testHookDeleteWait.Load(); h != nil {
+		(*h)(id)
+	}
+	<-done
+}
+
+// testHookDeleteWait, set by a test only, runs when a connect waits for
+// a delete of its session.
+var testHookDeleteWait atomic.Pointer[func(id string)]
 
 func (ss *sessions) ID() string { return "sessions" }
 
@@ -248,10 +306,14 @@ func (ss *sessions) OnWillSent(cl *mochi.Client, _ packets.Packet) {
 // OnClientExpired removes a session whose expiry interval has run out
 // [MQTT-4.1.0-2].
 func (ss *sessions) OnClientExpired(cl *mochi.Client) {
-	if epoch, was := ss.forget(cl.ID); was {
-		ss.forgetHeld(cl.ID)
-		ss.log.Enqueue(session.Op{Kind: session.DeleteSession, Client: cl.ID, Epoch: epoch})
+	done := ss.beginDelete(cl.ID)
+	epoch, was := ss.forget(cl.ID)
+	if !was {
+		ss.endDelete(cl.ID, done)
+		return
 	}
+	ss.forgetHeld(cl.ID)
+	ss.queueDelete(cl.ID, epoch, done)
 }
 
 func (ss *sessions) OnSubscribed(cl *mochi.Client, pk packets.Packet, codes []byte) {

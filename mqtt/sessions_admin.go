@@ -5,8 +5,6 @@ import (
 	"strings"
 
 	"github.com/mochi-mqtt/server/v2/packets"
-
-	"github.com/tolsey/tolsey/mqtt/session"
 )
 
 // SessionInfo is one MQTT session, connected or kept for a client that
@@ -60,9 +58,12 @@ func (s *Server) DeleteSession(id string) bool {
 	// Forgotten first: the ending connection's OnDisconnect must not
 	// store the session again behind the delete.
 	if ss := s.sessions; ss != nil {
+		done := ss.beginDelete(id)
 		if epoch, was := ss.forget(id); was {
 			ss.forgetHeld(id)
-			defer ss.log.Enqueue(session.Op{Kind: session.DeleteSession, Client: id, Epoch: epoch})
+			defer ss.queueDelete(id, epoch, done)
+		} else {
+			ss.endDelete(id, done)
 		}
 	}
 	if !cl.Closed() {
