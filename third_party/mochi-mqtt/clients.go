@@ -147,6 +147,11 @@ type ClientConnection struct {
 	// publisher behind its blocked write. Nothing but writes takes wmu.
 	wmu        sync.Mutex
 	writeRearm int64 // unix nanoseconds after which the write deadline is set again
+	// inWrite is when the socket write under way began (unix
+	// nanoseconds), 0 between writes (gateway patch 37): a write that
+	// takes long is a client not reading, which a stalled publisher
+	// gives up on; a writer only late to run is a busy machine.
+	inWrite atomic.Int64
 	// pending is a DISCONNECT a write that must not wait left for
 	// whoever held wmu, who writes it once done (writePending).
 	pending atomic.Pointer[[]byte]
@@ -285,8 +290,11 @@ type outboundQueue struct {
 	// Publishers stalled on a full queue (gateway patch 22, enqueueStall):
 	// room is made by the first of them and closed by pop once a quarter
 	// of the queue is free; noStall is set when a stall ran out and
-	// cleared when the queue empties, so a subscriber that stopped reading
-	// stalls each publisher once, not once per message.
+	// cleared when a quarter is free again (patch 37; before, only when
+	// the queue emptied), so a subscriber that stopped reading stalls each
+	// publisher once, not once per message, and one that was only late
+	// (its writer not run in time on a busy machine) loses a quarter of a
+	// queue at most, not a whole queue.
 	room    chan struct{} // guarded by mu
 	limit   int           // the queue's limit when room was made; guarded by mu
 	noStall atomic.Bool
@@ -320,9 +328,14 @@ func (q *outboundQueue) pop() *packets.Packet {
 	q.head = (q.head + 1) & (len(q.ring) - 1)
 	q.n--
 	q.queued.Store(int32(q.n))
-	if q.room != nil && q.n <= q.limit-max(q.limit/4, 1) {
-		close(q.room) // gateway patch 22: stalled publishers go on
-		q.room = nil
+	if q.n <= q.limit-max(q.limit/4, 1) {
+		if q.room != nil {
+			close(q.room) // gateway patch 22: stalled publishers go on
+			q.room = nil
+		}
+		if q.noStall.Load() {
+			q.noStall.Store(false) // gateway patch 37: it reads again
+		}
 	}
 	if q.n == 0 {
 		q.head = 0
@@ -352,8 +365,11 @@ func (cl *Client) enqueue(pk *packets.Packet) bool {
 // writer to free a quarter of it, then tries once more. A subscriber that
 // reads as fast as it can loses nothing to a burst from several
 // publishers; one that stopped reading holds each publisher at most stall,
-// once (noStall), and loses what does not fit, as before. The wait ends
-// early when the client stops. No lock is held while waiting.
+// once (noStall), and loses what does not fit, as before. Patch 37: stall
+// bounds a wait without progress (each quarter freed starts it again), and
+// a writer not held by its socket, only late to run, is waited for up to
+// stallCap stalls. The wait ends early when the client stops. No lock is
+// held while waiting.
 func (cl *Client) enqueueStall(pk *packets.Packet, stall time.Duration) bool {
 	q := &cl.State.outbound
 	ok, room := cl.tryEnqueue(pk, !q.noStall.Load())
@@ -362,10 +378,24 @@ func (cl *Client) enqueueStall(pk *packets.Packet, stall time.Duration) bool {
 	}
 	t := time.NewTimer(stall)
 	defer t.Stop()
+	start := time.Now()
 	for {
 		select {
 		case <-room:
+			// The writer went on (patch 37): the bound is on a stall
+			// without progress, not on the wait of a publisher that lost
+			// the freed room to others.
+			t.Reset(stall)
 		case <-t.C:
+			// Patch 37: a writer not held by its socket (no write, or one
+			// begun less than stall ago) is late to run on a busy machine,
+			// not behind a client that stopped reading: wait on, up to
+			// stallCap stalls in all.
+			if w := cl.Net.inWrite.Load(); (w == 0 || time.Since(time.Unix(0, w)) < stall) &&
+				time.Since(start) < stallCap*stall {
+				t.Reset(stall)
+				continue
+			}
 			q.noStall.Store(true)
 			ok, _ = cl.tryEnqueue(pk, false)
 			return ok
@@ -377,6 +407,10 @@ func (cl *Client) enqueueStall(pk *packets.Packet, stall time.Duration) bool {
 		}
 	}
 }
+
+// stallCap bounds a publisher's wait for a subscriber whose writer is
+// late to run, in stalls (gateway patch 37).
+const stallCap = 20
 
 // tryEnqueue queues pk unless the queue is full; then, with wait, it
 // returns the channel pop closes once there is room again.
@@ -1314,15 +1348,17 @@ func (cl *Client) writeOut(b []byte) (int64, error) {
 	t := cl.ops.options.WriteTimeout
 	big := len(b) > writeChunk
 	var n int64
+	defer cl.Net.inWrite.Store(0)
 	for len(b) > 0 {
+		now := time.Now()
 		if t > 0 {
-			now := time.Now()
 			if big || now.UnixNano() >= cl.Net.writeRearm {
 				_ = cl.Net.Conn.SetWriteDeadline(now.Add(t))
 				cl.Net.writeRearm = now.Add(t / 2).UnixNano()
 				cl.keepCloseDeadline(now.Add(t)) // gateway patch 20
 			}
 		}
+		cl.Net.inWrite.Store(now.UnixNano()) // gateway patch 37
 		m, err := cl.Net.Conn.Write(b[:min(len(b), writeChunk)])
 		n += int64(m)
 		b = b[m:]

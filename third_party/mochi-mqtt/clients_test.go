@@ -937,3 +937,49 @@ var (
 		packets.TPacketData[packets.Auth].Get(packets.TAuth),
 	}
 )
+
+// TestEnqueueStallWaitsForALateWriter (gateway patch 37): a publisher
+// stalled on a full queue whose writer is late to run (here: held off its
+// write lock, as a busy machine holds it off a CPU), not held by a client
+// that stopped reading, waits on past one stall, and its message is
+// queued once the writer goes on. Before, it was dropped after one stall.
+func TestEnqueueStallWaitsForALateWriter(t *testing.T) {
+	cl, r, _ := newTestClient()
+	defer cl.Stop(errClientStop)
+	go func() { _, _ = io.Copy(io.Discard, r) }() // the client reads everything
+	pk := &packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish}, TopicName: "a/b", Payload: []byte("x")}
+	cl.Net.wmu.Lock()
+	for i := 0; cl.enqueue(pk); i++ {
+		require.Less(t, i, 10, "the queue never filled")
+	}
+	done := make(chan bool, 1)
+	go func() { done <- cl.enqueueStall(pk, 50*time.Millisecond) }()
+	time.Sleep(200 * time.Millisecond) // four stalls
+	cl.Net.wmu.Unlock()
+	select {
+	case ok := <-done:
+		require.True(t, ok, "dropped: a writer late to run was given up on as a client that stopped reading")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stalled publisher never went on")
+	}
+}
+
+// TestEnqueueStallGivesUpOnAClientNotReading (gateway patches 22, 37): a
+// writer held in its socket write (the client reads nothing) is a client
+// that cannot keep up: the stalled publisher drops its copy, and the
+// stalls are off for that client until its queue has room again.
+func TestEnqueueStallGivesUpOnAClientNotReading(t *testing.T) {
+	cl, _, _ := newTestClient()
+	defer cl.Stop(errClientStop)
+	pk := &packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish}, TopicName: "a/b", Payload: []byte("x")}
+	for i := 0; cl.enqueue(pk); i++ {
+		require.Less(t, i, 10, "the queue never filled")
+	}
+	require.Eventually(t, func() bool { return cl.Net.inWrite.Load() != 0 }, 10*time.Second, time.Millisecond,
+		"the writer never began its write")
+	for i := 0; cl.enqueue(pk); i++ { // what the writer took out
+		require.Less(t, i, 10, "the queue never filled")
+	}
+	require.False(t, cl.enqueueStall(pk, 20*time.Millisecond), "queued for a client that reads nothing")
+	require.True(t, cl.State.outbound.noStall.Load(), "stalls still on for a client that reads nothing")
+}
