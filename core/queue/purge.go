@@ -94,6 +94,7 @@ func (q *Queue) Purge(ctx context.Context) (int, error) {
 			removed[r.ID] = struct{}{}
 			q.messages--
 			q.bytes -= int64(r.Msg.Size())
+			q.emptyHoldsNoBytesLocked()
 			ids = append(ids, r.ID)
 		}
 		q.through = max(q.through, after)

@@ -441,12 +441,17 @@ func (q *txQueue) remove(name string, id uint64) (bool, int64, error) {
 }
 
 // finish writes the counts and raises the sequence to hi: IDs are never
-// reused after a reopen.
+// reused after a reopen. A queue that holds no record holds no bytes:
+// records stored before core.Message.Size counted an AMQP body once were
+// counted with the larger size and are deleted with the smaller.
 func (q *txQueue) finish(hi uint64) error {
 	if hi > q.bucket.Sequence() {
 		if err := q.bucket.SetSequence(hi); err != nil {
 			return err
 		}
+	}
+	if q.records == 0 {
+		q.bytes = 0
 	}
 	return q.counts.Put(keyCounts, encodeCounts(q.records, q.bytes))
 }
