@@ -497,7 +497,8 @@ func (e *encoder) encodeNative(w *buffer.Buffer, m *core.Message, retained bool,
 
 // nativeOf keeps payload (the transfer payload am was decoded from, which
 // the caller reuses) as m's native encoding, and points a single data
-// section's payload into that copy rather than copying it twice.
+// section's payload, or an amqp-value's that ends it, into that copy
+// rather than holding it twice.
 func nativeOf(m *core.Message, am *frames.Message, payload []byte) {
 	nb := append([]byte(nil), payload...)
 	m.Native = core.Native{Protocol: core.ProtocolAMQP, Bytes: nb}
@@ -508,6 +509,11 @@ func nativeOf(m *core.Message, am *frames.Message, payload []byte) {
 		if off := cap(payload) - cap(d); len(d) > 0 && off >= 0 && off+len(d) <= len(payload) && &payload[off] == &d[0] {
 			m.Payload = nb[off : off+len(d) : off+len(d)]
 		}
+	}
+	// A binary or string amqp-value (and no footer) ends the bytes too:
+	// the payload, a copy of it, points there instead.
+	if p := m.Payload; len(p) > 0 && m.PayloadIsNativeTail() {
+		m.Payload = nb[len(nb)-len(p) : len(nb) : len(nb)]
 	}
 }
 

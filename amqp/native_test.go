@@ -527,3 +527,44 @@ func passOn(t *testing.T, payload []byte) (in, out frames.Hop, sent []byte) {
 	}
 	return in, out, b.Written()
 }
+
+// TestNativeBodyCountedOnce: a message kept whole (core.Native) whose body
+// is also its payload (a binary amqp-value, always kept; a data section or
+// a string amqp-value beside a message-id) has its body counted once in
+// core.Message.Size, which queues.maxBytes and the queue byte counts use:
+// it was counted twice, in the payload and in the native bytes.
+func TestNativeBodyCountedOnce(t *testing.T) {
+	body := bytes.Repeat([]byte("b"), 1000)
+	props := &frames.MessageProperties{MessageID: "ID:1"}
+	for _, tc := range []struct {
+		name string
+		m    frames.Message
+	}{
+		{"binary amqp-value", frames.Message{Value: body}},
+		{"data with a message-id", frames.Message{Properties: props, Data: [][]byte{body}}},
+		{"string amqp-value with a message-id", frames.Message{Properties: props, Value: string(body)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var src buffer.Buffer
+			if err := tc.m.MarshalAMQP(&src); err != nil {
+				t.Fatal(err)
+			}
+			payload := src.Written()
+			var am frames.Message
+			if err := am.Decode(payload); err != nil {
+				t.Fatal(err)
+			}
+			in, err := toCore(&am, payload, time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := in.msg
+			if m.Native.Protocol == "" || !bytes.Equal(m.Payload, body) {
+				t.Fatalf("not kept native with the body as payload: native %q, payload %d bytes", m.Native.Protocol, len(m.Payload))
+			}
+			if size, native := m.Size(), len(m.Native.Bytes); size >= native+len(body) {
+				t.Fatalf("Size %d: the %d-byte body is counted twice (native bytes %d)", size, len(body), native)
+			}
+		})
+	}
+}

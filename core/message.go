@@ -1,6 +1,7 @@
 package core
 
 import (
+	"bytes"
 	"strconv"
 	"time"
 )
@@ -117,13 +118,32 @@ func (m *Message) RemainingExpiry(now time.Time) (uint32, bool) {
 }
 
 // Size is the approximate number of bytes the message occupies, for limits
-// and metrics.
+// and metrics. A payload that ends the native bytes (an AMQP message kept
+// whole whose body is one data section or a binary or string amqp-value)
+// is counted once, in those bytes.
 func (m *Message) Size() int {
-	n := len(m.Topic) + len(m.Payload) + len(m.ContentType) + len(m.CorrelationData) + len(m.ResponseTopic) + len(m.Native.Bytes)
+	n := len(m.Topic) + len(m.ContentType) + len(m.CorrelationData) + len(m.ResponseTopic) + len(m.Native.Bytes)
+	if !m.PayloadIsNativeTail() {
+		n += len(m.Payload)
+	}
 	for _, p := range m.UserProperties {
 		n += len(p.Key) + len(p.Value)
 	}
 	return n
+}
+
+// PayloadIsNativeTail reports whether the native bytes end with the
+// payload. Compared by content when the payload is not a slice of them,
+// so that it holds, and Size is the same, for a message as received and
+// as decoded from a store (a copy, or a slice of its native bytes): a
+// queue subtracts a removed message's Size from the bytes it added.
+func (m *Message) PayloadIsNativeTail() bool {
+	nb, p := m.Native.Bytes, m.Payload
+	if m.Native.Protocol == "" || len(p) == 0 || len(p) > len(nb) {
+		return false
+	}
+	tail := nb[len(nb)-len(p):]
+	return &tail[0] == &p[0] || bytes.Equal(tail, p)
 }
 
 // Clone returns a copy that shares no slices with m.

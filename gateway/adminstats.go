@@ -134,10 +134,7 @@ func (a *adminServer) stats(w http.ResponseWriter, _ *http.Request) {
 		}
 	}
 	if e := g.queues.Load(); e != nil {
-		for _, q := range e.Queues() {
-			s.Queues.Count++
-			s.Queues.Messages += q.Info().Messages
-		}
+		s.Queues.Count, s.Queues.Messages = e.Totals()
 	}
 	writeJSON(w, http.StatusOK, s)
 }

@@ -73,3 +73,61 @@ func grepLines(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestQueueLogFullRefusesPublishes: while the embedded queue store's
+// checkpoints fail, a publish to a durable queue is refused as a full
+// queue's (MQTT 5 PUBACK 0x97, the reason naming the log) once the log
+// holds queues.embedded.maxLog; /readyz says appends are refused; once
+// checkpoints succeed again publishes are taken.
+func TestQueueLogFullRefusesPublishes(t *testing.T) {
+	dir := t.TempDir()
+	g := startGateway(t, "--queues.backend=embedded", "--data.dir="+dir, "--queues.embedded.maxLog=1MiB")
+	if code, body := call(t, g, "PUT", "/api/v1/queues/ck", `{"subscriptions": ["ck/#"]}`); code != http.StatusCreated {
+		t.Fatalf("create: %d %s", code, body)
+	}
+	blocker := filepath.Join(dir, queueembedded.FileName) + ".wal.0000000000000000"
+	if err := os.MkdirAll(filepath.Join(blocker, "x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c := mqttClient(t, g, "pub")
+	publish := func(n int) (*paho.PublishResponse, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return c.Publish(ctx, &paho.Publish{Topic: "ck/1", QoS: 1, Payload: make([]byte, n)})
+	}
+	if _, err := publish(1); err != nil {
+		t.Fatal(err)
+	}
+	coretest.Eventually(t, "/readyz to name the failing checkpoints", 20*time.Second, func() bool {
+		_, body := get(t, g, "/readyz")
+		return strings.Contains(body, "checkpoints failing since")
+	})
+	var refused *paho.PublishResponse
+	for range 20 { // 5 MiB: past the 1 MiB log by far
+		pr, err := publish(256 << 10)
+		if err != nil {
+			if pr == nil {
+				t.Fatal(err)
+			}
+			refused = pr
+			break
+		}
+	}
+	if refused == nil {
+		t.Fatal("20 publishes of 256 KiB taken: the log's limit refuses none")
+	}
+	if refused.ReasonCode != 0x97 || refused.Properties == nil ||
+		!strings.Contains(refused.Properties.ReasonString, "write-ahead log") {
+		t.Fatalf("refusal %#x %+v, want 0x97 naming the write-ahead log", refused.ReasonCode, refused.Properties)
+	}
+	if code, body := get(t, g, "/readyz"); code != http.StatusOK || !strings.Contains(body, "appends refused") {
+		t.Fatalf("/readyz %d %s: does not say appends are refused", code, body)
+	}
+	if err := os.RemoveAll(blocker); err != nil {
+		t.Fatal(err)
+	}
+	coretest.Eventually(t, "publishes to be taken again", 20*time.Second, func() bool {
+		_, err := publish(1)
+		return err == nil
+	})
+}

@@ -24,6 +24,9 @@ type QueuesConfig struct {
 	V311Full string
 	Limits   queue.Limits
 	Window   int
+	// MaxLog is queues.embedded.maxLog: the embedded store's log not yet
+	// applied while its checkpoints fail, beyond which appends are refused.
+	MaxLog int64
 }
 
 // buildQueuesConfig reads queues.*; every declared queue is checked here,
@@ -41,6 +44,9 @@ func buildQueuesConfig(c *Config, get func(string) string, num func(string) int6
 		MaxBytes:     num("queues.maxBytes"),
 	}
 	q.Window = int(num("queues.window"))
+	if q.MaxLog = num("queues.embedded.maxLog"); q.MaxLog < 1<<20 {
+		return &ConfigError{Key: "queues.embedded.maxLog", Msg: "must be at least 1MiB"}
+	}
 	declare := get("queues.declare")
 	// 0 would mean "the engine's default" to queue.Limits: refused, so that
 	// a value given is the value used.

@@ -104,6 +104,7 @@ func TestConfigQueuesErrorsNameTheKey(t *testing.T) {
 		{args: []string{"--queues.maxMessages=0"}, key: "queues.maxMessages"},
 		{args: []string{"--queues.maxBytes=lots"}, key: "queues.maxBytes"},
 		{args: []string{"--queues.window=0"}, key: "queues.window"},
+		{args: []string{"--queues.embedded.maxLog=64KiB"}, key: "queues.embedded.maxLog", msg: "at least 1MiB"},
 		{args: decl(`[{"name":"a"},{"name":"b"},{"name":"c","access":"shared"}]`), key: "queues.declare[2].access", msg: "exclusive or non-exclusive"},
 		{args: decl(`[{"name":"a","subscriptions":["x","a/#/b"]}]`), key: "queues.declare[0].subscriptions[1]", msg: "a/#/b"},
 		{args: decl(`[{"name":"a","subscriptions":["$share/g/x"]}]`), key: "queues.declare[0].subscriptions[0]"},

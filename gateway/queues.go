@@ -24,7 +24,8 @@ func (g *Gateway) openQueueBackend(ctx context.Context) (queue.Backend, error) {
 		if err := os.MkdirAll(g.cfg.DataDir, 0o755); err != nil {
 			return nil, &ConfigError{Key: "data.dir", Msg: err.Error()}
 		}
-		qb, err := queueembedded.Open(filepath.Join(g.cfg.DataDir, queueembedded.FileName), queueembedded.Options{Logger: g.log.With("part", "queues")})
+		qb, err := queueembedded.Open(filepath.Join(g.cfg.DataDir, queueembedded.FileName), queueembedded.Options{
+			Logger: g.log.With("part", "queues"), MaxLog: g.cfg.Queues.MaxLog})
 		if err != nil {
 			return nil, &ConfigError{Key: "queues.backend", Msg: "embedded: " + err.Error()}
 		}
@@ -58,7 +59,7 @@ func (g *Gateway) startQueues(ctx context.Context) error {
 	if c, ok := b.(*queueembedded.Backend); ok {
 		g.queueStore.Store(c)
 		g.metrics.GaugeFunc("tolsey_queue_checkpoint_failing",
-			"1 while the embedded queue store's checkpoints (its write-ahead log applied to queues.db) fail, else 0: appends are still taken, the log and memory grow until one succeeds. GET /readyz names the cause.",
+			"1 while the embedded queue store's checkpoints (its write-ahead log applied to queues.db) fail, else 0: appends are still taken, the log and memory grow until one succeeds or the log holds queues.embedded.maxLog, past which publishes are refused as a full queue's. GET /readyz names the cause.",
 			func() float64 {
 				if c.CheckpointErr() != nil {
 					return 1
@@ -110,7 +111,8 @@ func (g *Gateway) startQueues(ctx context.Context) error {
 
 // QueueStoreDegraded says why the queue store is degraded, for /readyz's
 // body, or "": checkpoints failing leave the gateway ready (appends are
-// still logged and acknowledged), but the log and memory grow.
+// still logged and acknowledged), but the log and memory grow, up to
+// queues.embedded.maxLog, past which publishes are refused (it says so).
 func (g *Gateway) QueueStoreDegraded() string {
 	c := g.queueStore.Load()
 	if c == nil {

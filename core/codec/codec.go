@@ -39,7 +39,6 @@
 package codec
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -82,27 +81,18 @@ func Append(dst []byte, m *core.Message) []byte { return appendVersion(dst, m, f
 // Decode (the queue backends), not for what another gateway of an older
 // version may read (the cluster's wire).
 func AppendCompact(dst []byte, m *core.Message) []byte {
-	return appendVersion(dst, m, payloadIsNativeTail(m))
+	return appendVersion(dst, m, m.PayloadIsNativeTail())
 }
 
 // EncodeCompact returns the AppendCompact encoding of m in a new slice,
 // of the size it needs (the hint counts the payload twice otherwise).
 func EncodeCompact(m *core.Message) []byte {
-	tail := payloadIsNativeTail(m)
+	tail := m.PayloadIsNativeTail()
 	hint := EncodedSizeHint(m)
 	if tail {
 		hint -= len(m.Payload)
 	}
 	return appendVersion(make([]byte, 0, hint), m, tail)
-}
-
-// payloadIsNativeTail reports whether m's native bytes end with its
-// payload. Compared by content, not by address, so it holds for a message
-// decoded from a store as well as for one as received (amqp's nativeOf
-// points the payload into the native bytes).
-func payloadIsNativeTail(m *core.Message) bool {
-	n, p := m.Native.Bytes, m.Payload
-	return m.Native.Protocol != "" && len(p) > 0 && len(p) <= len(n) && bytes.Equal(n[len(n)-len(p):], p)
 }
 
 func appendVersion(dst []byte, m *core.Message, tail bool) []byte {
@@ -168,7 +158,11 @@ func Encode(m *core.Message) []byte {
 
 // EncodedSizeHint is an upper bound of the encoded size of m.
 func EncodedSizeHint(m *core.Message) int {
-	return 4 + 2*(binary.MaxVarintLen64+5) + m.Size() + len(m.Native.Protocol) + (11+2*len(m.UserProperties))*binary.MaxVarintLen32
+	n := 4 + 2*(binary.MaxVarintLen64+5) + m.Size() + len(m.Native.Protocol) + (11+2*len(m.UserProperties))*binary.MaxVarintLen32
+	if m.PayloadIsNativeTail() {
+		n += len(m.Payload) // counted once by Size, written twice by version 1
+	}
+	return n
 }
 
 func appendTime(dst []byte, t time.Time) []byte {
@@ -208,6 +202,17 @@ func unixNanos(sec, nsec int64) int64 {
 		n = 1 // 0 means "never"; the epoch itself is long past anyway
 	}
 	return n
+}
+
+// sameBytes reports whether b's n bytes at i and at k are the same,
+// without converting b (which would allocate for a []byte).
+func sameBytes[T bytesLike](b T, i, k, n int) bool {
+	for x := range n {
+		if b[i+x] != b[k+x] {
+			return false
+		}
+	}
+	return true
 }
 
 // bytesLike lets one decoder read both []byte (bbolt values, copied out) and
@@ -472,11 +477,12 @@ func readMeta[T bytesLike](b T) (Meta, error) {
 	}
 	add(core.MaxTopicLength) // topic
 	tailLen := 0
+	var pi, pj int // the payload's span (version 1)
 	if tail {
-		tailLen = r.tailLength()
-		size += tailLen
+		tailLen = r.tailLength() // counted once, in the native bytes
 	} else {
-		add(math.MaxInt) // payload
+		pi, pj = r.span(math.MaxInt)
+		size += pj - pi
 	}
 	add(math.MaxInt) // content type
 	if i, j := r.span(math.MaxInt); j > i && flags&flagCorrelation == 0 {
@@ -504,6 +510,11 @@ func readMeta[T bytesLike](b T) (Meta, error) {
 		size += j - i // native bytes (Message.Size counts them)
 		if tail && r.err == nil && tailLen > j-i {
 			r.err = ErrCorrupt
+		}
+		// A payload that ends the native bytes is counted once, as
+		// Message.Size does.
+		if n := pj - pi; !tail && r.err == nil && n > 0 && n <= j-i && sameBytes(b, pi, j-n, n) {
+			size -= n
 		}
 	}
 	if r.err == nil && r.off != len(b) {

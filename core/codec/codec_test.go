@@ -88,10 +88,29 @@ func TestCompactWritesPayloadOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	equal(t, m, got)
+	// The payload is counted once, and the same decoded from either
+	// version (a slice of the native bytes, or a copy of its own): a
+	// queue subtracts a removed record's Size from the bytes it added.
+	if got, want := m.Size(), len(m.Topic)+len(native); got != want {
+		t.Fatalf("Size %d, want %d (the payload once)", got, want)
+	}
+	fromV1, err := Decode(v1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Size() != m.Size() || fromV1.Size() != m.Size() {
+		t.Fatalf("Size %d; decoded: compact %d, version 1 %d", m.Size(), got.Size(), fromV1.Size())
+	}
+	if len(v1) > EncodedSizeHint(m) {
+		t.Fatalf("version 1: %d bytes, hint %d", len(v1), EncodedSizeHint(m))
+	}
 	// A payload that is not the tail (a footer follows it) is written whole.
 	m.Native.Bytes = append(native[:len(native):len(native)], 0, 0x53, 0x78, 0xc1, 1, 0)
 	if b := EncodeCompact(m); b[0] != Version || !bytes.Equal(b, Encode(m)) {
 		t.Fatalf("not a tail: version %d", b[0])
+	}
+	if got, want := m.Size(), len(m.Topic)+len(m.Native.Bytes)+len(payload); got != want {
+		t.Fatalf("Size %d, want %d (not a tail: the payload counted)", got, want)
 	}
 }
 

@@ -14,7 +14,8 @@ const purgeBatch = 1000
 // consumers: acknowledged, they go as usual; given back, they are
 // delivered again. It removes at most as many messages as the queue held
 // when it began, so that publishers that go on cannot keep it running;
-// what they put meanwhile may go too. It returns how many it removed.
+// what they put meanwhile may go too. It returns how many it removed,
+// or ctx's error when ctx ends while it waits for a loader's Read.
 //
 // On a shared Log (Redis, several gateways), the budget is taken from the
 // Log's own counts first: other gateways' puts do not pass through this
@@ -26,9 +27,23 @@ func (q *Queue) Purge(ctx context.Context) (int, error) {
 	q.mu.Lock()
 	// Purge reads the log as the loader does: it takes the loader's
 	// place, so that no loader puts into the window a record it removes,
-	// and no Put goes straight to the window meanwhile.
-	for q.loading && !q.deleted {
-		q.loaded.Wait()
+	// and no Put goes straight to the window meanwhile. A loader stuck in
+	// a Read (a store that does not answer) is waited for as long as ctx
+	// lets.
+	if q.loading && !q.deleted {
+		stop := context.AfterFunc(ctx, func() {
+			q.mu.Lock()
+			q.loaded.Broadcast()
+			q.mu.Unlock()
+		})
+		for q.loading && !q.deleted && ctx.Err() == nil {
+			q.loaded.Wait()
+		}
+		stop()
+		if err := ctx.Err(); err != nil && q.loading && !q.deleted {
+			q.mu.Unlock()
+			return 0, fmt.Errorf("queue %q: purge: waiting for the loader: %w", q.name, err)
+		}
 	}
 	if q.deleted {
 		q.mu.Unlock()
@@ -79,6 +94,7 @@ func (q *Queue) Purge(ctx context.Context) (int, error) {
 			removed[r.ID] = struct{}{}
 			q.messages--
 			q.bytes -= int64(r.Msg.Size())
+			q.emptyHoldsNoBytesLocked()
 			ids = append(ids, r.ID)
 		}
 		q.through = max(q.through, after)

@@ -370,9 +370,20 @@ func (q *Queue) removeLocked(e *entry) {
 	delete(q.entries, e.rec.ID)
 	q.messages--
 	q.bytes -= int64(e.rec.Msg.Size())
+	q.emptyHoldsNoBytesLocked()
 	if e.owner != nil {
 		delete(e.owner.inflight, e.rec.ID)
 		e.owner = nil
+	}
+}
+
+// emptyHoldsNoBytesLocked: a queue that holds no message holds no bytes.
+// Records stored before core.Message.Size counted an AMQP body once
+// (kept native, it was counted in the payload and in the native bytes)
+// were added with the larger size and are subtracted with the smaller.
+func (q *Queue) emptyHoldsNoBytesLocked() {
+	if q.messages == 0 {
+		q.bytes = 0
 	}
 }
 

@@ -73,7 +73,18 @@ type Options struct {
 	// Logger takes the checkpoints' failures and recoveries and what
 	// replay skips (default slog.Default()).
 	Logger *slog.Logger
+	// MaxLog bounds the log not yet applied to bbolt while checkpoints
+	// fail (default 256 MiB): past it, appends fail with an error that
+	// wraps queue.ErrFull until a checkpoint succeeds (docs/queues.md,
+	// "The write-ahead log"). It bounds the overlay's memory and the
+	// log's disk meanwhile.
+	MaxLog int64
 }
+
+// maxLogDefault is Options.MaxLog's default: four times what the log
+// holds beyond bbolt at most while checkpoints succeed (segmentHard), so
+// that a store that works never comes near it.
+const maxLogDefault = 256 << 20
 
 // Backend is the embedded queue.Backend. Safe for concurrent use.
 type Backend struct {
@@ -100,6 +111,9 @@ type Backend struct {
 	ckBusy    bool  // a cut was handed to the checkpointer, not reaped
 	ckFailed  bool  // the last checkpoint failed: tried again on the next tick
 	tickArmed bool
+	// ckCutBytes is what the cut handed to the checkpointer covers of
+	// logBytes: gone from it once that checkpoint succeeds.
+	ckCutBytes int64
 	// walMu is held around a log write (tests hold it to stall the
 	// writer).
 	walMu sync.Mutex
@@ -126,6 +140,12 @@ type Backend struct {
 	lazySpare []op // the list the writer applied last, for reuse
 	lazyArmed bool // a timer will ask for a commit
 	lazyDelay time.Duration
+
+	// logBytes is what the log holds that no checkpoint applied (written
+	// by the writer, read by CheckpointErr); maxLog its bound while
+	// checkpoints fail (Options.MaxLog).
+	logBytes atomic.Int64
+	maxLog   int64
 
 	// Checkpoint policy (wal.go; tests change them before use).
 	segmentMax, segmentHard int64
@@ -193,6 +213,9 @@ func Open(path string, o Options) (*Backend, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	if o.MaxLog <= 0 {
+		o.MaxLog = maxLogDefault
+	}
 	db, err := bolt.Open(path, 0o600, &bolt.Options{
 		Timeout: o.OpenTimeout,
 		// The freelist is rebuilt by scanning at open instead of being
@@ -214,7 +237,8 @@ func Open(path string, o Options) (*Backend, error) {
 	b := &Backend{db: db, path: path, logs: map[string]*qlog{}, lazyDelay: lazyDelay,
 		ovQueues: map[*qlog]struct{}{}, cuts: make(chan *cut), ckDone: make(chan error, 1),
 		ckExited: make(chan struct{}), segmentMax: segmentMax, segmentHard: segmentHard,
-		checkpointDelay: checkpointDelay, log: o.Logger, checkpointLogEvery: checkpointLogEvery}
+		checkpointDelay: checkpointDelay, log: o.Logger, checkpointLogEvery: checkpointLogEvery,
+		maxLog: o.MaxLog}
 	if err == nil {
 		var next uint64
 		if next, err = b.replay(); err == nil {
@@ -403,6 +427,7 @@ func (b *Backend) commit(batch []op) {
 		}
 	}
 	err := b.failed
+	full := b.logFull()
 	tick := false
 	for i := range batch {
 		o := &batch[i]
@@ -412,6 +437,8 @@ func (b *Backend) commit(batch []op) {
 		case o.done == nil, err != nil:
 		case o.log.dropped.Load():
 			o.err = fmt.Errorf("queue %q: %w", o.log.name, errDropped)
+		case full != nil:
+			o.err = full
 		default:
 			o.log.lastID++
 			o.id = o.log.lastID

@@ -302,3 +302,39 @@ func TestNativeTailStoredOnce(t *testing.T) {
 			len(got.Payload), len(got.Native.Bytes), got.Size(), len(payload), len(native), m.Size())
 	}
 }
+
+// TestEmptiedQueueHoldsNoBytes: a queue whose stored byte count is higher
+// than its records' sizes (records stored before core.Message.Size
+// counted a native AMQP body once) holds 0 bytes once its last record is
+// deleted, in the file and after a reopen.
+func TestEmptiedQueueHoldsNoBytes(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), FileName)
+	b, l := openQ(t, path)
+	id := queuetest.Append(t, l, queuetest.Msg("t", 0))
+	if err := b.checkpointSync(); err != nil {
+		t.Fatal(err)
+	}
+	// As an older version counted it: 100 bytes more.
+	if err := b.db.Update(func(tx *bolt.Tx) error {
+		qb := tx.Bucket(bucketQueues).Bucket([]byte("q"))
+		n, bytes := readCounts(qb)
+		return qb.Put(keyCounts, encodeCounts(n, bytes+100))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	l.Remove(id)
+	if err := b.checkpointSync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b = open(t, path)
+	defer b.Close()
+	if l, err := b.Open(ctx, queue.Config{Name: "q"}); err != nil {
+		t.Fatal(err)
+	} else if n, bytes, _ := l.Stats(ctx); n != 0 || bytes != 0 {
+		t.Fatalf("stats %d records, %d bytes after the last went; want 0, 0", n, bytes)
+	}
+}

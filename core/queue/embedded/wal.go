@@ -44,6 +44,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/tolsey/tolsey/core/codec"
+	"github.com/tolsey/tolsey/core/queue"
 )
 
 const (
@@ -124,6 +125,9 @@ type cutQueue struct {
 type cut struct {
 	queues []cutQueue
 	seg    uint64
+	// logBytes is what the log held when the cut was taken: all of it is
+	// in the segments up to seg.
+	logBytes int64
 }
 
 func segmentName(path string, n uint64) string {
@@ -437,12 +441,17 @@ func (q *txQueue) remove(name string, id uint64) (bool, int64, error) {
 }
 
 // finish writes the counts and raises the sequence to hi: IDs are never
-// reused after a reopen.
+// reused after a reopen. A queue that holds no record holds no bytes:
+// records stored before core.Message.Size counted an AMQP body once were
+// counted with the larger size and are deleted with the smaller.
 func (q *txQueue) finish(hi uint64) error {
 	if hi > q.bucket.Sequence() {
 		if err := q.bucket.SetSequence(hi); err != nil {
 			return err
 		}
+	}
+	if q.records == 0 {
+		q.bytes = 0
 	}
 	return q.counts.Put(keyCounts, encodeCounts(q.records, q.bytes))
 }
@@ -479,14 +488,31 @@ func (b *Backend) writeLog(buf []byte) error {
 		return err
 	}
 	b.segSize += int64(len(buf))
+	b.logBytes.Add(int64(len(buf)))
 	return nil
+}
+
+// logFull is the refusal of appends while checkpoints fail and the log
+// holds maxLog or more that none applied, or nil. Removals and states
+// are still logged: they let consumers drain the queues meanwhile. On
+// the writer goroutine.
+func (b *Backend) logFull() error {
+	if !b.ckFailed {
+		return nil
+	}
+	n := b.logBytes.Load()
+	if n < b.maxLog {
+		return nil
+	}
+	return fmt.Errorf("%w: embedded %s: its write-ahead log holds %d bytes that no checkpoint applied, its limit %d (queues.embedded.maxLog), while checkpoints fail (%v); appends are refused until one succeeds",
+		queue.ErrFull, b.path, n, b.maxLog, b.ckRep.lastErr())
 }
 
 // takeCut closes the segment being written (a new one follows unless
 // last) and freezes what the overlay holds for a checkpoint. On the
 // writer goroutine, with no checkpoint running.
 func (b *Backend) takeCut(last bool) (*cut, error) {
-	c := &cut{seg: b.segNo}
+	c := &cut{seg: b.segNo, logBytes: b.logBytes.Load()}
 	switch {
 	case last:
 		_ = b.seg.Close() // synced with its last write
@@ -681,6 +707,7 @@ func (b *Backend) maybeCheckpoint(tick bool) {
 		return
 	}
 	b.ckBusy = true
+	b.ckCutBytes = c.logBytes
 	b.cuts <- c
 }
 
@@ -704,6 +731,9 @@ func (b *Backend) reapCheckpoint(wait bool) {
 	}
 	b.ckBusy = false
 	b.ckFailed = err != nil
+	if err == nil {
+		b.logBytes.Add(-b.ckCutBytes)
+	}
 	b.noteCheckpoint(err)
 }
 
@@ -719,6 +749,8 @@ func (b *Backend) checkpointNow() error {
 		err = fmt.Errorf("start a log segment: %w", err)
 	} else if err = b.checkpoint(c); err != nil {
 		err = fmt.Errorf("checkpoint: %w", err)
+	} else {
+		b.logBytes.Add(-c.logBytes)
 	}
 	b.ckFailed = err != nil
 	b.noteCheckpoint(err)
@@ -769,8 +801,8 @@ func (b *Backend) noteCheckpoint(err error) {
 	b.ckFailures.Add(1)
 	if r.err == nil {
 		r.since, r.logged, r.fails, r.err = now, now, 1, err
-		b.log.Error("queue store: checkpoint failed; the write-ahead log keeps every record, memory and log grow until one succeeds; tried again",
-			"path", b.path, "error", err)
+		b.log.Error("queue store: checkpoint failed; the write-ahead log keeps every record, memory and log grow until one succeeds, appends are refused once the log holds maxLog; tried again",
+			"path", b.path, "maxLog", b.maxLog, "error", err)
 		return
 	}
 	r.fails++
@@ -782,9 +814,17 @@ func (b *Backend) noteCheckpoint(err error) {
 	}
 }
 
+// lastErr is the last checkpoint's failure, or nil.
+func (r *ckReport) lastErr() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err
+}
+
 // CheckpointErr says why checkpoints are failing, since when and how
-// many times, or nil when the last one succeeded (none failed since it).
-// The store still takes appends meanwhile: they are in the log.
+// many times, and whether appends are refused, or nil when the last one
+// succeeded (none failed since it). The store takes appends meanwhile
+// (they are in the log) until the log holds Options.MaxLog.
 func (b *Backend) CheckpointErr() error {
 	r := &b.ckRep
 	r.mu.Lock()
@@ -792,8 +832,12 @@ func (b *Backend) CheckpointErr() error {
 	if r.err == nil {
 		return nil
 	}
-	return fmt.Errorf("embedded %s: checkpoints failing since %s (%d tries): %w",
-		b.path, r.since.UTC().Format(time.RFC3339), r.fails, r.err)
+	appends := "appends taken"
+	if n := b.logBytes.Load(); n >= b.maxLog {
+		appends = fmt.Sprintf("appends refused (the log holds %d bytes, its limit %d)", n, b.maxLog)
+	}
+	return fmt.Errorf("embedded %s: checkpoints failing since %s (%d tries), %s: %w",
+		b.path, r.since.UTC().Format(time.RFC3339), r.fails, appends, r.err)
 }
 
 // CheckpointFailures counts the checkpoints that failed since Open.

@@ -205,3 +205,79 @@ func TestFailedDropKeepsRecords(t *testing.T) {
 		t.Fatalf("stats %d, want 4", n)
 	}
 }
+
+// TestFullLogRefusesAppends: while checkpoints fail, appends go on until
+// the log holds maxLog that no checkpoint applied; past it the engine
+// refuses puts as a full queue's (queue.ErrFull, counted as refused, the
+// cause named), removals still go, and once a checkpoint succeeds puts
+// are taken again. Every put acknowledged is kept.
+func TestFullLogRefusesAppends(t *testing.T) {
+	ctx := context.Background()
+	b := open(t, filepath.Join(t.TempDir(), FileName))
+	t.Cleanup(func() { _ = b.Close() }) // after the engine's Close
+	noCheckpoints(b)
+	b.maxLog = 4 << 10
+	var fail atomic.Bool
+	fail.Store(true)
+	b.checkpointFault = func() error {
+		if fail.Load() {
+			return errors.New("disk full (test)")
+		}
+		return nil
+	}
+	e := queuetest.Engine(t, b)
+	q, err := e.Declare(ctx, queue.Config{Name: "q"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(i int) error {
+		ch := make(chan error, 1)
+		e.Put("q", queuetest.Msg("t", i), func(err error) { ch <- err })
+		return <-ch
+	}
+	// Past the limit before any checkpoint failed: taken (a store that
+	// works is not refused; its checkpoints bound the log).
+	n := 0
+	for ; b.logBytes.Load() < 2*b.maxLog; n++ {
+		queuetest.Put(t, e, "q", queuetest.Msg("t", n))
+	}
+	if err := b.checkpointSync(); err == nil {
+		t.Fatal("checkpoint succeeded")
+	}
+	err = put(n)
+	if !errors.Is(err, queue.ErrFull) || !strings.Contains(err.Error(), "write-ahead log") ||
+		!strings.Contains(err.Error(), "disk full (test)") {
+		t.Fatalf("put past the log's limit while checkpoints fail: %v, want a refusal wrapping queue.ErrFull that names the log and the cause", err)
+	}
+	if r := q.Info().Counters.Refused; r != 1 {
+		t.Fatalf("refused %d, want 1", r)
+	}
+	if err := b.CheckpointErr(); err == nil || !strings.Contains(err.Error(), "appends refused") {
+		t.Fatalf("CheckpointErr %v: does not say appends are refused", err)
+	}
+	// Removals are still logged: consumers drain the queue meanwhile.
+	c, wake := queuetest.Consume(t, q)
+	d := queuetest.Next(t, c, wake)
+	c.Ack(d.ID)
+	fail.Store(false)
+	if err := b.checkpointSync(); err != nil {
+		t.Fatal(err)
+	}
+	if left := b.logBytes.Load(); left != 0 {
+		t.Fatalf("the log holds %d bytes no checkpoint applied after one applied all of it", left)
+	}
+	if err := put(n + 1); err != nil {
+		t.Fatalf("put after a checkpoint succeeded: %v", err)
+	}
+	if err := b.CheckpointErr(); err != nil {
+		t.Fatalf("CheckpointErr after a success: %v", err)
+	}
+	c.Close()
+	l, err := b.Open(ctx, queue.Config{Name: "q"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(queuetest.ReadAll(t, l, 0)); got != n {
+		t.Fatalf("%d records, want %d (%d put, one acknowledged, one refused, one put after)", got, n, n)
+	}
+}
