@@ -495,17 +495,25 @@ func (h *hook) routeWill(cl *mochi.Client, pk *packets.Packet) {
 // drops the message expiry interval mochi adds to messages that had none.
 // It never blocks: it runs on the client's writer.
 func (h *hook) OnPacketEncode(cl *mochi.Client, pk packets.Packet) packets.Packet {
+	h.OnPacketEncodeInPlace(cl, &pk)
+	return pk
+}
+
+// OnPacketEncodeInPlace is OnPacketEncode without copying the packet in
+// and out (mochi patch 38), which mochi calls instead.
+func (h *hook) OnPacketEncodeInPlace(_ *mochi.Client, pk *packets.Packet) {
 	switch pk.FixedHeader.Type {
 	case packets.Publish:
-		unmarkShare(&pk) // clustershare.go
+		unmarkShare(pk) // clustershare.go
 		if pk.Properties.MessageExpiryInterval > noExpiryCap/2 {
 			pk.Properties.MessageExpiryInterval = 0
 		}
 	case packets.Suback, packets.Unsuback:
 		pk.Properties.User = nil // mochi echoes the SUBSCRIBE's user properties
 	}
-	return pk
 }
+
+var _ mochi.EncodeInPlaceHook = (*hook)(nil)
 
 var _ core.Interest = (*hook)(nil)
 var _ core.FilterSource = (*hook)(nil)

@@ -1131,7 +1131,8 @@ func (cl *Client) writePacketMode(pk packets.Packet, mode writeMode) error {
 	if sp := pk.Mods.Shared; sp != nil {
 		return cl.writeShared(&pk, sp.Bytes()) // gateway patch 27
 	}
-	pk = cl.prepareWrite(pk)
+	cl.prepareFields(&pk)
+	pk = cl.ops.hooks.OnPacketEncode(cl, pk)
 
 	buf := writeBufs.Get() // gateway patch 21: was new(bytes.Buffer), per packet
 	err := cl.encodeWrite(&pk, buf, mode)
@@ -1139,11 +1140,12 @@ func (cl *Client) writePacketMode(pk packets.Packet, mode writeMode) error {
 	return err
 }
 
-// prepareWrite sets what pk's encoding for cl depends on, the message
-// expiry interval left, cl's limits and what it asked for, and runs the
-// OnPacketEncode hooks (gateway patch 27: a function of its own, shared
-// with the encodings shared by several clients).
-func (cl *Client) prepareWrite(pk packets.Packet) packets.Packet {
+// prepareFields sets what pk's encoding for cl depends on, the message
+// expiry interval left, cl's limits and what it asked for (gateway patch
+// 27: a function of its own, shared with the encodings shared by several
+// clients); the OnPacketEncode hooks run after it (patch 38: in place for
+// a shared encoding, whose packet is on the heap already).
+func (cl *Client) prepareFields(pk *packets.Packet) {
 	if pk.Expiry > 0 {
 		expiry := pk.Expiry - time.Now().Unix()
 		if expiry < 1 {
@@ -1165,7 +1167,6 @@ func (cl *Client) prepareWrite(pk packets.Packet) packets.Packet {
 		pk.Mods.AllowResponseInfo = true // [MQTT-3.1.2-28] we need to know which properties we can encode
 	}
 
-	return cl.ops.hooks.OnPacketEncode(cl, pk)
 }
 
 // writeBufs holds the buffers packets are encoded into and writes are

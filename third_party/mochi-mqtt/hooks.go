@@ -158,6 +158,15 @@ type PacketHook interface {
 	ProvidesPacket(ev, typ byte) bool
 }
 
+// EncodeInPlaceHook is a hook whose OnPacketEncode changes the packet in
+// place (gateway patch 38): Hooks.OnPacketEncode calls
+// OnPacketEncodeInPlace on it instead of OnPacketEncode. Upstream's
+// OnPacketEncode takes and returns the packet (~800 B) by value, copied
+// four times or so for every message written.
+type EncodeInPlaceHook interface {
+	OnPacketEncodeInPlace(cl *Client, pk *packets.Packet)
+}
+
 // packetEvent is ev's index in hookTable.packets; -1 for other events.
 func packetEvent(ev byte) int {
 	switch ev {
@@ -392,10 +401,35 @@ func (h *Hooks) OnAuthPacket(cl *Client, pk packets.Packet) (pkx packets.Packet,
 // OnPacketEncode is called immediately before a packet is encoded to be sent to a client.
 func (h *Hooks) OnPacketEncode(cl *Client, pk packets.Packet) packets.Packet {
 	for _, hook := range h.providers(OnPacketEncode) { // gateway patch 34
-		pk = hook.OnPacketEncode(cl, pk)
+		if ip, ok := hook.(EncodeInPlaceHook); ok {
+			// Through a pooled packet (patch 38): &pk given to a hook
+			// would put pk on the heap, one allocation per write.
+			p := encodePackets.Get().(*packets.Packet)
+			*p = pk
+			ip.OnPacketEncodeInPlace(cl, p)
+			pk = *p
+			*p = packets.Packet{}
+			encodePackets.Put(p)
+		} else {
+			pk = hook.OnPacketEncode(cl, pk)
+		}
 	}
-
 	return pk
+}
+
+// encodePackets are OnPacketEncode's packets for in-place hooks.
+var encodePackets = sync.Pool{New: func() any { return new(packets.Packet) }}
+
+// onPacketEncode is OnPacketEncode on pk in place (gateway patch 38), for
+// a pk already on the heap (a shared encoding's).
+func (h *Hooks) onPacketEncode(cl *Client, pk *packets.Packet) {
+	for _, hook := range h.providers(OnPacketEncode) { // gateway patch 34
+		if ip, ok := hook.(EncodeInPlaceHook); ok {
+			ip.OnPacketEncodeInPlace(cl, pk)
+		} else {
+			*pk = hook.OnPacketEncode(cl, *pk)
+		}
+	}
 }
 
 // OnPacketProcessed is called when a packet has been received and successfully handled by the broker.

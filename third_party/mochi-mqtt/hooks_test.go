@@ -665,3 +665,48 @@ func TestHookBaseStoreSysInfo(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "", v.Version)
 }
+
+// encodeInPlace is a hook that sets a packet's content type in place
+// (gateway patch 38).
+type encodeInPlace struct {
+	HookBase
+	byValue bool // OnPacketEncode (by value) was called
+}
+
+func (h *encodeInPlace) ID() string           { return "encode-in-place" }
+func (h *encodeInPlace) Provides(b byte) bool { return b == OnPacketEncode }
+func (h *encodeInPlace) OnPacketEncode(_ *Client, pk packets.Packet) packets.Packet {
+	h.byValue = true
+	return pk
+}
+func (h *encodeInPlace) OnPacketEncodeInPlace(_ *Client, pk *packets.Packet) {
+	pk.Properties.ContentType += "in-place;"
+}
+
+// encodeByValue is a hook with upstream's OnPacketEncode only.
+type encodeByValue struct{ HookBase }
+
+func (h *encodeByValue) ID() string           { return "encode-by-value" }
+func (h *encodeByValue) Provides(b byte) bool { return b == OnPacketEncode }
+func (h *encodeByValue) OnPacketEncode(_ *Client, pk packets.Packet) packets.Packet {
+	pk.Properties.ContentType += "by-value;"
+	return pk
+}
+
+// TestOnPacketEncodeInPlace (gateway patch 38): a hook that implements
+// EncodeInPlaceHook is called in place, never by value; a hook that does
+// not is still called by value; both in the order they were added, and
+// what they set is what is encoded.
+func TestOnPacketEncodeInPlace(t *testing.T) {
+	h := new(Hooks)
+	h.Log = logger
+	ip := new(encodeInPlace)
+	require.NoError(t, h.Add(ip, nil))
+	require.NoError(t, h.Add(new(encodeByValue), nil))
+	require.NoError(t, h.Add(&encodeInPlace{HookBase: HookBase{}}, nil))
+	cl, _, _ := newTestClient()
+	defer cl.Stop(errClientStop)
+	out := h.OnPacketEncode(cl, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish}, TopicName: "a"})
+	require.False(t, ip.byValue, "called by value")
+	require.Equal(t, "in-place;by-value;in-place;", out.Properties.ContentType)
+}

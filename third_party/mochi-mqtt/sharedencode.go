@@ -110,7 +110,9 @@ func (f *fanout) shared(cl *Client, out *packets.Packet) *packets.Packet {
 			return nil
 		}
 		sp = sharedPublishes.Get().(*sharedPublish)
-		sp.pk = cl.prepareWrite(*out)
+		sp.pk = *out
+		cl.prepareFields(&sp.pk)
+		cl.ops.hooks.onPacketEncode(cl, &sp.pk) // in place: patch 38
 		if err := sp.pk.PublishEncode(&sp.buf); err != nil ||
 			(sp.pk.Mods.MaxSize > 0 && uint32(sp.buf.Len()) > sp.pk.Mods.MaxSize) {
 			sp.refs.Store(1)
