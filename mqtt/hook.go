@@ -585,13 +585,14 @@ func (h *hook) Deliver(m *core.Message, d core.Delivery) error {
 // group's or an inline one. Deliver skips the inject without one: an
 // AMQP, bridge or cluster message nobody here subscribes to cost a
 // packet, mochi's publish path and its hooks for nothing (a fifth of the
-// gateway's CPU per AMQP→AMQP message). The lookup is the one the fan-out
-// itself makes first (patch 23's cache), so a message that does go in
-// pays for it once more from the cache. A share copy (Delivery.Share) is
-// not skipped here: markShare answers it, ErrNoMember included.
+// gateway's CPU per AMQP→AMQP message when measured, 8% after patches
+// 26-36: docs/benchmarks.md). The answer is the lookup the fan-out itself
+// makes (patch 23's cache), kept by patch 39 also for topics that cache
+// leaves out (shared groups, many subscribers), so a message that does
+// go in pays one map read for it. A share copy (Delivery.Share) is not
+// skipped here: markShare answers it, ErrNoMember included.
 func (h *hook) reachesAny(topic string) bool {
-	subs := h.s.mochi.Topics.SubscribersCached(topic)
-	return len(subs.Subscriptions) > 0 || len(subs.Shared) > 0 || len(subs.InlineSubscriptions) > 0
+	return h.s.mochi.Topics.HasSubscribers(topic)
 }
 
 // OnConnect refuses a will whose topic is over the topic limits, as

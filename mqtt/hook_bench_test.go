@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -253,5 +254,26 @@ func BenchmarkRouterPublishNoMQTTSubscriber(b *testing.B) {
 	}
 	if taker.n.Load() == 0 {
 		b.Fatal("nothing delivered")
+	}
+}
+
+// BenchmarkReachesAny is Deliver's question (is there an MQTT subscriber
+// for this topic?) for a topic nobody subscribes to, one a plain
+// subscription matches, and one a shared group matches, whose lookup
+// mochi does not keep in patch 23's cache (its fan-out selects a member
+// in it); patch 39 keeps the answer.
+func BenchmarkReachesAny(b *testing.B) {
+	s := benchServer(b)
+	s.mochi.Topics.Subscribe("plain", packets.Subscription{Filter: "plain/#"})
+	s.mochi.Topics.Subscribe("member", packets.Subscription{Filter: "$share/g/shared/#"})
+	for _, topic := range []string{"nobody/x", "plain/x", "shared/x"} {
+		b.Run(strings.Split(topic, "/")[0], func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if s.hook.reachesAny(topic) == (topic == "nobody/x") {
+					b.Fatal("wrong answer")
+				}
+			}
+		})
 	}
 }

@@ -3,12 +3,16 @@ package mqtt
 import (
 	"context"
 	"errors"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/tolsey/tolsey/core"
+	"github.com/tolsey/tolsey/core/metrics"
 	"github.com/tolsey/tolsey/retain"
 	"github.com/tolsey/tolsey/retain/memory"
 )
@@ -80,5 +84,178 @@ func TestDeliverInjectsOnlyWhatSomeoneTakes(t *testing.T) {
 	plain.write(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pingreq}})
 	if pk := plain.read(t); pk.FixedHeader.Type != packets.Pingresp {
 		t.Fatalf("plain subscriber got %s %q, want only the PINGRESP", packets.PacketNames[pk.FixedHeader.Type], pk.TopicName)
+	}
+}
+
+// TestDeliverSkipKeepsRetained: a retained message from another front-end
+// that no MQTT subscription here matches is not injected into mochi, and
+// is still stored (the router writes the retained store before its
+// fan-out, not mochi), replayed to a later MQTT subscriber with RETAIN=1;
+// an empty retained one still deletes what was stored; mochi's own
+// retained index holds none of them. tolsey_messages_out_total
+// {protocol="mqtt"} counts the messages injected only: a message no MQTT
+// session here takes is not counted as delivered.
+func TestDeliverSkipKeepsRetained(t *testing.T) {
+	store := memory.New(retain.Limits{})
+	met := metrics.New()
+	s := startTestServer(t, store, func(o *Options) { o.Metrics = met })
+	r := s.opts.Router
+	ctx := context.Background()
+	amqp := core.Origin{Protocol: core.ProtocolAMQP}
+	injected := func() int64 { return atomic.LoadInt64(&s.mochi.Info.MessagesReceived) }
+
+	before := injected()
+	for _, m := range []*core.Message{
+		{Topic: "rk/amqp", Payload: []byte("kept"), Retain: true, QoS: 1, Origin: amqp},
+		{Topic: "rk/gone", Payload: []byte("soon deleted"), Retain: true, Origin: amqp},
+		{Topic: "rk/gone", Retain: true, Origin: amqp}, // empty: deletes it
+	} {
+		if res := r.Publish(ctx, m); res.Err != nil || res.RetainErr != nil {
+			t.Fatalf("publish %s: %+v", m.Topic, res)
+		}
+	}
+	if n := injected() - before; n != 0 {
+		t.Fatalf("%d retained messages nobody subscribes to were injected into mochi, want 0", n)
+	}
+	if got, err := store.Get(ctx, "rk/amqp"); err != nil || got == nil || string(got.Payload) != "kept" {
+		t.Fatalf("retained store rk/amqp: %v %v, want kept", got, err)
+	}
+	if got, err := store.Get(ctx, "rk/gone"); err != nil || got != nil {
+		t.Fatalf("retained store rk/gone: %v %v, want deleted", got, err)
+	}
+	if out := counter(t, met.MessagesOut, "mqtt"); out != 0 {
+		t.Fatalf("tolsey_messages_out_total{protocol=mqtt} %v for messages nobody here took, want 0", out)
+	}
+
+	late := dialRaw(t, s.Addr(), "late", 0)
+	late.subscribeQoS1(t, "rk/#")
+	if pk := late.read(t); pk.TopicName != "rk/amqp" || string(pk.Payload) != "kept" || !pk.FixedHeader.Retain {
+		t.Fatalf("late subscriber got %q %q retain=%v, want the stored rk/amqp", pk.TopicName, pk.Payload, pk.FixedHeader.Retain)
+	} else if pk.FixedHeader.Qos == 1 {
+		late.puback(t, pk.PacketID)
+	}
+	// Now someone subscribes: the next one goes in, live, and is counted
+	// (the replayed copy is counted too, by the replayer).
+	replayed := counter(t, met.MessagesOut, "mqtt")
+	r.Publish(ctx, &core.Message{Topic: "rk/amqp", Payload: []byte("live"), Retain: true, Origin: amqp})
+	if pk := late.read(t); pk.TopicName != "rk/amqp" || string(pk.Payload) != "live" {
+		t.Fatalf("subscriber got %q %q, want the live rk/amqp", pk.TopicName, pk.Payload)
+	}
+	if n := injected() - before; n != 1 {
+		t.Fatalf("%d messages injected, want the 1 that had a subscriber", n)
+	}
+	if out := counter(t, met.MessagesOut, "mqtt") - replayed; out != 1 {
+		t.Fatalf("tolsey_messages_out_total{protocol=mqtt} grew by %v for the live message, want 1", out)
+	}
+	if got, err := store.Get(ctx, "rk/amqp"); err != nil || got == nil || string(got.Payload) != "live" {
+		t.Fatalf("retained store rk/amqp: %v %v, want live", got, err)
+	}
+	for topic := range s.mochi.Topics.Retained.GetAll() {
+		if strings.HasPrefix(topic, "rk/") {
+			t.Fatalf("mochi's own retained index holds %s, want it in the retained store only", topic)
+		}
+	}
+}
+
+// TestSubscribeDuringRoutedStreamMissesNothing: while another front-end
+// publishes a steady stream on one topic, an MQTT client subscribes and
+// unsubscribes again and again; after each SUBACK it gets every message
+// whose publish began after the SUBACK arrived. Between rounds nobody
+// subscribes, so Deliver's lookup (patch 23's cache) has kept "nobody"
+// for the topic: a subscription must be seen by the very next message
+// after its SUBACK, not by a later one.
+func TestSubscribeDuringRoutedStreamMissesNothing(t *testing.T) {
+	s := startTestServer(t, memory.New(retain.Limits{}))
+	r := s.opts.Router
+	amqp := core.Origin{Protocol: core.ProtocolAMQP}
+	const topic = "stream/x"
+
+	// started counts publishes begun (a message's payload is its number);
+	// window bounds how far the publisher runs ahead of what the
+	// subscriber has read once it is subscribed (its SUBACK came), so
+	// that no QoS 0 copy is dropped for a full write queue.
+	const window = 256
+	var started, read atomic.Int64
+	var subscribed atomic.Bool
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for subscribed.Load() && started.Load()-read.Load() > window {
+				select {
+				case <-stop:
+					return
+				case <-time.After(100 * time.Microsecond): // pacing only
+				}
+			}
+			n := started.Add(1)
+			r.Publish(context.Background(), &core.Message{Topic: topic, Payload: []byte(strconv.FormatInt(n, 10)), Origin: amqp})
+		}
+	}()
+	defer func() { close(stop); <-done }()
+
+	c := dialRaw(t, s.Addr(), "late", 0)
+	seq := func(pk packets.Packet) int64 {
+		n, err := strconv.ParseInt(string(pk.Payload), 10, 64)
+		if err != nil || pk.TopicName != topic {
+			t.Fatalf("got %s %q %q, want a message of the stream", packets.PacketNames[pk.FixedHeader.Type], pk.TopicName, pk.Payload)
+		}
+		return n
+	}
+	const rounds, after = 20, 100
+	for round := range rounds {
+		id := uint16(2*round + 1)
+		c.write(t, packets.Packet{
+			FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1},
+			PacketID:    id,
+			Filters:     packets.Subscriptions{{Filter: topic}},
+		})
+		got := map[int64]bool{}
+		var subacked int64 // the publishes begun when the SUBACK arrived
+		for {
+			pk := c.read(t)
+			if pk.FixedHeader.Type == packets.Suback && pk.PacketID == id {
+				subacked = started.Load()
+				read.Store(subacked)
+				subscribed.Store(true)
+				break
+			}
+			got[seq(pk)] = true // the subscription is in mochi's index before its SUBACK is written
+		}
+		last := subacked
+		for last < subacked+after {
+			pk := c.read(t)
+			last = seq(pk)
+			if got[last] {
+				t.Fatalf("round %d: message %d twice", round, last)
+			}
+			got[last] = true
+			read.Store(last)
+		}
+		for n := subacked + 1; n <= last; n++ {
+			if !got[n] {
+				t.Fatalf("round %d: SUBACK when %d publishes had begun; message %d, begun after it, missing (%d messages got up to %d)",
+					round, subacked, n, len(got), last)
+			}
+		}
+		subscribed.Store(false)
+		c.write(t, packets.Packet{
+			FixedHeader: packets.FixedHeader{Type: packets.Unsubscribe, Qos: 1},
+			PacketID:    id + 1,
+			Filters:     packets.Subscriptions{{Filter: topic}},
+		})
+		for {
+			pk := c.read(t)
+			if pk.FixedHeader.Type == packets.Unsuback && pk.PacketID == id+1 {
+				break
+			}
+			seq(pk) // a message of the stream, still on its way
+		}
 	}
 }

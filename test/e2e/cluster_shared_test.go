@@ -270,3 +270,48 @@ func TestClusterSharedSubscriptionMemberLeft(t *testing.T) {
 		}
 	}
 }
+
+// The same from AMQP, on gateways where no MQTT subscription matches the
+// topic: c, where the messages enter, has no MQTT client at all, and b's
+// member has left, so neither injects a message into mochi (the inject
+// shortcut, docs/mqtt-frontend.md, "The delivery path"). The copies NATS
+// still gives b are answered "no member here" and handed on, not taken
+// as delivered: every message reaches a's member, once.
+func TestClusterSharedFromAMQPWithNoMQTTSubscriberThere(t *testing.T) {
+	_, gs := cluster3(t)
+	got := newShareCount()
+	ma := connect5(t, gs[0].MQTTAddr(), "member-a")
+	ma.subscribe(t, paho.SubscribeOptions{Topic: "$share/g/s/#", QoS: 1})
+	drainMQTT(t, ma, "a", got)
+	eventually(t, "c to know a's group", func() bool {
+		st := clusterStatus(t, gs[2])
+		return st.Stats != nil && st.Stats.RemoteGroups == 1
+	})
+	mb := connect5(t, gs[1].MQTTAddr(), "member-b")
+	mb.subscribe(t, paho.SubscribeOptions{Topic: "$share/g/s/#", QoS: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	if _, err := mb.Unsubscribe(ctx, &paho.Unsubscribe{Topics: []string{"$share/g/s/#"}}); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	as := amqpSession(t, gs[2])
+	var want []string
+	for k := range 40 {
+		b := fmt.Sprint("m", k)
+		amqpSend(t, as, "topic://s/x", &goamqp.Message{Value: b, Header: &goamqp.MessageHeader{Durable: true}})
+		want = append(want, b)
+	}
+	got.waitAll(t, "a's member to get every message", want)
+	st := clusterStatus(t, gs[1])
+	if st.Stats.SharedBounced == 0 {
+		t.Errorf("b handed no copy on (NATS never picked it: the test did not reach the window): %+v", st.Stats)
+	}
+	t.Logf("b handed on %d copies", st.Stats.SharedBounced)
+	got.mu.Lock()
+	defer got.mu.Unlock()
+	for _, b := range want {
+		if n := got.bodies[b]; n != 1 {
+			t.Errorf("%s delivered %d times", b, n)
+		}
+	}
+}

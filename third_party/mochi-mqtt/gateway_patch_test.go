@@ -990,3 +990,47 @@ func TestConnStatsCountPublishesAndBytes(t *testing.T) {
 	require.Equal(t, n, cl.Net.Stats.BytesSent.Load())
 	require.Equal(t, int64(enc.Len()), n)
 }
+
+// TestHasSubscribersFollowsSubscriptions: patch 39's answer is that of a
+// lookup, for a topic nobody, a client, a shared group, an inline
+// subscription or more clients than patch 23's cache keeps subscribe to;
+// it is kept for the topics patch 23 does not keep, and every change to
+// the subscriptions is seen by the next question about a topic asked
+// (and answered from what was kept) before.
+func TestHasSubscribersFollowsSubscriptions(t *testing.T) {
+	x := NewTopicsIndex()
+	require.False(t, x.HasSubscribers("a/b"))
+	require.False(t, x.HasSubscribers("a/b"), "answered from the cache")
+	x.Subscribe("cl1", packets.Subscription{Filter: "a/+"})
+	require.True(t, x.HasSubscribers("a/b"))
+	x.Unsubscribe("a/+", "cl1")
+	require.False(t, x.HasSubscribers("a/b"))
+
+	x.Subscribe("cl2", packets.Subscription{Filter: SharePrefix + "/g/a/#"})
+	require.True(t, x.HasSubscribers("a/b"))
+	require.True(t, x.cache.has["a/b"], "a topic with a shared group: the answer is kept")
+	require.True(t, x.HasSubscribers("a/b"))
+	x.Unsubscribe(SharePrefix+"/g/a/#", "cl2")
+	require.Nil(t, x.cache.has, "emptied by the change")
+	require.False(t, x.HasSubscribers("a/b"))
+
+	x.InlineSubscribe(InlineSubscription{Subscription: packets.Subscription{Filter: "a/b", Identifier: 1}})
+	require.True(t, x.HasSubscribers("a/b"))
+	x.InlineUnsubscribe(1, "a/b")
+	require.False(t, x.HasSubscribers("a/b"))
+
+	for i := 0; i <= subscribersCacheMaxOne; i++ {
+		x.Subscribe(fmt.Sprintf("big%d", i), packets.Subscription{Filter: "big/+"})
+	}
+	require.True(t, x.HasSubscribers("big/1"))
+	require.True(t, x.cache.has["big/1"], "a topic with more subscribers than patch 23 keeps: the answer is kept")
+	for i := 0; i <= subscribersCacheMaxOne; i++ {
+		x.Unsubscribe("big/+", fmt.Sprintf("big%d", i))
+	}
+	require.False(t, x.HasSubscribers("big/1"))
+
+	// [MQTT-4.7.2-1] as a lookup has it: "#" does not match a $ topic.
+	x.Subscribe("cl3", packets.Subscription{Filter: "#"})
+	require.False(t, x.HasSubscribers("$SYS/x"))
+	require.True(t, x.HasSubscribers("x"))
+}

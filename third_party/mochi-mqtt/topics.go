@@ -366,6 +366,10 @@ type subscribersCache struct {
 	m       map[string]*Subscribers // guarded by mu; read-only results
 	entries int                     // guarded by mu: subscribers held by m, all topics together
 	gen     atomic.Uint64           // changes to the subscriptions so far
+
+	// has keeps HasSubscribers's answers for topics m does not keep (gateway
+	// patch 39); guarded by mu, emptied with m.
+	has map[string]bool
 }
 
 // The cache's bounds: topics, and subscriber entries over all of them.
@@ -386,6 +390,7 @@ func (c *subscribersCache) invalidate() {
 	c.gen.Add(1)
 	c.m = nil
 	c.entries = 0
+	c.has = nil // gateway patch 39
 	c.mu.Unlock()
 }
 
@@ -418,6 +423,51 @@ func (x *TopicsIndex) SubscribersCached(topic string) *Subscribers {
 	}
 	c.mu.Unlock()
 	return subs
+}
+
+// HasSubscribers reports whether any subscription matches topic, a
+// client's, a shared group's or an inline one, as Subscribers would find
+// it (gateway patch 39). The gateway asks it before it injects a message
+// from another protocol, to skip one nobody here takes. The answer comes
+// from patch 23's cache, or, for a topic whose lookup that cache does
+// not keep (shared subscriptions, many subscribers), from answers kept
+// beside it: without them each such message cost a fresh lookup (maps
+// of the subscribers and groups) only to count them, and its fan-out
+// another. They are emptied with the cache at every change to the
+// subscriptions, and an answer found while a change was made is not kept
+// (gen), so a PUBLISH after a SUBACK sees that subscription here too.
+func (x *TopicsIndex) HasSubscribers(topic string) bool {
+	c := &x.cache
+	c.mu.RLock()
+	subs, cached := c.m[topic]
+	var has, known bool
+	if !cached {
+		has, known = c.has[topic]
+	}
+	c.mu.RUnlock()
+	if cached {
+		return subs.any()
+	}
+	if known {
+		return has
+	}
+	gen := c.gen.Load()
+	subs = x.SubscribersCached(topic) // kept in m when it can be
+	has = subs.any()
+	c.mu.Lock()
+	if _, cached = c.m[topic]; !cached && c.gen.Load() == gen {
+		if c.has == nil || len(c.has) >= subscribersCacheSize {
+			c.has = make(map[string]bool)
+		}
+		c.has[topic] = has
+	}
+	c.mu.Unlock()
+	return has
+}
+
+// any reports whether s holds any subscription (gateway patch 39).
+func (s *Subscribers) any() bool {
+	return len(s.Subscriptions) > 0 || len(s.Shared) > 0 || len(s.InlineSubscriptions) > 0
 }
 
 // NewTopicsIndex returns a pointer to a new instance of Index.
