@@ -75,8 +75,8 @@ func grepLines(s, sub string) string {
 }
 
 // TestQueueLogFullRefusesPublishes: while the embedded queue store's
-// checkpoints fail, a publish to a durable queue is refused as a full
-// queue's (MQTT 5 PUBACK 0x97, the reason naming the log) once the log
+// checkpoints fail, a publish to a durable queue is refused as by a
+// failed store (MQTT 5 PUBACK 0x80, the reason naming the log) once the log
 // holds queues.embedded.maxLog; /readyz says appends are refused; once
 // checkpoints succeed again publishes are taken.
 func TestQueueLogFullRefusesPublishes(t *testing.T) {
@@ -116,9 +116,9 @@ func TestQueueLogFullRefusesPublishes(t *testing.T) {
 	if refused == nil {
 		t.Fatal("20 publishes of 256 KiB taken: the log's limit refuses none")
 	}
-	if refused.ReasonCode != 0x97 || refused.Properties == nil ||
+	if refused.ReasonCode != 0x80 || refused.Properties == nil ||
 		!strings.Contains(refused.Properties.ReasonString, "write-ahead log") {
-		t.Fatalf("refusal %#x %+v, want 0x97 naming the write-ahead log", refused.ReasonCode, refused.Properties)
+		t.Fatalf("refusal %#x %+v, want 0x80 naming the write-ahead log", refused.ReasonCode, refused.Properties)
 	}
 	if code, body := get(t, g, "/readyz"); code != http.StatusOK || !strings.Contains(body, "appends refused") {
 		t.Fatalf("/readyz %d %s: does not say appends are refused", code, body)

@@ -381,8 +381,12 @@ func (q *Queue) removeLocked(e *entry) {
 // Records stored before core.Message.Size counted an AMQP body once
 // (kept native, it was counted in the payload and in the native bytes)
 // were added with the larger size and are subtracted with the smaller.
+// Not while an append is on its way (reserved): a loader may hand out
+// and see acknowledged a record whose append's answer, which counts it,
+// has not run yet, so messages passes 0 with that record's bytes still
+// to be added.
 func (q *Queue) emptyHoldsNoBytesLocked() {
-	if q.messages == 0 {
+	if q.messages == 0 && q.reserved == 0 {
 		q.bytes = 0
 	}
 }

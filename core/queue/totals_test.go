@@ -3,7 +3,12 @@ package queue
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/tolsey/tolsey/core"
+	"github.com/tolsey/tolsey/core/coretest"
 )
 
 // TestTotals: Totals counts what Queues and each one's Info say.
@@ -96,5 +101,66 @@ func TestEmptiedQueueHoldsNoBytes(t *testing.T) {
 	c.Ack(next(t, c, w).ID)
 	if i := q.Info(); i.Messages != 0 || i.Bytes != 0 {
 		t.Fatalf("emptied: %d messages, %d bytes; want 0, 0", i.Messages, i.Bytes)
+	}
+}
+
+// gatedFirstAppend's Logs hold back the answer of their first Append
+// (the record is stored at once) until gate is closed.
+type gatedFirstAppend struct {
+	*Memory
+	gate chan struct{}
+}
+
+func (b gatedFirstAppend) Open(ctx context.Context, cfg Config) (Log, error) {
+	l, err := b.Memory.Open(ctx, cfg)
+	return &firstGatedLog{Log: l, gate: b.gate}, err
+}
+
+type firstGatedLog struct {
+	Log
+	gate  chan struct{}
+	count atomic.Int32
+}
+
+func (l *firstGatedLog) Append(m *core.Message, done func(uint64, error)) {
+	if l.count.Add(1) != 1 {
+		l.Log.Append(m, done)
+		return
+	}
+	l.Log.Append(m, func(id uint64, err error) {
+		go func() {
+			<-l.gate
+			done(id, err)
+		}()
+	})
+}
+
+// TestEmptyResetWaitsForAppends: a message handed out and acknowledged
+// before its append's answer (which counts it) has run takes the queue's
+// count through 0 with its bytes still to come; the count of bytes must
+// not be reset then. Before, the queue below held 1 message of 1 byte
+// and reported 101 (found by review).
+func TestEmptyResetWaitsForAppends(t *testing.T) {
+	gate := make(chan struct{})
+	e, _ := newEngine(t, Options{Backend: gatedFirstAppend{Memory: NewMemory(), gate: gate}})
+	q := declare(t, e, Config{Name: "q"})
+	big := &core.Message{Topic: "t", Payload: make([]byte, 100), QoS: 1, Created: time.Now()}
+	small := &core.Message{Topic: "t", Payload: []byte("c"), QoS: 1, Created: time.Now()}
+	bigDone := make(chan error, 1)
+	e.Put("q", big, func(err error) { bigDone <- err })
+	putWait(t, e, "q", "c")
+	c, w := consumer(t, q, false)
+	d := next(t, c, w)
+	if len(d.Msg.Payload) != 100 {
+		t.Fatalf("first delivery of %d bytes, want the 100-byte message", len(d.Msg.Payload))
+	}
+	c.Ack(d.ID)
+	close(gate)
+	if err := <-bigDone; err != nil {
+		t.Fatal(err)
+	}
+	coretest.Eventually(t, "the count settled", 5*time.Second, func() bool { return q.Info().Messages == 1 })
+	if i := q.Info(); i.Bytes != int64(small.Size()) {
+		t.Fatalf("1 message of %d bytes held, the queue counts %d bytes", small.Size(), i.Bytes)
 	}
 }

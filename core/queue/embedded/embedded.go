@@ -75,14 +75,16 @@ type Options struct {
 	Logger *slog.Logger
 	// MaxLog bounds the log not yet applied to bbolt while checkpoints
 	// fail (default 256 MiB): past it, appends fail with an error that
-	// wraps queue.ErrFull until a checkpoint succeeds (docs/queues.md,
-	// "The write-ahead log"). It bounds the overlay's memory and the
-	// log's disk meanwhile.
+	// wraps queue.ErrUnavailable (a store fault, not a full queue: a
+	// queue that drops when full must not drop these) until a checkpoint
+	// succeeds (docs/queues.md, "The write-ahead log"). It bounds the
+	// overlay's memory and the log's growth by appends meanwhile.
 	MaxLog int64
 }
 
-// maxLogDefault is Options.MaxLog's default: four times what the log
-// holds beyond bbolt at most while checkpoints succeed (segmentHard), so
+// maxLogDefault is Options.MaxLog's default: twice what the log holds
+// beyond bbolt at most while checkpoints succeed (the cut being applied
+// and the segment being written, up to segmentHard each), so
 // that a store that works never comes near it.
 const maxLogDefault = 256 << 20
 

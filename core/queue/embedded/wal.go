@@ -505,7 +505,7 @@ func (b *Backend) logFull() error {
 		return nil
 	}
 	return fmt.Errorf("%w: embedded %s: its write-ahead log holds %d bytes that no checkpoint applied, its limit %d (queues.embedded.maxLog), while checkpoints fail (%v); appends are refused until one succeeds",
-		queue.ErrFull, b.path, n, b.maxLog, b.ckRep.lastErr())
+		queue.ErrUnavailable, b.path, n, b.maxLog, b.ckRep.lastErr())
 }
 
 // takeCut closes the segment being written (a new one follows unless

@@ -245,9 +245,9 @@ func TestFullLogRefusesAppends(t *testing.T) {
 		t.Fatal("checkpoint succeeded")
 	}
 	err = put(n)
-	if !errors.Is(err, queue.ErrFull) || !strings.Contains(err.Error(), "write-ahead log") ||
+	if !errors.Is(err, queue.ErrUnavailable) || errors.Is(err, queue.ErrFull) || !strings.Contains(err.Error(), "write-ahead log") ||
 		!strings.Contains(err.Error(), "disk full (test)") {
-		t.Fatalf("put past the log's limit while checkpoints fail: %v, want a refusal wrapping queue.ErrFull that names the log and the cause", err)
+		t.Fatalf("put past the log's limit while checkpoints fail: %v, want a refusal wrapping queue.ErrUnavailable (not ErrFull: a store fault) that names the log and the cause", err)
 	}
 	if r := q.Info().Counters.Refused; r != 1 {
 		t.Fatalf("refused %d, want 1", r)
