@@ -73,6 +73,13 @@ type NATSOptions struct {
 	// to the connection; beyond it new ones are dropped and counted
 	// (reason queue_full). 65536 when zero.
 	QueueLen int
+	// WriterStall is how long a publisher's core NATS message may wait for
+	// room when the queue is full before it is dropped and counted
+	// (bridge.nats.writerStall): a writer that keeps up loses nothing to a
+	// burst, and one that is stuck holds each publisher at most this long
+	// once (docs/bridge.md, "Failure behaviour"). 5 ms when zero; negative:
+	// no wait, dropped at once.
+	WriterStall time.Duration
 }
 
 // BufferOptions configure the on-disk store-and-forward buffer.
@@ -82,6 +89,10 @@ type BufferOptions struct {
 	DropOldest bool // else reject new messages when full
 	DrainRate  int  // messages/s per rule; 0 = as fast as JetStream acks
 }
+
+// DefaultWriterStall is NATSOptions.WriterStall's default, the same bound as
+// the MQTT front-end's mqtt.slowSubscriberStall.
+const DefaultWriterStall = 5 * time.Millisecond
 
 // bridgeName is the bridge label of the NATS bridge's metrics and status.
 const bridgeName = "nats"
@@ -166,6 +177,9 @@ func NewNATS(opts NATSOptions) (*NATS, error) {
 	}
 	if opts.QueueLen == 0 {
 		opts.QueueLen = 1 << 16
+	}
+	if opts.WriterStall == 0 {
+		opts.WriterStall = DefaultWriterStall
 	}
 	b := &NATS{
 		opts:   opts,
@@ -407,9 +421,12 @@ func (r *ruleLink) stop() {
 }
 
 // Deliver implements core.Subscriber for an outbound rule. It runs on the
-// publisher's goroutine and never waits on the network: a core NATS
-// message is queued for the writer (dropped and counted when the queue is
-// full: at most once), a JetStream one is handed to the on-disk buffer,
+// publisher's goroutine and never waits on the network longer than a
+// bound: a core NATS message is queued for the writer (when the queue is
+// full, the publisher waits up to WriterStall for the writer to free room,
+// as NATS stalls a producer whose subscribers' buffers are full; then it
+// is dropped and counted: at most once), a JetStream one is handed to the
+// on-disk buffer,
 // and the publisher's acknowledgement (MQTT PUBACK, AMQP accepted) is
 // held (d.Acks) until the buffer's commit made it durable (jsOut.append).
 // A full buffer under rejectNew is a refusal the publisher sees.
@@ -423,58 +440,11 @@ func (r *ruleLink) Deliver(m *core.Message, d core.Delivery) error {
 		r.js.append(m, d.Acks)
 		return nil
 	}
-	if !r.b.queue.put(queued{r, m}) {
+	if !r.b.queue.putStall(queued{r, m}, r.b.opts.WriterStall, r.b.done) {
 		r.dropped.Add(1)
 		r.b.m.drop("queue_full")
 	}
 	return nil
-}
-
-// writeQueue hands core NATS messages from Deliver (any publisher's
-// goroutine) to the writer. The writer takes everything queued at once,
-// swapping the slice for the one it has just written out: one lock per
-// burst on its side instead of a channel receive per message (the
-// writer is one goroutine for every outbound rule, so what it spends per
-// message bounds the bridge's rate out: docs/benchmarks.md, "Bridge, the
-// per-message path").
-type writeQueue struct {
-	mu   sync.Mutex
-	msgs []queued // guarded by mu: waiting for the writer
-	held int      // guarded by mu: the writer's burst in hand, which counts towards max
-	max  int      // bound of msgs and held together: NATSOptions.QueueLen
-	// ready has a token when msgs may have turned non-empty since the
-	// writer last looked.
-	ready chan struct{}
-}
-
-// put queues x, or reports false when max messages are queued or in the
-// writer's hand.
-func (q *writeQueue) put(x queued) bool {
-	q.mu.Lock()
-	n := len(q.msgs)
-	if n+q.held >= q.max {
-		q.mu.Unlock()
-		return false
-	}
-	q.msgs = append(q.msgs, x)
-	q.mu.Unlock()
-	if n == 0 {
-		select {
-		case q.ready <- struct{}{}:
-		default: // a token is there already
-		}
-	}
-	return true
-}
-
-// take returns what is queued and queues into spare (emptied, its
-// messages cleared) from now on.
-func (q *writeQueue) take(spare []queued) []queued {
-	q.mu.Lock()
-	got := q.msgs
-	q.msgs, q.held = spare[:0], len(got)
-	q.mu.Unlock()
-	return got
 }
 
 // writer publishes queued core NATS messages, a burst at a time. nats.go's
@@ -494,8 +464,12 @@ func (b *NATS) writer() {
 			if len(burst) == 0 {
 				break
 			}
+			chunk := b.queue.chunk()
 			for i := range burst {
 				b.publishCore(burst[i].rule, burst[i].msg)
+				if (i+1)%chunk == 0 {
+					b.queue.release(chunk) // stalled publishers go on
+				}
 			}
 			clear(burst) // the writer keeps no message alive
 			select {
