@@ -106,7 +106,8 @@ const clientID = "bridge:nats"
 //
 // Goroutines: Deliver runs on publishers' goroutines (router contract: it
 // must not block on the network, so core NATS messages go through queue
-// to the writer goroutine, and JetStream ones to the on-disk buffer);
+// to the writer goroutine, a full queue holding a publisher at most
+// WriterStall, and JetStream ones to the on-disk buffer);
 // inbound handlers run on nats.go's subscription goroutines; nats.go's
 // callback goroutine runs the connection handlers; one writer goroutine
 // and one sender goroutine per outbound JetStream rule.
@@ -119,7 +120,7 @@ type NATS struct {
 	rules []*ruleLink
 	jsShared
 
-	queue writeQueue // core NATS messages for the writer goroutine
+	queue *writeQueue[queued] // core NATS messages for the writer goroutine
 	done  chan struct{}
 	wg    sync.WaitGroup
 	path  []string // {Node}: the Tolsey-Path of what we send; read-only
@@ -184,7 +185,7 @@ func NewNATS(opts NATSOptions) (*NATS, error) {
 	b := &NATS{
 		opts:   opts,
 		log:    opts.Logger.With("part", "bridge.nats"),
-		queue:  writeQueue{max: opts.QueueLen, ready: make(chan struct{}, 1)},
+		queue:  newWriteQueue[queued](opts.QueueLen),
 		done:   make(chan struct{}),
 		closed: make(chan struct{}),
 		path:   []string{opts.Node},

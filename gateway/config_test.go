@@ -183,6 +183,25 @@ func TestConfigBridgeWriterStall(t *testing.T) {
 	if writeTimeout(0) >= 0 {
 		t.Error("writerStall 0 must reach the bridge as negative: its 0 is the default")
 	}
+	// bridge.amqp[i].writerStall: the same for an AMQP bridge's QoS 0 rules.
+	amqp := func(stall string) []string {
+		if stall != "" {
+			stall = `"writerStall":` + stall + `,`
+		}
+		return []string{`--bridge.amqp=[{"name":"a","url":"amqp://127.0.0.1:5672",` + stall + `"rules":[{"direction":"out","local":"t/#","remote":"q","qos":0}]}]`}
+	}
+	for _, c := range []struct {
+		stall string
+		want  time.Duration
+	}{{"", 0}, {`"20ms"`, 20 * time.Millisecond}, {`"0"`, -1}, {`0`, -1}} {
+		cfg, err := LoadConfig(amqp(c.stall), nil, io.Discard)
+		if err != nil || cfg.Bridge.AMQP[0].WriterStall != c.want {
+			t.Errorf("bridge.amqp writerStall %s: %v, %+v, want %v", c.stall, err, cfg, c.want)
+		}
+	}
+	for _, bad := range []string{`"soon"`, `"-1ms"`, `5`} {
+		wantConfigError(t, amqp(bad), nil, "bridge.amqp[0].writerStall", "not a duration")
+	}
 }
 
 func TestConfigTopicLimits(t *testing.T) {
