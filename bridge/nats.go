@@ -134,7 +134,11 @@ type NATS struct {
 
 	// Connection state, written by nats.go's callbacks.
 	connected atomic.Bool
-	mu        sync.Mutex // guards lastErr, lastErrAt
+	// state is Status's State, kept here rather than asked of nats.go:
+	// nc.Status takes the connection's lock, which a flush blocked on a
+	// stuck socket holds for up to nats.go's one-minute write timeout.
+	state     atomic.Int32 // a connState
+	mu        sync.Mutex   // guards lastErr, lastErrAt
 	lastErr   string
 	lastErrAt time.Time
 	closed    chan struct{} // closed by nats.go's ClosedHandler
@@ -222,6 +226,10 @@ func (b *NATS) Start(ctx context.Context) error {
 	b.nc = nc
 	if nc.IsConnected() {
 		b.connected.Store(true)
+		b.setState(stateConnected, stateConnecting)
+	} else {
+		// RetryOnFailedConnect: nats.go goes on trying.
+		b.setState(stateReconnecting, stateConnecting)
 	}
 	b.wg.Add(1)
 	go b.writer()
@@ -265,6 +273,7 @@ func (b *NATS) natsOptions() ([]nats.Option, error) {
 		nats.ReconnectHandler(func(nc *nats.Conn) { b.up(nc, "reconnected") }),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			b.connected.Store(false)
+			b.setState(stateReconnecting, stateConnecting, stateConnected)
 			if err == nil {
 				err = errors.New("disconnected")
 			}
@@ -280,6 +289,7 @@ func (b *NATS) natsOptions() ([]nats.Option, error) {
 		}),
 		nats.ClosedHandler(func(*nats.Conn) {
 			b.connected.Store(false)
+			b.state.Store(int32(stateClosed))
 			close(b.closed)
 		}),
 	}
@@ -315,6 +325,7 @@ func (b *NATS) reconnectDelay(attempts int) time.Duration {
 
 func (b *NATS) up(nc *nats.Conn, what string) {
 	b.connected.Store(true)
+	b.setState(stateConnected, stateConnecting, stateReconnecting)
 	b.log.Info("NATS bridge "+what, "url", redactURL(nc.ConnectedUrl()))
 	for _, r := range b.rules {
 		if r.js != nil {
@@ -355,6 +366,7 @@ func (b *NATS) Stop(ctx context.Context) error {
 	b.wg.Wait()
 	if b.nc != nil {
 		if b.nc.IsConnected() {
+			b.setState(stateDraining, stateConnected)
 			_ = b.nc.Drain()
 		} else {
 			b.nc.Close()
@@ -658,21 +670,37 @@ type BufferStats struct {
 	Dropped  uint64 `json:"droppedOldest"`
 }
 
-// Status reports the connection and every rule.
-func (b *NATS) Status() Status {
-	s := Status{Name: bridgeName, URLs: redactURLs(b.opts.URLs), Connected: b.connected.Load(), State: "connecting"}
-	if b.nc != nil {
-		switch b.nc.Status() {
-		case nats.CONNECTED:
-			s.State = "connected"
-		case nats.RECONNECTING:
-			s.State = "reconnecting"
-		case nats.CLOSED:
-			s.State = "closed"
-		case nats.DRAINING_PUBS, nats.DRAINING_SUBS:
-			s.State = "draining"
+// connState is the connection's state as Status names it (stateNames).
+type connState int32
+
+const (
+	stateConnecting connState = iota
+	stateConnected
+	stateReconnecting
+	stateDraining
+	stateClosed
+)
+
+var stateNames = [...]string{"connecting", "connected", "reconnecting", "draining", "closed"}
+
+// setState moves the state to s if it is one of from: a callback that
+// comes late (a disconnect during the drain) does not undo a later state.
+func (b *NATS) setState(s connState, from ...connState) {
+	for {
+		cur := connState(b.state.Load())
+		ok := false
+		for _, f := range from {
+			ok = ok || cur == f
+		}
+		if !ok || b.state.CompareAndSwap(int32(cur), int32(s)) {
+			return
 		}
 	}
+}
+
+// Status reports the connection and every rule.
+func (b *NATS) Status() Status {
+	s := Status{Name: bridgeName, URLs: redactURLs(b.opts.URLs), Connected: b.connected.Load(), State: stateNames[b.state.Load()]}
 	b.mu.Lock()
 	s.LastError = b.lastErr
 	if !b.lastErrAt.IsZero() {

@@ -101,8 +101,6 @@ func TestWriterStallBounded(t *testing.T) {
 	t.Cleanup(p.close) // before the bridge stops: its writer is blocked on the socket until then
 	coretest.Eventually(t, "the bridge connected", 10*time.Second, func() bool { return b.Down() == nil })
 	p.pause()
-	// The rule's counts are read from the rule: Status asks nats.go for the
-	// connection's state, under the lock its stuck flush holds.
 
 	// Large messages, until the sockets' buffers are full, the writer is
 	// stuck and the queue behind it overflows.
@@ -135,6 +133,20 @@ func TestWriterStallBounded(t *testing.T) {
 	}
 	if d := queueFull(b) - fullBefore; d != more {
 		t.Errorf("queue_full counted %v of %d drops", d, more)
+	}
+
+	// The admin API's status answers meanwhile: it asked nats.go for the
+	// connection's state, under the lock the stuck flush holds (for up to
+	// nats.go's one-minute write timeout).
+	status := make(chan Status, 1)
+	go func() { status <- b.Status() }()
+	select {
+	case st := <-status:
+		if st.Rules[0].Dropped < more {
+			t.Errorf("status: %d dropped, want %d or more", st.Rules[0].Dropped, more)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Status did not return within 20 s behind a stuck NATS connection")
 	}
 }
 
@@ -232,4 +244,22 @@ func (p *proxy) close() {
 	}
 	p.mu.Unlock()
 	p.wg.Wait()
+}
+
+// Status's State follows the connection (from nats.go's callbacks, not
+// asked of nats.go): connected, reconnecting while the server is gone,
+// closed after Stop.
+func TestStatusState(t *testing.T) {
+	s, _ := startNATS(t)
+	router := core.NewRouter(core.RouterOptions{Node: "n1"})
+	b := startBridgeOpts(t, NATSOptions{URLs: []string{s.ClientURL()}, Rules: []Rule{stallRule}, Router: router})
+	state := func(want string) func() bool { return func() bool { return b.Status().State == want } }
+	coretest.Eventually(t, "state connected", 10*time.Second, state("connected"))
+	s.Shutdown()
+	s.WaitForShutdown()
+	coretest.Eventually(t, "state reconnecting", 10*time.Second, state("reconnecting"))
+	if err := b.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	coretest.Eventually(t, "state closed", 10*time.Second, state("closed"))
 }
