@@ -63,8 +63,8 @@ type AMQPOptions struct {
 // the client. Like the NATS bridge it speaks to the core only.
 //
 // Goroutines: Deliver runs on publishers' goroutines and never waits on
-// the network (QoS 0 goes through a bounded queue, QoS 1 to the on-disk
-// buffer); one connection goroutine (run) dials, keeps and redials the
+// the network (QoS 0 goes through a bounded queue, a full one holding a
+// publisher at most Bridge.WriterStall; QoS 1 to the on-disk buffer); one connection goroutine (run) dials, keeps and redials the
 // connection; one goroutine per rule owns that rule's link.
 type AMQP struct {
 	opts   AMQPOptions
@@ -97,8 +97,8 @@ type amqpRule struct {
 	rule  AMQPRule
 	name  string
 	sub   *core.Subscription
-	queue chan *core.Message // QoS 0 out
-	bq    string             // QoS 1 out: the rule's queue in the buffer
+	queue *writeQueue[*core.Message] // QoS 0 out
+	bq    string                     // QoS 1 out: the rule's queue in the buffer
 
 	out, in, dropped atomic.Uint64
 
@@ -106,6 +106,11 @@ type amqpRule struct {
 	// the remote released or modified record retrySeq.
 	retrySeq uint64
 	retries  int
+	// Owned by the rule's goroutine (sendQoS0): the burst taken from
+	// queue, and how much of it was sent (or dropped); what a failed link
+	// left of it goes out on the next link first.
+	burst []*core.Message
+	sent  int
 }
 
 // NewAMQP checks opts and builds the bridge; Start connects it.
@@ -122,6 +127,9 @@ func NewAMQP(opts AMQPOptions) (*AMQP, error) {
 	if opts.QueueLen == 0 {
 		opts.QueueLen = 4096
 	}
+	if opts.Bridge.WriterStall == 0 {
+		opts.Bridge.WriterStall = DefaultWriterStall
+	}
 	name := opts.Bridge.Name
 	b := &AMQP{
 		opts:   opts,
@@ -136,7 +144,7 @@ func NewAMQP(opts AMQPOptions) (*AMQP, error) {
 		ar := &amqpRule{b: b, idx: i, rule: r, name: r.Name(i)}
 		if r.Direction == Out {
 			if r.QoS == 0 {
-				ar.queue = make(chan *core.Message, opts.QueueLen)
+				ar.queue = newWriteQueue[*core.Message](opts.QueueLen)
 			} else {
 				// Named by what the rule connects, so reordering rules
 				// keeps each one's messages.

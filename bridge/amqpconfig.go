@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"sort"
 	"strings"
+	"time"
 )
 
 // AMQPBridge is one remote AMQP 1.0 broker (bridge.amqp[i]): where it is,
@@ -21,6 +22,11 @@ type AMQPBridge struct {
 	TLSCert  string
 	TLSKey   string
 	Rules    []AMQPRule
+	// WriterStall (writerStall) is how long a publisher's QoS 0 message
+	// may wait for room in a rule's full queue before it is dropped and
+	// counted (queue_full), as the NATS bridge's bridge.nats.writerStall:
+	// 0 is DefaultWriterStall, negative no wait (the configuration's "0").
+	WriterStall time.Duration
 }
 
 // AMQPRule carries messages between a local MQTT filter and one address of
@@ -146,8 +152,21 @@ func parseAMQPBridge(i int, o map[string]json.RawMessage) (AMQPBridge, error) {
 				}
 				b.Rules = append(b.Rules, r)
 			}
+		case "writerStall":
+			var n float64
+			if json.Unmarshal(o[k], &n) == nil && n == 0 {
+				b.WriterStall = -1 // 0: no stall
+				continue
+			}
+			d, err := time.ParseDuration(s)
+			if !isStr || err != nil || d < 0 {
+				return bad(k, "%s is not a duration (like 5ms, 100ms; 0 = drop at once)", o[k])
+			}
+			if b.WriterStall = d; d == 0 {
+				b.WriterStall = -1
+			}
 		default:
-			return bad(k, "unknown field (name, url, user, password, sasl, tls, rules)")
+			return bad(k, "unknown field (name, url, user, password, sasl, tls, rules, writerStall)")
 		}
 	}
 	if b.Name == "" {

@@ -15,8 +15,10 @@ import (
 )
 
 // Deliver implements core.Subscriber for an outbound rule, on the
-// publisher's goroutine. QoS 0: queued for the rule's sender, dropped and
-// counted when the queue is full or the remote is down (at most once).
+// publisher's goroutine. QoS 0: queued for the rule's sender (when the
+// queue is full the publisher waits up to the bridge's WriterStall for the sender to
+// free room, as for the NATS bridge's writer), dropped and counted when
+// the queue stays full or the remote is down (at most once).
 // QoS 1: written to the on-disk buffer before it returns, so the
 // publisher's acknowledgement follows the durable write.
 func (r *amqpRule) Deliver(m *core.Message, d core.Delivery) error {
@@ -39,9 +41,7 @@ func (r *amqpRule) Deliver(m *core.Message, d core.Delivery) error {
 			b.m.drop("remote_down")
 			return nil
 		}
-		select {
-		case r.queue <- m:
-		default:
+		if !r.queue.putStall(m, b.opts.Bridge.WriterStall, b.done) {
 			r.dropped.Add(1)
 			b.m.drop("queue_full")
 		}
@@ -72,7 +72,8 @@ func (r *amqpRule) refused(err error) error {
 	return fmt.Errorf("bridge amqp %s rule %s: %w", b.opts.Bridge.Name, r.name, err)
 }
 
-// sendQoS0 sends queued messages presettled until the link fails.
+// sendQoS0 sends queued messages presettled, a burst at a time, until the
+// link fails.
 func (r *amqpRule) sendQoS0(sess *goamqp.Session) error {
 	b := r.b
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -82,23 +83,41 @@ func (r *amqpRule) sendQoS0(sess *goamqp.Session) error {
 		return fmt.Errorf("attach sender to %s: %w", r.rule.Remote, err)
 	}
 	defer closeLink(snd.Close)
+	chunk := r.queue.chunk()
 	for {
-		select {
-		case m := <-r.queue:
-			am := toAMQP(m, append(pathOf(m), b.opts.Node), time.Now())
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			err := snd.Send(ctx, am, nil)
-			cancel()
-			if err != nil {
-				r.dropped.Add(1)
-				b.m.drop("remote_error")
-				return fmt.Errorf("send to %s: %w", r.rule.Remote, err)
+		if r.sent == len(r.burst) {
+			clear(r.burst) // the sender keeps no message alive
+			r.burst, r.sent = r.queue.take(r.burst), 0
+			if len(r.burst) == 0 {
+				select {
+				case <-r.queue.ready:
+					continue
+				case <-b.done:
+					return nil
+				}
 			}
-			r.out.Add(1)
-			b.m.message(r, "out")
+		}
+		select {
 		case <-b.done:
 			return nil
+		default:
 		}
+		m := r.burst[r.sent]
+		r.sent++
+		if r.sent%chunk == 0 {
+			r.queue.release(chunk) // stalled publishers go on
+		}
+		am := toAMQP(m, append(pathOf(m), b.opts.Node), time.Now())
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := snd.Send(ctx, am, nil)
+		cancel()
+		if err != nil {
+			r.dropped.Add(1)
+			b.m.drop("remote_error")
+			return fmt.Errorf("send to %s: %w", r.rule.Remote, err)
+		}
+		r.out.Add(1)
+		b.m.message(r, "out")
 	}
 }
 

@@ -21,11 +21,29 @@ import (
 // its buffer in a temporary directory; stopped when the test ends.
 func startBridge(t testing.TB, router *core.Router, url string, buf BufferOptions, rules ...Rule) *NATS {
 	t.Helper()
-	if buf.Dir == "" {
-		buf.Dir = t.TempDir()
+	return startBridgeOpts(t, NATSOptions{URLs: []string{url}, Rules: rules, Router: router, Buffer: buf})
+}
+
+// startBridgeOpts is startBridge with more of opts: its Name, Node,
+// ReconnectMax, Logger and Buffer.Dir are the tests' when not set.
+func startBridgeOpts(t testing.TB, opts NATSOptions) *NATS {
+	t.Helper()
+	if opts.Buffer.Dir == "" {
+		opts.Buffer.Dir = t.TempDir()
 	}
-	b, err := NewNATS(NATSOptions{URLs: []string{url}, Name: "bridge-test", Rules: rules, Router: router, Node: "n1", Buffer: buf,
-		ReconnectMax: 100 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	if opts.Name == "" {
+		opts.Name = "bridge-test"
+	}
+	if opts.Node == "" {
+		opts.Node = "n1"
+	}
+	if opts.ReconnectMax == 0 {
+		opts.ReconnectMax = 100 * time.Millisecond
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	b, err := NewNATS(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

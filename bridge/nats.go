@@ -73,6 +73,13 @@ type NATSOptions struct {
 	// to the connection; beyond it new ones are dropped and counted
 	// (reason queue_full). 65536 when zero.
 	QueueLen int
+	// WriterStall is how long a publisher's core NATS message may wait for
+	// room when the queue is full before it is dropped and counted
+	// (bridge.nats.writerStall): a writer that keeps up loses nothing to a
+	// burst, and one that is stuck holds each publisher at most this long
+	// once (docs/bridge.md, "Failure behaviour"). 5 ms when zero; negative:
+	// no wait, dropped at once.
+	WriterStall time.Duration
 }
 
 // BufferOptions configure the on-disk store-and-forward buffer.
@@ -82,6 +89,10 @@ type BufferOptions struct {
 	DropOldest bool // else reject new messages when full
 	DrainRate  int  // messages/s per rule; 0 = as fast as JetStream acks
 }
+
+// DefaultWriterStall is NATSOptions.WriterStall's default, the same bound as
+// the MQTT front-end's mqtt.slowSubscriberStall.
+const DefaultWriterStall = 5 * time.Millisecond
 
 // bridgeName is the bridge label of the NATS bridge's metrics and status.
 const bridgeName = "nats"
@@ -95,7 +106,8 @@ const clientID = "bridge:nats"
 //
 // Goroutines: Deliver runs on publishers' goroutines (router contract: it
 // must not block on the network, so core NATS messages go through queue
-// to the writer goroutine, and JetStream ones to the on-disk buffer);
+// to the writer goroutine, a full queue holding a publisher at most
+// WriterStall, and JetStream ones to the on-disk buffer);
 // inbound handlers run on nats.go's subscription goroutines; nats.go's
 // callback goroutine runs the connection handlers; one writer goroutine
 // and one sender goroutine per outbound JetStream rule.
@@ -108,7 +120,7 @@ type NATS struct {
 	rules []*ruleLink
 	jsShared
 
-	queue writeQueue // core NATS messages for the writer goroutine
+	queue *writeQueue[queued] // core NATS messages for the writer goroutine
 	done  chan struct{}
 	wg    sync.WaitGroup
 	path  []string // {Node}: the Tolsey-Path of what we send; read-only
@@ -122,7 +134,11 @@ type NATS struct {
 
 	// Connection state, written by nats.go's callbacks.
 	connected atomic.Bool
-	mu        sync.Mutex // guards lastErr, lastErrAt
+	// state is Status's State, kept here rather than asked of nats.go:
+	// nc.Status takes the connection's lock, which a flush blocked on a
+	// stuck socket holds for up to nats.go's one-minute write timeout.
+	state     atomic.Int32 // a connState
+	mu        sync.Mutex   // guards lastErr, lastErrAt
 	lastErr   string
 	lastErrAt time.Time
 	closed    chan struct{} // closed by nats.go's ClosedHandler
@@ -167,10 +183,13 @@ func NewNATS(opts NATSOptions) (*NATS, error) {
 	if opts.QueueLen == 0 {
 		opts.QueueLen = 1 << 16
 	}
+	if opts.WriterStall == 0 {
+		opts.WriterStall = DefaultWriterStall
+	}
 	b := &NATS{
 		opts:   opts,
 		log:    opts.Logger.With("part", "bridge.nats"),
-		queue:  writeQueue{max: opts.QueueLen, ready: make(chan struct{}, 1)},
+		queue:  newWriteQueue[queued](opts.QueueLen),
 		done:   make(chan struct{}),
 		closed: make(chan struct{}),
 		path:   []string{opts.Node},
@@ -207,6 +226,10 @@ func (b *NATS) Start(ctx context.Context) error {
 	b.nc = nc
 	if nc.IsConnected() {
 		b.connected.Store(true)
+		b.setState(stateConnected, stateConnecting)
+	} else {
+		// RetryOnFailedConnect: nats.go goes on trying.
+		b.setState(stateReconnecting, stateConnecting)
 	}
 	b.wg.Add(1)
 	go b.writer()
@@ -220,6 +243,17 @@ func (b *NATS) Start(ctx context.Context) error {
 		if _, err := nc.Subscribe(p+".>", b.answerRetained); err != nil {
 			_ = b.Stop(ctx)
 			return fmt.Errorf("bridge nats: retained requests on %s: %w", p, err)
+		}
+	}
+	if nc.IsConnected() {
+		// Start returns once NATS has the inbound rules' subscriptions (a
+		// round trip after them), so that a message published on NATS
+		// after Start is not missed (TestInCountedBeforeDelivery missed
+		// its one message now and then under -race). A NATS that does not
+		// answer in time fails nothing: the rules are subscribed, and are
+		// again on every reconnect.
+		if err := nc.FlushTimeout(5 * time.Second); err != nil {
+			b.log.Warn("NATS bridge: no answer from NATS after subscribing", "error", err)
 		}
 	}
 	b.log.Info("NATS bridge started", "urls", redactURLs(b.opts.URLs), "rules", len(b.rules), "connected", nc.IsConnected())
@@ -250,6 +284,7 @@ func (b *NATS) natsOptions() ([]nats.Option, error) {
 		nats.ReconnectHandler(func(nc *nats.Conn) { b.up(nc, "reconnected") }),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			b.connected.Store(false)
+			b.setState(stateReconnecting, stateConnecting, stateConnected)
 			if err == nil {
 				err = errors.New("disconnected")
 			}
@@ -265,6 +300,7 @@ func (b *NATS) natsOptions() ([]nats.Option, error) {
 		}),
 		nats.ClosedHandler(func(*nats.Conn) {
 			b.connected.Store(false)
+			b.state.Store(int32(stateClosed))
 			close(b.closed)
 		}),
 	}
@@ -300,6 +336,7 @@ func (b *NATS) reconnectDelay(attempts int) time.Duration {
 
 func (b *NATS) up(nc *nats.Conn, what string) {
 	b.connected.Store(true)
+	b.setState(stateConnected, stateConnecting, stateReconnecting)
 	b.log.Info("NATS bridge "+what, "url", redactURL(nc.ConnectedUrl()))
 	for _, r := range b.rules {
 		if r.js != nil {
@@ -340,6 +377,7 @@ func (b *NATS) Stop(ctx context.Context) error {
 	b.wg.Wait()
 	if b.nc != nil {
 		if b.nc.IsConnected() {
+			b.setState(stateDraining, stateConnected)
 			_ = b.nc.Drain()
 		} else {
 			b.nc.Close()
@@ -407,9 +445,12 @@ func (r *ruleLink) stop() {
 }
 
 // Deliver implements core.Subscriber for an outbound rule. It runs on the
-// publisher's goroutine and never waits on the network: a core NATS
-// message is queued for the writer (dropped and counted when the queue is
-// full: at most once), a JetStream one is handed to the on-disk buffer,
+// publisher's goroutine and never waits on the network longer than a
+// bound: a core NATS message is queued for the writer (when the queue is
+// full, the publisher waits up to WriterStall for the writer to free room,
+// as NATS stalls a producer whose subscribers' buffers are full; then it
+// is dropped and counted: at most once), a JetStream one is handed to the
+// on-disk buffer,
 // and the publisher's acknowledgement (MQTT PUBACK, AMQP accepted) is
 // held (d.Acks) until the buffer's commit made it durable (jsOut.append).
 // A full buffer under rejectNew is a refusal the publisher sees.
@@ -423,58 +464,11 @@ func (r *ruleLink) Deliver(m *core.Message, d core.Delivery) error {
 		r.js.append(m, d.Acks)
 		return nil
 	}
-	if !r.b.queue.put(queued{r, m}) {
+	if !r.b.queue.putStall(queued{r, m}, r.b.opts.WriterStall, r.b.done) {
 		r.dropped.Add(1)
 		r.b.m.drop("queue_full")
 	}
 	return nil
-}
-
-// writeQueue hands core NATS messages from Deliver (any publisher's
-// goroutine) to the writer. The writer takes everything queued at once,
-// swapping the slice for the one it has just written out: one lock per
-// burst on its side instead of a channel receive per message (the
-// writer is one goroutine for every outbound rule, so what it spends per
-// message bounds the bridge's rate out: docs/benchmarks.md, "Bridge, the
-// per-message path").
-type writeQueue struct {
-	mu   sync.Mutex
-	msgs []queued // guarded by mu: waiting for the writer
-	held int      // guarded by mu: the writer's burst in hand, which counts towards max
-	max  int      // bound of msgs and held together: NATSOptions.QueueLen
-	// ready has a token when msgs may have turned non-empty since the
-	// writer last looked.
-	ready chan struct{}
-}
-
-// put queues x, or reports false when max messages are queued or in the
-// writer's hand.
-func (q *writeQueue) put(x queued) bool {
-	q.mu.Lock()
-	n := len(q.msgs)
-	if n+q.held >= q.max {
-		q.mu.Unlock()
-		return false
-	}
-	q.msgs = append(q.msgs, x)
-	q.mu.Unlock()
-	if n == 0 {
-		select {
-		case q.ready <- struct{}{}:
-		default: // a token is there already
-		}
-	}
-	return true
-}
-
-// take returns what is queued and queues into spare (emptied, its
-// messages cleared) from now on.
-func (q *writeQueue) take(spare []queued) []queued {
-	q.mu.Lock()
-	got := q.msgs
-	q.msgs, q.held = spare[:0], len(got)
-	q.mu.Unlock()
-	return got
 }
 
 // writer publishes queued core NATS messages, a burst at a time. nats.go's
@@ -494,8 +488,12 @@ func (b *NATS) writer() {
 			if len(burst) == 0 {
 				break
 			}
+			chunk := b.queue.chunk()
 			for i := range burst {
 				b.publishCore(burst[i].rule, burst[i].msg)
+				if (i+1)%chunk == 0 {
+					b.queue.release(chunk) // stalled publishers go on
+				}
 			}
 			clear(burst) // the writer keeps no message alive
 			select {
@@ -683,21 +681,37 @@ type BufferStats struct {
 	Dropped  uint64 `json:"droppedOldest"`
 }
 
-// Status reports the connection and every rule.
-func (b *NATS) Status() Status {
-	s := Status{Name: bridgeName, URLs: redactURLs(b.opts.URLs), Connected: b.connected.Load(), State: "connecting"}
-	if b.nc != nil {
-		switch b.nc.Status() {
-		case nats.CONNECTED:
-			s.State = "connected"
-		case nats.RECONNECTING:
-			s.State = "reconnecting"
-		case nats.CLOSED:
-			s.State = "closed"
-		case nats.DRAINING_PUBS, nats.DRAINING_SUBS:
-			s.State = "draining"
+// connState is the connection's state as Status names it (stateNames).
+type connState int32
+
+const (
+	stateConnecting connState = iota
+	stateConnected
+	stateReconnecting
+	stateDraining
+	stateClosed
+)
+
+var stateNames = [...]string{"connecting", "connected", "reconnecting", "draining", "closed"}
+
+// setState moves the state to s if it is one of from: a callback that
+// comes late (a disconnect during the drain) does not undo a later state.
+func (b *NATS) setState(s connState, from ...connState) {
+	for {
+		cur := connState(b.state.Load())
+		ok := false
+		for _, f := range from {
+			ok = ok || cur == f
+		}
+		if !ok || b.state.CompareAndSwap(int32(cur), int32(s)) {
+			return
 		}
 	}
+}
+
+// Status reports the connection and every rule.
+func (b *NATS) Status() Status {
+	s := Status{Name: bridgeName, URLs: redactURLs(b.opts.URLs), Connected: b.connected.Load(), State: stateNames[b.state.Load()]}
 	b.mu.Lock()
 	s.LastError = b.lastErr
 	if !b.lastErrAt.IsZero() {

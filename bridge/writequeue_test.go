@@ -8,7 +8,7 @@ import (
 // The writer's queue holds at most max messages, counting the burst the
 // writer has in hand, and tells the writer when it turns non-empty.
 func TestWriteQueue(t *testing.T) {
-	q := writeQueue{max: 3, ready: make(chan struct{}, 1)}
+	q := newWriteQueue[queued](3)
 	m := queued{}
 	for i := 0; i < 3; i++ {
 		if !q.put(m) {
@@ -45,7 +45,7 @@ func TestWriteQueue(t *testing.T) {
 // Every message put reaches the writer, whichever goroutines put them.
 func TestWriteQueueNoLostWakeup(t *testing.T) {
 	const puts, per = 4, 20000
-	q := writeQueue{max: 1 << 30, ready: make(chan struct{}, 1)}
+	q := newWriteQueue[queued](1 << 30)
 	var wg sync.WaitGroup
 	for i := 0; i < puts; i++ {
 		wg.Go(func() {

@@ -30,6 +30,7 @@ func (g *Gateway) startBridge(ctx context.Context) error {
 		TLSCA: n.TLS.CA, TLSCert: n.TLS.Cert, TLSKey: n.TLS.Key,
 		Rules:            n.Rules,
 		RetainedRequests: n.RetainedRequests,
+		WriterStall:      writeTimeout(n.WriterStall), // 0: no stall
 		Router:           g.router,
 		Store:            g.store,
 		Node:             g.cfg.NodeID,

@@ -143,7 +143,8 @@ var keyDefs = []keyDef{
 	{name: "bridge.nats.tls.key", def: "", kind: kindString, optional: true, help: "PEM private key of bridge.nats.tls.cert"},
 	{name: "bridge.nats.rules", def: "", kind: kindJSON, optional: true, help: "bridge rules: a YAML list in the file, a JSON array in env/flags, of {direction: out|in|both, local: MQTT filter, remote: NATS subject, qos: 0|1, jetstream: true | {stream, durable}}"},
 	{name: "bridge.nats.retainedRequests", def: "", kind: kindString, optional: true, help: "subject prefix (such as $GW.retained) on which a NATS request for <prefix>.<subject> is answered with the retained message of the mapped topic; empty = off"},
-	{name: "bridge.amqp", def: "", kind: kindJSON, optional: true, help: "remote AMQP 1.0 brokers: a YAML list in the file, a JSON array in env/flags, of {name, url: amqp[s]://[user:password@]host:port, user, password, sasl: plain|anonymous, tls: {ca, cert, key}, rules: [{direction: out|in, local: MQTT filter, remote: address, qos: 0|1}]}"},
+	{name: "bridge.nats.writerStall", def: "5ms", kind: kindDuration, help: "how long a publisher's QoS 0 message to an outbound core NATS rule may wait for room in the bridge's full writer queue before it is dropped and counted (reason queue_full); a NATS connection that is stuck holds each publisher once at most this long; 0 = drop at once"},
+	{name: "bridge.amqp", def: "", kind: kindJSON, optional: true, help: "remote AMQP 1.0 brokers: a YAML list in the file, a JSON array in env/flags, of {name, url: amqp[s]://[user:password@]host:port, user, password, sasl: plain|anonymous, tls: {ca, cert, key}, writerStall: how long a QoS 0 publisher waits for room in a rule's full queue before its message is dropped (5ms; 0 = drop at once), rules: [{direction: out|in, local: MQTT filter, remote: address, qos: 0|1}]}"},
 	{name: "bridge.identity", def: "", kind: kindString, optional: true, help: "a user of auth.file whose ACL rules every bridge rule acts under: inbound messages need publish on their topic, outbound ones subscribe; refused ones are dropped and counted (reason denied), an AMQP inbound one rejected; empty = the bridge is trusted (docs/security.md, \"The bridge\")"},
 	{name: "bridge.buffer.maxBytes", def: "1GiB", kind: kindBytes, help: "on-disk store-and-forward buffer of outbound QoS 1 rules, in data.dir/bridge, bytes: one budget for every bridge's rules together"},
 	{name: "bridge.buffer.policy", def: "rejectNew", kind: kindEnum, enum: []string{"rejectNew", "dropOldest"}, help: "when the buffer is full: rejectNew refuses the publish (MQTT 5 PUBACK 0x97, AMQP rejected resource-limit-exceeded), dropOldest drops the oldest buffered message and counts it"},
@@ -259,6 +260,7 @@ type BridgeConfig struct {
 		TLS              struct{ CA, Cert, Key string }
 		Rules            []bridge.Rule
 		RetainedRequests string
+		WriterStall      time.Duration // bridge.nats.writerStall; 0: drop at once
 	}
 	AMQP []bridge.AMQPBridge // bridge.amqp
 	// Identity is bridge.identity: the user the rules act as; "" trusted.
@@ -514,6 +516,7 @@ func buildConfig(k *koanf.Koanf, byName map[string]*keyDef) (*Config, error) {
 	c.RetainMaxPayload = num("retain.maxPayload")
 	c.RetainMaxMessages = int(num("retain.maxMessages"))
 	c.NodeID = get("node.id")
+	c.Bridge.NATS.WriterStall = dur("bridge.nats.writerStall")
 	bridgeErr := buildBridgeConfig(c, get, num)
 	queuesErr := buildQueuesConfig(c, get, num)
 	tlsErr := buildTLSConfig(c, get)

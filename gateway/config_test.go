@@ -102,6 +102,8 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{args: []string{"--mqtt.listen=127.0.0.1:70000"}, key: "mqtt.listen"},
 		{args: []string{"--retain.maxMessages=-1"}, key: "retain.maxMessages"},
 		{args: []string{"--shutdown.timeout=soon"}, key: "shutdown.timeout"},
+		{args: []string{"--bridge.nats.writerStall=soon"}, key: "bridge.nats.writerStall"},
+		{args: []string{"--bridge.nats.writerStall=-1ms"}, key: "bridge.nats.writerStall"},
 		{args: []string{"--amqp.maxFrameSize=100"}, key: "amqp.maxFrameSize"},
 		{args: []string{"--amqp.users=alice"}, key: "amqp.users"},
 		{args: []string{"--amqp.maxSessions=0"}, key: "amqp.maxSessions"},
@@ -163,6 +165,42 @@ func TestSampleConfigHasEveryKey(t *testing.T) {
 		if !strings.Contains(string(b), leaf+":") {
 			t.Errorf("deploy/gateway.yaml lacks %s", d.name)
 		}
+	}
+}
+
+// bridge.nats.writerStall: 5 ms by default, 0 is no stall (the bridge's
+// negative), any other duration is the bound.
+func TestConfigBridgeWriterStall(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want time.Duration
+	}{{nil, 5 * time.Millisecond}, {[]string{"--bridge.nats.writerStall=0"}, 0}, {[]string{"--bridge.nats.writerStall=20ms"}, 20 * time.Millisecond}} {
+		cfg, err := LoadConfig(c.args, nil, io.Discard)
+		if err != nil || cfg.Bridge.NATS.WriterStall != c.want {
+			t.Errorf("%v: %v, writerStall %v, want %v", c.args, err, cfg.Bridge.NATS.WriterStall, c.want)
+		}
+	}
+	if writeTimeout(0) >= 0 {
+		t.Error("writerStall 0 must reach the bridge as negative: its 0 is the default")
+	}
+	// bridge.amqp[i].writerStall: the same for an AMQP bridge's QoS 0 rules.
+	amqp := func(stall string) []string {
+		if stall != "" {
+			stall = `"writerStall":` + stall + `,`
+		}
+		return []string{`--bridge.amqp=[{"name":"a","url":"amqp://127.0.0.1:5672",` + stall + `"rules":[{"direction":"out","local":"t/#","remote":"q","qos":0}]}]`}
+	}
+	for _, c := range []struct {
+		stall string
+		want  time.Duration
+	}{{"", 0}, {`"20ms"`, 20 * time.Millisecond}, {`"0"`, -1}, {`0`, -1}} {
+		cfg, err := LoadConfig(amqp(c.stall), nil, io.Discard)
+		if err != nil || cfg.Bridge.AMQP[0].WriterStall != c.want {
+			t.Errorf("bridge.amqp writerStall %s: %v, %+v, want %v", c.stall, err, cfg, c.want)
+		}
+	}
+	for _, bad := range []string{`"soon"`, `"-1ms"`, `5`} {
+		wantConfigError(t, amqp(bad), nil, "bridge.amqp[0].writerStall", "not a duration")
 	}
 }
 

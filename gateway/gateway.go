@@ -366,9 +366,9 @@ func serverTLS(t *tlsconf.Config) *tls.Config {
 	return t.TLSConfig()
 }
 
-// writeTimeout maps the config's 0 ("no limit"; for mqtt.slowSubscriberStall, "no
-// stall") to the front-ends' negative
-// value, whose 0 takes their default.
+// writeTimeout maps the config's 0 ("no limit"; for mqtt.slowSubscriberStall
+// and bridge.nats.writerStall, "no stall") to the front-ends' and the
+// bridge's negative value, whose 0 takes their default.
 func writeTimeout(d time.Duration) time.Duration {
 	if d == 0 {
 		return -1

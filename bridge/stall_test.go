@@ -1,0 +1,265 @@
+package bridge
+
+import (
+	"context"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/tolsey/tolsey/core"
+	"github.com/tolsey/tolsey/core/coretest"
+)
+
+var stallRule = Rule{Direction: Out, Local: "st/#", Remote: "st.>"}
+
+// publishBurst publishes n QoS 0 messages on topic from pubs goroutines at
+// once, as fast as the router takes them, and returns once every publish
+// returned.
+func publishBurst(router *core.Router, topic string, pubs, n int) {
+	var wg sync.WaitGroup
+	for p := 0; p < pubs; p++ {
+		wg.Go(func() {
+			for i := p; i < n; i += pubs {
+				router.Publish(context.Background(), &core.Message{Topic: topic, Payload: []byte(strconv.Itoa(i))})
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// A burst far larger than the writer's queue, to a NATS subscriber that
+// keeps up, arrives whole: the publishers wait for the writer to free room
+// (bridge.nats.writerStall, a generous bound here: the machine is shared).
+// Without the stall (the bridge before it) the same burst loses messages,
+// counted as queue_full.
+func TestWriterStallLosesNothing(t *testing.T) {
+	const n, pubs = 20000, 4
+	for _, tc := range []struct {
+		name  string
+		stall time.Duration
+	}{{"stall", 5 * time.Second}, {"no stall", -1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, _ := startNATS(t)
+			nc := natsConn(t, s)
+			var got atomic.Int64
+			if _, err := nc.Subscribe("st.>", func(*nats.Msg) { got.Add(1) }); err != nil {
+				t.Fatal(err)
+			}
+			if err := nc.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			router := core.NewRouter(core.RouterOptions{Node: "n1"})
+			b := startBridgeOpts(t, NATSOptions{URLs: []string{s.ClientURL()}, Rules: []Rule{stallRule}, Router: router,
+				QueueLen: 8, WriterStall: tc.stall})
+			publishBurst(router, "st/burst", pubs, n)
+			var st RuleStatus
+			coretest.Eventually(t, "every message sent or dropped", 30*time.Second, func() bool {
+				st = b.Status().Rules[0]
+				return st.Out+st.Dropped == n
+			})
+			if tc.stall < 0 {
+				if st.Dropped == 0 || queueFull(b) == 0 {
+					t.Fatalf("no stall: %d dropped (%v queue_full) of a burst of %d through a queue of 8, want some", st.Dropped, queueFull(b), n)
+				}
+				return
+			}
+			if st.Dropped != 0 || queueFull(b) != 0 {
+				t.Fatalf("with the stall: %d dropped (%v queue_full) of a burst of %d, want none", st.Dropped, queueFull(b), n)
+			}
+			coretest.Eventually(t, "the whole burst at the NATS subscriber", 30*time.Second, func() bool { return got.Load() >= n })
+		})
+	}
+}
+
+// queueFull is the bridge's count of messages dropped as queue_full.
+func queueFull(b *NATS) float64 {
+	var m dto.Metric
+	if err := b.m.drops["queue_full"].Write(&m); err != nil {
+		panic(err)
+	}
+	return m.GetCounter().GetValue()
+}
+
+// A NATS side that takes nothing (a connection whose peer stopped reading:
+// the writer blocks in nats.go's flush) holds a publisher at most the stall,
+// once, not per message: the publisher goes on, and what does not fit is
+// dropped and counted (queue_full).
+func TestWriterStallBounded(t *testing.T) {
+	s, _ := startNATS(t)
+	p := startProxy(t, s.Addr().String())
+	router := core.NewRouter(core.RouterOptions{Node: "n1"})
+	const stall = time.Second
+	b := startBridgeOpts(t, NATSOptions{URLs: []string{"nats://" + p.addr()}, Rules: []Rule{stallRule}, Router: router,
+		QueueLen: 4, WriterStall: stall})
+	t.Cleanup(p.close) // before the bridge stops: its writer is blocked on the socket until then
+	coretest.Eventually(t, "the bridge connected", 10*time.Second, func() bool { return b.Down() == nil })
+	p.pause()
+
+	// Large messages, until the sockets' buffers are full, the writer is
+	// stuck and the queue behind it overflows.
+	payload := make([]byte, 64<<10)
+	pub := func() { router.Publish(context.Background(), &core.Message{Topic: "st/stuck", Payload: payload}) }
+	coretest.Eventually(t, "messages dropped behind the stuck writer", 60*time.Second, func() bool {
+		pub()
+		return b.rules[0].dropped.Load() > 0
+	})
+
+	// Now every publish is dropped at once: a stall per message would take
+	// 100 s here.
+	const more = 100
+	before := b.rules[0].dropped.Load()
+	fullBefore := queueFull(b)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < more; i++ {
+			pub()
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(more * stall / 4):
+		t.Fatalf("%d publishes behind a stuck NATS connection did not return within %v (stall %v)", more, more*stall/4, stall)
+	}
+	if d := b.rules[0].dropped.Load() - before; d != more {
+		t.Errorf("%d of %d publishes behind a stuck writer dropped, want all", d, more)
+	}
+	if d := queueFull(b) - fullBefore; d != more {
+		t.Errorf("queue_full counted %v of %d drops", d, more)
+	}
+
+	// The admin API's status answers meanwhile: it asked nats.go for the
+	// connection's state, under the lock the stuck flush holds (for up to
+	// nats.go's one-minute write timeout).
+	status := make(chan Status, 1)
+	go func() { status <- b.Status() }()
+	select {
+	case st := <-status:
+		if st.Rules[0].Dropped < more {
+			t.Errorf("status: %d dropped, want %d or more", st.Rules[0].Dropped, more)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Status did not return within 20 s behind a stuck NATS connection")
+	}
+}
+
+// proxy relays TCP connections to a server; pause stops it reading from
+// its clients, so that their writes block once the sockets' buffers are
+// full, as against a peer that stopped reading.
+type proxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	gate   chan struct{} // closed while relaying; open while paused
+	conns  []net.Conn    // guarded by mu
+	closed bool          // guarded by mu
+	wg     sync.WaitGroup
+}
+
+func startProxy(t *testing.T, target string) *proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{ln: ln, target: target, gate: make(chan struct{})}
+	close(p.gate)
+	p.wg.Go(p.accept)
+	return p
+}
+
+func (p *proxy) addr() string { return p.ln.Addr().String() }
+
+func (p *proxy) accept() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		s, err := net.Dial("tcp", p.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			c.Close()
+			s.Close()
+			return
+		}
+		p.conns = append(p.conns, c, s)
+		p.mu.Unlock()
+		p.wg.Go(func() { _, _ = io.Copy(c, s); c.Close() })
+		p.wg.Go(func() { p.relay(s, c); s.Close() })
+	}
+}
+
+// relay copies from c to s, waiting at the gate before every read.
+func (p *proxy) relay(s, c net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		p.mu.Lock()
+		g := p.gate
+		p.mu.Unlock()
+		<-g
+		n, err := c.Read(buf)
+		if n > 0 {
+			if _, werr := s.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (p *proxy) pause() {
+	p.mu.Lock()
+	p.gate = make(chan struct{})
+	p.mu.Unlock()
+}
+
+// close stops relaying for good: the listener and every connection are
+// closed, and the proxy's goroutines waited for.
+func (p *proxy) close() {
+	p.ln.Close()
+	p.mu.Lock()
+	p.closed = true
+	for _, c := range p.conns {
+		c.Close()
+	}
+	select {
+	case <-p.gate:
+	default:
+		close(p.gate)
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+// Status's State follows the connection (from nats.go's callbacks, not
+// asked of nats.go): connected, reconnecting while the server is gone,
+// closed after Stop.
+func TestStatusState(t *testing.T) {
+	s, _ := startNATS(t)
+	router := core.NewRouter(core.RouterOptions{Node: "n1"})
+	b := startBridgeOpts(t, NATSOptions{URLs: []string{s.ClientURL()}, Rules: []Rule{stallRule}, Router: router})
+	state := func(want string) func() bool { return func() bool { return b.Status().State == want } }
+	coretest.Eventually(t, "state connected", 10*time.Second, state("connected"))
+	s.Shutdown()
+	s.WaitForShutdown()
+	coretest.Eventually(t, "state reconnecting", 10*time.Second, state("reconnecting"))
+	if err := b.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	coretest.Eventually(t, "state closed", 10*time.Second, state("closed"))
+}
