@@ -19,6 +19,10 @@ import (
 type Subscriber interface {
 	// Deliver hands m to the subscriber. It runs on the publisher's
 	// goroutine, so it must not block on the network: buffer, or refuse.
+	// A full buffer may hold the publisher a bounded time first, as TCP
+	// would (the NATS and AMQP bridges' writerStall, a few ms, once per
+	// stall that ran out: docs/bridge.md); never for as long as a remote
+	// takes.
 	// An error is the subscriber's refusal (a full queue, a closed link);
 	// the router reports it to the publisher. m is shared: do not modify it.
 	Deliver(m *Message, d Delivery) error
