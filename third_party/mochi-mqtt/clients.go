@@ -387,11 +387,12 @@ func (cl *Client) enqueueStall(pk *packets.Packet, stall time.Duration) bool {
 			// the freed room to others.
 			t.Reset(stall)
 		case <-t.C:
-			// Patch 37: a writer not held by its socket (no write, or one
-			// begun less than stall ago) is late to run on a busy machine,
-			// not behind a client that stopped reading: wait on, up to
-			// stallCap stalls in all.
-			if w := cl.Net.inWrite.Load(); (w == 0 || time.Since(time.Unix(0, w)) < stall) &&
+			// Patch 37: a writer not held by its socket (no write under
+			// way, or one begun less than stallCap stalls ago: a client
+			// that is itself late to run on a busy machine) is not behind
+			// a client that stopped reading: wait on, up to stallCap
+			// stalls in all.
+			if w := cl.Net.inWrite.Load(); (w == 0 || time.Since(time.Unix(0, w)) < stallCap*stall) &&
 				time.Since(start) < stallCap*stall {
 				t.Reset(stall)
 				continue
