@@ -54,7 +54,7 @@ func (q *writeQueue[T]) chunk() int { return max(1, min(writeChunk, q.max/8)) }
 // put queues x, or reports false when max messages are queued or in the
 // writer's hand.
 func (q *writeQueue[T]) put(x T) bool {
-	ok, _ := q.tryPut(x, false)
+	ok, _ := q.tryPut(x, tryOnce)
 	return ok
 }
 
@@ -66,7 +66,11 @@ func (q *writeQueue[T]) put(x T) bool {
 // the network holds each publisher at most stall, once. stall <= 0: put.
 // No lock is held while waiting.
 func (q *writeQueue[T]) putStall(x T, stall time.Duration, done <-chan struct{}) bool {
-	ok, room := q.tryPut(x, stall > 0 && !q.noStall.Load())
+	mode := tryOnce
+	if stall > 0 && !q.noStall.Load() {
+		mode = tryWait
+	}
+	ok, room := q.tryPut(x, mode)
 	if ok || room == nil {
 		return ok
 	}
@@ -76,30 +80,41 @@ func (q *writeQueue[T]) putStall(x T, stall time.Duration, done <-chan struct{})
 		select {
 		case <-room:
 		case <-t.C:
-			q.noStall.Store(true)
-			ok, _ = q.tryPut(x, false)
+			ok, _ = q.tryPut(x, tryLast)
 			return ok
 		case <-done:
 			return false
 		}
-		if ok, room = q.tryPut(x, true); ok || room == nil {
+		if ok, room = q.tryPut(x, tryWait); ok || room == nil {
 			return ok
 		}
 	}
 }
 
-// tryPut queues x unless the queue is full; then, with wait, it returns
-// the channel the writer closes once there is room again.
-func (q *writeQueue[T]) tryPut(x T, wait bool) (bool, chan struct{}) {
+// How tryPut treats a full queue.
+const (
+	tryOnce = iota // report it
+	tryWait        // return the channel the writer closes once there is room
+	tryLast        // a stall ran out: turn the stalls off (noStall)
+)
+
+// tryPut queues x unless the queue is full; then it does as mode says.
+// noStall is set under mu, as freed clears it: set after the lock, a
+// stall that ran out just as the writer freed room would turn the stalls
+// off with room in the queue (found by review).
+func (q *writeQueue[T]) tryPut(x T, mode int) (bool, chan struct{}) {
 	q.mu.Lock()
 	n := len(q.msgs)
 	if n+q.held >= q.max {
 		var room chan struct{}
-		if wait {
+		switch mode {
+		case tryWait:
 			if q.room == nil {
 				q.room = make(chan struct{})
 			}
 			room = q.room
+		case tryLast:
+			q.noStall.Store(true)
 		}
 		q.mu.Unlock()
 		return false, room
