@@ -147,8 +147,8 @@ type ClientConnection struct {
 	// publisher behind its blocked write. Nothing but writes takes wmu.
 	wmu        sync.Mutex
 	writeRearm int64 // unix nanoseconds after which the write deadline is set again
-	// inWrite is when the socket write under way began (unix
-	// nanoseconds), 0 between writes (gateway patch 37): a write that
+	// inWrite is when the socket write under way began (monoNow), 0
+	// between writes (gateway patch 37): a write that
 	// takes long is a client not reading, which a stalled publisher
 	// gives up on; a writer only late to run is a busy machine.
 	inWrite atomic.Int64
@@ -384,15 +384,17 @@ func (cl *Client) enqueueStall(pk *packets.Packet, stall time.Duration) bool {
 		case <-room:
 			// The writer went on (patch 37): the bound is on a stall
 			// without progress, not on the wait of a publisher that lost
-			// the freed room to others.
-			t.Reset(stall)
+			// the freed room to others; stallCap stalls in all still.
+			if time.Since(start) < stallCap*stall {
+				t.Reset(stall)
+			}
 		case <-t.C:
 			// Patch 37: a writer not held by its socket (no write under
 			// way, or one begun less than stallCap stalls ago: a client
 			// that is itself late to run on a busy machine) is not behind
 			// a client that stopped reading: wait on, up to stallCap
 			// stalls in all.
-			if w := cl.Net.inWrite.Load(); (w == 0 || time.Since(time.Unix(0, w)) < stallCap*stall) &&
+			if w := cl.Net.inWrite.Load(); (w == 0 || time.Duration(monoNow()-w) < stallCap*stall) &&
 				time.Since(start) < stallCap*stall {
 				t.Reset(stall)
 				continue
@@ -412,6 +414,13 @@ func (cl *Client) enqueueStall(pk *packets.Packet, stall time.Duration) bool {
 // stallCap bounds a publisher's wait for a subscriber whose writer is
 // late to run, in stalls (gateway patch 37).
 const stallCap = 20
+
+// monoBase and monoNow are a monotonic clock in an int64 (gateway patch
+// 37, ClientConnection.inWrite): nanoseconds since the process began, at
+// least 1 (0 is "no write").
+var monoBase = time.Now()
+
+func monoNow() int64 { return int64(time.Since(monoBase)) + 1 }
 
 // tryEnqueue queues pk unless the queue is full; then, with wait, it
 // returns the channel pop closes once there is room again.
@@ -1352,15 +1361,15 @@ func (cl *Client) writeOut(b []byte) (int64, error) {
 	var n int64
 	defer cl.Net.inWrite.Store(0)
 	for len(b) > 0 {
-		now := time.Now()
 		if t > 0 {
+			now := time.Now()
 			if big || now.UnixNano() >= cl.Net.writeRearm {
 				_ = cl.Net.Conn.SetWriteDeadline(now.Add(t))
 				cl.Net.writeRearm = now.Add(t / 2).UnixNano()
 				cl.keepCloseDeadline(now.Add(t)) // gateway patch 20
 			}
 		}
-		cl.Net.inWrite.Store(now.UnixNano()) // gateway patch 37
+		cl.Net.inWrite.Store(monoNow()) // gateway patch 37
 		m, err := cl.Net.Conn.Write(b[:min(len(b), writeChunk)])
 		n += int64(m)
 		b = b[m:]

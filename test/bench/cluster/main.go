@@ -34,6 +34,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"text/tabwriter"
@@ -50,6 +51,8 @@ func main() {
 	summarySubs := flag.Int("subs-summary", 100000, "subscriptions spread over three gateways for the interest summary figures; 0 skips")
 	smokeAddr := flag.String("smoke", "", "check a running cluster through this MQTT address instead (run-local.sh)")
 	smokeN := flag.Int("smoke-n", 50, "messages per publisher in -smoke")
+	flag.StringVar(&profileDir, "profile", "", "save a CPU profile of each gateway of a phase (admin /debug/pprof), from its start, into this directory")
+	flag.DurationVar(&profileFor, "profile-seconds", 3*time.Second, "length of each -profile")
 	flag.Parse()
 	if *smokeAddr != "" {
 		if err := smoke(*smokeAddr, 3, 3, *smokeN); err != nil {
@@ -75,6 +78,12 @@ func main() {
 }
 
 var natsReady = regexp.MustCompile(`Server is ready`)
+
+// -profile: where and for how long phase profiles its gateways.
+var (
+	profileDir string
+	profileFor time.Duration
+)
 
 func run(r *rig.Rig, l rig.Load, qos []byte, summarySubs int) error {
 	gw, err := r.Build("gateway", "./cmd/gateway")
@@ -154,10 +163,22 @@ func run(r *rig.Rig, l rig.Load, qos []byte, summarySubs int) error {
 func phase(tw io.Writer, name string, gws []*rig.Child, nats *rig.Child, l rig.Load, q byte, base float64, where func(id string) string) (float64, error) {
 	cpu0 := cpuOf(gws)
 	n0, _ := nats.CPU()
+	var profiles []<-chan error
+	if profileDir != "" {
+		for _, g := range gws {
+			file := filepath.Join(profileDir, fmt.Sprintf("%s-q%d-%s.pprof", strings.ReplaceAll(name, " ", "-"), q, g.Name))
+			profiles = append(profiles, rig.ProfileGateway(g.Admin, profileFor, file))
+		}
+	}
 	dial := func(ctx context.Context, id string, onMsg func(*paho.Publish)) (*paho.Client, error) {
 		return rig.Connect(ctx, where(id), id, onMsg)
 	}
 	res, err := rig.RunLoad(gws[0], dial, l, q, strings.ReplaceAll(name, " ", "-"))
+	for _, p := range profiles {
+		if perr := <-p; perr != nil {
+			fmt.Fprintln(os.Stderr, "profile:", perr)
+		}
+	}
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", name, err)
 	}
