@@ -191,9 +191,22 @@ func (p *Properties) Copy(allowTransfer bool) Properties {
 }
 
 // canEncode returns true if the property type is valid for the packet type.
+// Gateway patch 41: from a table made once of validPacketProperties; two
+// map lookups per property, about twenty per PUBLISH encoded, were 11% of
+// a gateway's CPU delivering MQTT 5 messages from another gateway.
 func (p *Properties) canEncode(pkt byte, k byte) bool {
-	return validPacketProperties[k][pkt] == 1
+	return validProps[k][pkt]
 }
+
+// validProps is validPacketProperties as a table (gateway patch 41).
+var validProps = func() (t [256][256]bool) {
+	for k, pkts := range validPacketProperties {
+		for pkt, v := range pkts {
+			t[k][pkt] = v == 1
+		}
+	}
+	return t
+}()
 
 // Encode encodes properties into a bytes buffer.
 func (p *Properties) Encode(pkt byte, mods Mods, b *bytes.Buffer, n int) {

@@ -197,6 +197,9 @@ func init() {
 	validPacketProperties[PropWildcardSubAvailable][Reserved] = 1
 	validPacketProperties[PropSubIDAvailable][Reserved] = 1
 	validPacketProperties[PropSharedSubAvailable][Reserved] = 1
+	for k, pkts := range validPacketProperties { // gateway patch 41: the table canEncode reads
+		validProps[k][Reserved] = pkts[Reserved] == 1
+	}
 }
 
 func TestEncodeProperties(t *testing.T) {
@@ -330,4 +333,21 @@ func TestCopyPropertiesNoTransfer(t *testing.T) {
 
 	// Properties which should never be transferred from one connection to another
 	require.Equal(t, uint16(0), pkB.TopicAlias)
+}
+
+// BenchmarkPublishEncodeV5 encodes an MQTT 5 PUBLISH with a user property
+// (gateway patch 41: canEncode's map lookups were most of it).
+//
+//	go test -run '^$' -bench PublishEncodeV5 ./packets/
+func BenchmarkPublishEncodeV5(b *testing.B) {
+	pk := Packet{FixedHeader: FixedHeader{Type: Publish}, ProtocolVersion: 5, TopicName: "a/b/c",
+		Payload: make([]byte, 64), Properties: Properties{User: []UserProperty{{Key: "k", Val: "v"}}}}
+	var buf bytes.Buffer
+	b.ReportAllocs()
+	for b.Loop() {
+		buf.Reset()
+		if err := pk.PublishEncode(&buf); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
