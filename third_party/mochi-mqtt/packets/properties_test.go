@@ -344,7 +344,7 @@ func BenchmarkPublishEncodeV5(b *testing.B) {
 		Payload: make([]byte, 64), Properties: Properties{User: []UserProperty{{Key: "k", Val: "v"}}}}
 	var buf bytes.Buffer
 	b.ReportAllocs()
-	for b.Loop() {
+	for i := 0; i < b.N; i++ {
 		buf.Reset()
 		if err := pk.PublishEncode(&buf); err != nil {
 			b.Fatal(err)
