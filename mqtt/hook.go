@@ -83,7 +83,7 @@ func (h *hook) ID() string { return "gateway" }
 var provided = func() (t [256]bool) {
 	for _, b := range []byte{
 		mochi.OnConnectAuthenticate, mochi.OnACLCheck, mochi.OnPublish,
-		mochi.OnRetainMessage, mochi.OnSubscribe, mochi.OnSubscribed,
+		mochi.OnSubscribe, mochi.OnSubscribed,
 		mochi.OnPacketProcessed, mochi.OnPacketEncode, mochi.OnWill, mochi.OnWillSent,
 		mochi.OnPublishDropped, mochi.OnQosDropped, mochi.OnConnect,
 		mochi.OnSessionEstablished, mochi.OnDisconnect, mochi.OnPacketRead, mochi.OnUnsubscribed,
@@ -296,15 +296,6 @@ func (h *hook) answerRefused(cl *mochi.Client, pk *packets.Packet, code packets.
 		_ = cl.WriteAck(ack) // behind the acks still due; a closed connection ends the client anyway
 	}
 	return packets.ErrRejectPacket
-}
-
-// OnRetainMessage takes the message straight back out of mochi's own
-// retained index: the retained store is the only place retained messages
-// live (mochi would cost ~4.8 KiB per message, and would purge them).
-func (h *hook) OnRetainMessage(_ *mochi.Client, pk packets.Packet, _ int64) {
-	if len(pk.Payload) > 0 {
-		h.s.mochi.Topics.RetainMessage(packets.Packet{TopicName: pk.TopicName})
-	}
 }
 
 // limitSubscriptions is the limit label of a filter refused over

@@ -210,6 +210,10 @@ func New(opts Options) (*Server, error) {
 		SysTopicResendInterval:   0,
 		WriteTimeout:             max(opts.WriteTimeout, 0),
 		SlowSubscriberStall:      max(opts.SlowSubscriberStall, 0),
+		// The retained store is the only place retained messages live
+		// (mochi would cost ~4.8 KiB per message, and would purge them):
+		// mochi does not index them (patch 40).
+		RetainedElsewhere: true,
 	})
 	s := &Server{opts: opts, mochi: ms, log: opts.Logger.With("part", "mqtt")}
 	s.adm = newAdmission(s)

@@ -143,6 +143,13 @@ type Options struct {
 	// so one that stopped reading costs each publisher one stall at most.
 	// Messages the inline client injects never wait.
 	SlowSubscriberStall time.Duration `yaml:"slow_subscriber_stall" json:"slow_subscriber_stall"`
+
+	// RetainedElsewhere says retained messages are kept outside the
+	// server (the gateway's retained store, through OnPublish): a
+	// retained PUBLISH or will is neither copied into Topics.Retained nor
+	// passed to OnRetainMessage, and late subscribers get nothing from
+	// Topics (gateway patch 40). Retain stays available to clients.
+	RetainedElsewhere bool `yaml:"retained_elsewhere" json:"retained_elsewhere"`
 }
 
 // Server is an MQTT broker server. It should be created with server.New()
@@ -1255,6 +1262,10 @@ func (s *Server) processPublish(cl *Client, pk packets.Packet) error {
 // adds the message to the store to be reloaded if necessary.
 func (s *Server) retainMessage(cl *Client, pk packets.Packet) {
 	if s.Options.Capabilities.RetainAvailable == 0 || pk.Ignore {
+		return
+	}
+	if s.Options.RetainedElsewhere {
+		// Gateway patch 40: no copy, no index entry to take back out.
 		return
 	}
 

@@ -2410,6 +2410,31 @@ func TestNoRetainMessage(t *testing.T) {
 	require.Equal(t, int64(1), atomic.LoadInt64(&s.Info.Retained))
 }
 
+// TestRetainedElsewhereKeepsNoIndex: with RetainedElsewhere (gateway patch
+// 40) a retained message is neither indexed nor passed to OnRetainMessage,
+// and leaves no topic particles behind.
+func TestRetainedElsewhereKeepsNoIndex(t *testing.T) {
+	s := newServer()
+	s.Options.RetainedElsewhere = true
+	h := new(retainCounter)
+	require.NoError(t, s.AddHook(h, nil))
+
+	s.retainMessage(new(Client), *packets.TPacketData[packets.Publish].Get(packets.TPublishRetain).Packet)
+	require.Equal(t, 0, s.Topics.Retained.Len())
+	require.Equal(t, int64(0), atomic.LoadInt64(&s.Info.Retained))
+	require.Equal(t, 0, s.Topics.root.particles.len())
+	require.Equal(t, int32(0), h.n.Load())
+}
+
+type retainCounter struct {
+	HookBase
+	n atomic.Int32
+}
+
+func (h *retainCounter) Provides(b byte) bool { return b == OnRetainMessage }
+
+func (h *retainCounter) OnRetainMessage(*Client, packets.Packet, int64) { h.n.Add(1) }
+
 func TestServerProcessPacketPuback(t *testing.T) {
 	tt := ProtocolTest{
 		{

@@ -1,7 +1,7 @@
 // Command retained measures what retained messages cost: memory per stored
 // message and the time a late subscriber waits for the ones it matches.
 //
-//	go run ./test/bench/retained [-n 1000000] [-targets memory,embedded,redis,mochi] [-pubs 4 | -pubs 1,64]
+//	go run ./test/bench/retained [-n 1000000] [-targets memory,embedded,redis,mochi] [-pubs 4 | -pubs 1,64] [-profile DIR]
 //
 // For each target in turn (the gateway with retain.backend=memory, embedded
 // and redis — against a real redis-server started on a free port without
@@ -20,6 +20,11 @@
 // gives the server's (and redis-server's) CPU per stored message, the
 // figure that stays comparable on a busy machine.
 //
+// -profile DIR saves a CPU profile of the gateway (admin /debug/pprof)
+// from the start of each load phase, -profile-seconds long, and its
+// allocation profile before and after the load (*-allocs-0/1.pprof), as
+// mqttload does.
+//
 // Goals (docs/benchmarks.md, "Goals"): ≤ 1 KiB RSS per retained message on
 // every backend (bare mochi was measured at ~4.8 KiB); late-subscription
 // p99 ≤ 10 ms on Redis.
@@ -32,6 +37,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -49,7 +55,9 @@ type config struct {
 	n, size, pubs, samples int
 	embeddedPubs           int
 	settle                 time.Duration
-	pubsList               []int // -pubs: one column per count and target
+	pubsList               []int         // -pubs: one column per count and target
+	profile                string        // -profile: directory for the gateway's profiles
+	profFor                time.Duration // -profile-seconds
 }
 
 // result is one target's column in the table.
@@ -81,6 +89,8 @@ func main() {
 	flag.IntVar(&c.samples, "samples", 200, "late subscriptions timed per target")
 	flag.DurationVar(&c.settle, "settle", 30*time.Second, "longest wait for RSS to settle")
 	flag.StringVar(&targets, "targets", "memory,embedded,redis,mochi", "targets: gateway backends memory, embedded, redis, and mochi")
+	flag.StringVar(&c.profile, "profile", "", "save a CPU profile of the gateway (admin /debug/pprof) from the start of each load phase into this directory, and its allocation profile before and after the load (*-allocs-0/1.pprof; compare with go tool pprof -diff_base)")
+	flag.DurationVar(&c.profFor, "profile-seconds", 3*time.Second, "length of each -profile")
 	flag.Parse()
 	c.n = (c.n + group - 1) / group * group
 	c.size = max(c.size, 8)
@@ -172,6 +182,18 @@ func runTarget(r *rig.Rig, c *config, t, gwBin, mochiBin string) (*result, error
 		lc.pubs = c.embeddedPubs
 	}
 	res.pubs = lc.pubs
+	var prof <-chan error
+	var base string
+	if c.profile != "" && srv.Admin != "" {
+		if err := os.MkdirAll(c.profile, 0o755); err != nil {
+			return nil, err
+		}
+		base = filepath.Join(c.profile, fmt.Sprintf("load-%s-p%d", t, lc.pubs))
+		if err := rig.SaveHeapProfile(srv.Admin, base+"-allocs-0.pprof"); err != nil {
+			fmt.Fprintln(os.Stderr, "allocation profile:", err)
+		}
+		prof = rig.ProfileGateway(srv.Admin, c.profFor, base+".pprof")
+	}
 	cpu0, _ := srv.CPU()
 	var rcpu0 time.Duration
 	if redis != nil {
@@ -187,6 +209,16 @@ func runTarget(r *rig.Rig, c *config, t, gwBin, mochiBin string) (*result, error
 	if redis != nil {
 		rcpu1, _ := redis.CPU()
 		res.redisCPU = rcpu1 - rcpu0
+	}
+	if prof != nil {
+		// After the CPU figures: a profile longer than the load does not
+		// stretch them.
+		if err := <-prof; err != nil {
+			fmt.Fprintln(os.Stderr, "profile:", err)
+		}
+		if err := rig.SaveHeapProfile(srv.Admin, base+"-allocs-1.pprof"); err != nil {
+			fmt.Fprintln(os.Stderr, "allocation profile:", err)
+		}
 	}
 	fmt.Fprintf(os.Stderr, "   stored %d in %v (%.0f msgs/s)\n", c.n, res.load.Round(time.Millisecond), float64(c.n)/res.load.Seconds())
 
