@@ -177,9 +177,17 @@ try {
   await waitText('#pub-result', /Published to console\/greeting: [1-9][0-9]* subscribers? matched/);
   await shot('publish');
 
-  step('bridges and cluster: none configured, said so');
+  step('bridges and cluster: the NATS bridge connected, its rule carrying the sensors out (counted); no cluster, said so');
   await page.goto(url + '#/bridges');
-  await waitText('#bridge-list', /No bridge configured/);
+  await waitText('#bridge-list', /connected/);
+  await waitText('#bridge-list', /sensors\/#/);
+  await waitText('#bridge-list', /iot\.sensors\.>/);
+  await waitText('#bridge-list', /nats:\/\/127\.0\.0\.1:\d+/);
+  // The rule's Out column, the fifth: the steady traffic goes through it.
+  await page.waitForFunction(() => {
+    const row = [...document.querySelectorAll('#bridge-list tr')].find((r) => r.textContent.includes('sensors/#'));
+    return row && Number((row.cells[4]?.textContent || '0').replace(/[^0-9]/g, '')) > 0;
+  });
   await waitText('#cluster', /Node edge-1: not in a cluster/);
   await shot('bridges');
 

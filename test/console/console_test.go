@@ -30,6 +30,8 @@ import (
 
 	goamqp "github.com/Azure/go-amqp"
 	"github.com/eclipse/paho.golang/paho"
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"go.uber.org/goleak"
 
 	"github.com/tolsey/tolsey/core"
@@ -72,8 +74,24 @@ func TestConsoleInBrowser(t *testing.T) {
 	_, _ = rand.Read(raw)
 	token := hex.EncodeToString(raw)
 	sum := sha256.Sum256([]byte(token))
+	// A NATS bridge carrying the sensors out, for the bridges page.
+	ns := startNATS(t)
+	bridged := make(chan *nats.Msg, 1000)
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if _, err := nc.ChanSubscribe("iot.sensors.>", bridged); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	g := startGateway(t, "--admin.tokens=sha256:"+hex.EncodeToString(sum[:]),
-		`--queues.declare=[{"name":"orders","subscriptions":["orders/#"]}]`)
+		`--queues.declare=[{"name":"orders","subscriptions":["orders/#"]}]`,
+		"--bridge.nats.url="+ns.ClientURL(), "--bridge.nats.name=console-edge",
+		`--bridge.nats.rules=[{"direction":"out","local":"sensors/#","remote":"iot.sensors.>"}]`)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
@@ -213,9 +231,31 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Fatal("queue orders is gone")
 	}
 	coretest.Eventually(t, "orders purged", 5*time.Second, func() bool { return q.Info().Messages == 0 })
+	if len(bridged) == 0 {
+		t.Error("the NATS subscriber of iot.sensors.> got nothing through the bridge the browser showed")
+	}
 	if _, ok := g.Queues().Queue("browser-q"); ok {
 		t.Error("queue browser-q, created and deleted in the browser, is still there")
 	}
+}
+
+// startNATS runs an in-process NATS server on a free loopback port until
+// the test ends.
+func startNATS(t *testing.T) *natsserver.Server {
+	t.Helper()
+	s, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatalf("nats server: %v", err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats server not ready")
+	}
+	t.Cleanup(func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+	})
+	return s
 }
 
 func startGateway(t *testing.T, set ...string) *gateway.Gateway {
