@@ -252,7 +252,10 @@ func (b *NATS) Start(ctx context.Context) error {
 		// its one message now and then under -race). A NATS that does not
 		// answer in time fails nothing: the rules are subscribed, and are
 		// again on every reconnect.
-		if err := nc.FlushTimeout(5 * time.Second); err != nil {
+		fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := nc.FlushWithContext(fctx)
+		cancel()
+		if err != nil {
 			b.log.Warn("NATS bridge: no answer from NATS after subscribing", "error", err)
 		}
 	}
