@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -87,6 +88,10 @@ func TestRetained(t *testing.T) {
 	if err := json.Unmarshal([]byte(e.ok("retained", "ls", "--json")), &list); err != nil || len(list) != 2 {
 		t.Errorf("retained ls --json: %v, %d messages, want 2", err, len(list))
 	}
+	// Paged in topic order: the page after sensors/a is sensors/b alone.
+	if out := e.ok("retained", "ls", "sensors/#", "--limit", "1", "--after", "sensors/a"); !strings.Contains(out, "sensors/b") || strings.Contains(out, "sensors/a") {
+		t.Errorf("retained ls --after sensors/a --limit 1:\n%s", out)
+	}
 	if got := e.ok("retained", "get", "sensors/a"); got != "21.5" {
 		t.Errorf("retained get sensors/a = %q, want 21.5", got)
 	}
@@ -156,6 +161,13 @@ func TestQueuesSessionsBridgesCluster(t *testing.T) {
 	}
 	if out := e.ok("queues", "browse", "orders"); !strings.Contains(out, "orders/1") || !strings.Contains(out, "one") {
 		t.Errorf("queues browse:\n%s", out)
+	}
+	var msgs []struct{ ID uint64 }
+	if err := json.Unmarshal([]byte(e.ok("queues", "browse", "orders", "--json")), &msgs); err != nil || len(msgs) != 1 {
+		t.Fatalf("queues browse --json: %v %+v", err, msgs)
+	}
+	if out := e.ok("queues", "browse", "orders", "--after", fmt.Sprint(msgs[0].ID)); strings.Contains(out, "orders/1") {
+		t.Errorf("queues browse --after the only message:\n%s", out)
 	}
 	e.ok("queues", "rm", "orders")
 	if _, _, code := e.run("queues", "browse", "orders"); code != 3 {
