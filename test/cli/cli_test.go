@@ -228,6 +228,40 @@ func TestCompletion(t *testing.T) {
 				t.Errorf("bash completion of 'gateway queues b': %q %v, want browse", b, err)
 			}
 		}
+		if sh == "zsh" {
+			zshCompletion(t, out)
+		}
+	}
+}
+
+// zshCompletion loads the zsh script in a real zsh both ways
+// docs/cli.md gives: autoloaded from $fpath by compinit, where the first
+// call must complete (the script defined _gateway and returned, so the
+// first Tab completed nothing), and sourced after compinit. compadd is
+// replaced by a function printing what it is given: outside the line
+// editor the builtin only fails.
+func zshCompletion(t *testing.T, script []byte) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "_gateway")
+	if err := os.WriteFile(f, script, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := exec.Command("zsh", "-n", f).CombinedOutput(); err != nil {
+		t.Errorf("zsh -n: %v\n%s", err, b)
+	}
+	const call = `; print -r -- "comps: $_comps[gateway]"; compadd() { print -r -- "compadd $*" }; words=(gateway queues b); CURRENT=3; _gateway`
+	for how, setup := range map[string]string{
+		"autoloaded": `fpath=(` + dir + ` $fpath); autoload -Uz compinit; compinit -u -D`,
+		"sourced":    `autoload -Uz compinit; compinit -u -D; source ` + f,
+	} {
+		b, err := exec.Command("zsh", "-f", "-c", setup+call).CombinedOutput()
+		out := string(b)
+		if err != nil || !strings.Contains(out, "comps: _gateway\n") || !strings.Contains(out, "compadd -- ") || !strings.Contains(out, " browse ") {
+			t.Errorf("zsh, %s: completion of 'gateway queues b': %v\n%s\nwant _gateway registered and browse offered", how, err, out)
+		}
+		if strings.Count(out, "compadd ") != 1 {
+			t.Errorf("zsh, %s: completed %d times, want once:\n%s", how, strings.Count(out, "compadd "), out)
+		}
 	}
 }
 
