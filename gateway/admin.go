@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"container/heap"
 	"context"
 	"crypto/tls"
 	"encoding/base64"
@@ -10,6 +11,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -176,6 +179,12 @@ func storeStatus(err error) int {
 // API serves /readyz before them, and ready orders their reads.
 func (a *adminServer) started(w http.ResponseWriter) bool { return a.mqttServer(w) != nil }
 
+// listRetained is GET /api/v1/retained?filter=F: the unexpired retained
+// messages matching F in topic order, paged by ?after=TOPIC&limit=N
+// (default 1,000, at most 10,000). The store's Match hands them over in
+// no order, so every page walks every match, keeping only the limit
+// smallest topics after ?after (a heap): memory is bounded by limit, time
+// grows with the matches (docs/admin-api.md).
 func (a *adminServer) listRetained(w http.ResponseWriter, r *http.Request) {
 	f, ok := filterParam(w, r)
 	if !ok || !a.started(w) {
@@ -185,18 +194,29 @@ func (a *adminServer) listRetained(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	after := r.URL.Query().Get("after")
 	// ?payload=false: topics and sizes only, for a listing or a count (a
 	// page of large payloads is most of the answer's memory, JSON's escapes
 	// growing it further).
 	withPayload := r.URL.Query().Get("payload") != "false"
-	out := []retainedJSON{}
 	now := time.Now()
 	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 	defer cancel()
+	page := &topicPage{limit: limit}
 	err := a.g.store.Match(ctx, f, func(m *core.Message) bool {
-		if m.Expired(now) {
-			return true
+		if m.Topic > after && !m.Expired(now) {
+			page.offer(m) // the store may be kept (retain.Matcher)
 		}
+		return true
+	})
+	if err != nil {
+		a.g.metrics.StoreError("match")
+		writeJSON(w, storeStatus(err), map[string]string{"error": err.Error()})
+		return
+	}
+	msgs := page.sorted()
+	out := make([]retainedJSON, 0, len(msgs))
+	for _, m := range msgs {
 		j := retainedJSON{Topic: m.Topic, Size: len(m.Payload), QoS: m.QoS, ContentType: m.ContentType,
 			Created: m.Created.UTC(), Origin: string(m.Origin.Protocol)}
 		switch {
@@ -210,14 +230,41 @@ func (a *adminServer) listRetained(w http.ResponseWriter, r *http.Request) {
 		j.Expiry = expiryJSON(m.Expiry)
 		j.UserProperties = userPropertiesJSON(m.UserProperties)
 		out = append(out, j)
-		return len(out) < limit
-	})
-	if err != nil {
-		a.g.metrics.StoreError("match")
-		writeJSON(w, storeStatus(err), map[string]string{"error": err.Error()})
-		return
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// topicPage keeps the limit messages of smallest topic offered: a max-heap
+// by topic, its root the first to leave when a smaller one comes.
+type topicPage struct {
+	limit int
+	h     []*core.Message
+}
+
+func (p *topicPage) Len() int           { return len(p.h) }
+func (p *topicPage) Less(i, j int) bool { return p.h[i].Topic > p.h[j].Topic }
+func (p *topicPage) Swap(i, j int)      { p.h[i], p.h[j] = p.h[j], p.h[i] }
+func (p *topicPage) Push(x any)         { p.h = append(p.h, x.(*core.Message)) }
+func (p *topicPage) Pop() any {
+	m := p.h[len(p.h)-1]
+	p.h = p.h[:len(p.h)-1]
+	return m
+}
+
+func (p *topicPage) offer(m *core.Message) {
+	switch {
+	case len(p.h) < p.limit:
+		heap.Push(p, m)
+	case m.Topic < p.h[0].Topic:
+		p.h[0] = m
+		heap.Fix(p, 0)
+	}
+}
+
+// sorted is the page in topic order.
+func (p *topicPage) sorted() []*core.Message {
+	slices.SortFunc(p.h, func(x, y *core.Message) int { return strings.Compare(x.Topic, y.Topic) })
+	return p.h
 }
 
 func (a *adminServer) deleteRetained(w http.ResponseWriter, r *http.Request) {

@@ -356,9 +356,10 @@ type queuedMessageJSON struct {
 	Redelivered     bool              `json:"redelivered,omitempty"`
 }
 
-// browseQueue is GET /api/v1/queues/{name}/messages[?limit=N]: the first
-// limit (default 100, at most 1,000) messages stored, oldest first, read
-// by a browsing consumer that takes nothing, so in-flight messages are
+// browseQueue is GET /api/v1/queues/{name}/messages[?after=ID][&limit=N]:
+// the first limit (default 100, at most 1,000) messages stored after the
+// message of that id (ids increase in store order), oldest first, read by
+// a browsing consumer that takes nothing, so in-flight messages are
 // listed too.
 func (a *adminServer) browseQueue(w http.ResponseWriter, r *http.Request) {
 	q, ok := a.namedQueue(w, r)
@@ -369,7 +370,15 @@ func (a *adminServer) browseQueue(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	c, err := q.Consume(queue.ConsumerOptions{Browse: true})
+	var after uint64
+	if s := r.URL.Query().Get("after"); s != "" {
+		var err error
+		if after, err = strconv.ParseUint(s, 10, 64); err != nil {
+			apiError(w, http.StatusBadRequest, "after must be a message id (a whole number)")
+			return
+		}
+	}
+	c, err := q.Consume(queue.ConsumerOptions{Browse: true, BrowseAfter: after})
 	if err != nil { // deleted meanwhile
 		apiError(w, http.StatusNotFound, "%v", err)
 		return

@@ -16,6 +16,9 @@ type ConsumerOptions struct {
 	// distribution-mode copy, a JMS QueueBrowser): Next returns each stored
 	// message once, in order, acknowledged or not by others.
 	Browse bool
+	// BrowseAfter: a browser starts after the message of this ID (an ID a
+	// Delivery gave, as when an admin list pages); 0 from the oldest.
+	BrowseAfter uint64
 	// Notify is called, without locks held and on any goroutine, when
 	// messages may be ready for this consumer: it should make the
 	// front-end call Next when it has credit. It must not block.
@@ -124,7 +127,7 @@ func (q *Queue) Consume(opts ConsumerOptions) (*Consumer, error) {
 	if opts.Notify == nil {
 		opts.Notify = func() {}
 	}
-	c := &Consumer{q: q, opts: opts, inflight: map[uint64]*entry{}}
+	c := &Consumer{q: q, opts: opts, inflight: map[uint64]*entry{}, browsed: opts.BrowseAfter}
 	q.mu.Lock()
 	if q.deleted {
 		q.mu.Unlock()

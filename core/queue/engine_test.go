@@ -392,6 +392,32 @@ func TestBrowseDoesNotConsume(t *testing.T) {
 	}
 }
 
+// TestBrowseAfter: a browser given BrowseAfter starts after that message,
+// as the admin API's paged list of a queue's messages needs.
+func TestBrowseAfter(t *testing.T) {
+	e, _ := newEngine(t, Options{Window: 2})
+	q := declare(t, e, Config{Name: "b"})
+	for i := range 5 {
+		putWait(t, e, "b", fmt.Sprint(i))
+	}
+	all, _ := consumerWith(t, q, ConsumerOptions{Browse: true})
+	var ids []uint64
+	for d, ok := all.Next(); ok; d, ok = all.Next() {
+		ids = append(ids, d.ID)
+	}
+	if len(ids) != 5 {
+		t.Fatalf("browsed %d, want 5", len(ids))
+	}
+	br, _ := consumerWith(t, q, ConsumerOptions{Browse: true, BrowseAfter: ids[1]})
+	var seen []string
+	for d, ok := br.Next(); ok; d, ok = br.Next() {
+		seen = append(seen, string(d.Msg.Payload))
+	}
+	if fmt.Sprint(seen) != "[2 3 4]" {
+		t.Fatalf("browsed after the second: %v", seen)
+	}
+}
+
 func TestTemporaryQueuesGoWithTheirOwner(t *testing.T) {
 	e, _ := newEngine(t, Options{Limits: Limits{MaxTemporary: 2}})
 	var deleted sync.WaitGroup

@@ -23,13 +23,13 @@ type command struct {
 // commands is every admin subcommand; main dispatches to them, and the
 // help and the shell completions are written from this table.
 var commands = []command{
-	{"retained", "ls", "retained ls [FILTER] [--limit N]", "list retained messages matching FILTER (default #)", retainedLs},
+	{"retained", "ls", "retained ls [FILTER] [--after TOPIC] [--limit N]", "list retained messages matching FILTER (default #) in topic order, a page after TOPIC", retainedLs},
 	{"retained", "get", "retained get TOPIC", "print the retained payload of TOPIC (exit 3 when there is none)", retainedGet},
 	{"retained", "rm", "retained rm FILTER [--yes]", "delete the retained messages matching FILTER (a wildcard needs --yes)", retainedRm},
 	{"queues", "ls", "queues ls", "list queues with depth, consumers and rates", queuesLs},
 	{"queues", "create", "queues create NAME [--subscribe FILTER]... [--config JSON]", "declare a queue (PUT /api/v1/queues/NAME)", queuesCreate},
 	{"queues", "rm", "queues rm NAME", "delete a queue and its messages", queuesRm},
-	{"queues", "browse", "queues browse NAME [--limit N]", "show a queue's messages without consuming them", queuesBrowse},
+	{"queues", "browse", "queues browse NAME [--after ID] [--limit N]", "show a queue's messages without consuming them, oldest first, a page after message ID", queuesBrowse},
 	{"queues", "purge", "queues purge NAME", "remove a queue's ready messages (those in flight to consumers stay)", queuesPurge},
 	{"connections", "ls", "connections ls [--protocol mqtt|amqp] [--client PREFIX] [--user U] [--address PREFIX]", "list open client connections of both protocols", connectionsLs},
 	{"connections", "kick", "connections kick ID", "close a connection (MQTT 5: DISCONNECT 0x98; AMQP: amqp:connection:forced); IDs as listed, mqtt:<client id> or amqp:<number>", connectionsKick},
@@ -45,7 +45,8 @@ var commands = []command{
 func retainedLs(c *cli, args []string) error {
 	fs := c.flags("retained ls")
 	limit := fs.Int("limit", 1000, "at most this many")
-	pos, err := c.parse(fs, args, 0, 1, "retained ls [FILTER] [--limit N]")
+	after := fs.String("after", "", "the page after this topic (the last one listed)")
+	pos, err := c.parse(fs, args, 0, 1, "retained ls [FILTER] [--after TOPIC] [--limit N]")
 	if err != nil {
 		return err
 	}
@@ -53,7 +54,11 @@ func retainedLs(c *cli, args []string) error {
 	if len(pos) == 1 {
 		filter = pos[0]
 	}
-	raw, err := c.call("GET", "/api/v1/retained", url.Values{"filter": {filter}, "limit": {strconv.Itoa(*limit)}}, nil, nil)
+	q := url.Values{"filter": {filter}, "limit": {strconv.Itoa(*limit)}}
+	if *after != "" {
+		q.Set("after", *after)
+	}
+	raw, err := c.call("GET", "/api/v1/retained", q, nil, nil)
 	if err != nil {
 		return err
 	}
@@ -186,11 +191,16 @@ func queuesRm(c *cli, args []string) error {
 func queuesBrowse(c *cli, args []string) error {
 	fs := c.flags("queues browse")
 	limit := fs.Int("limit", 100, "at most this many")
-	pos, err := c.parse(fs, args, 1, 1, "queues browse NAME [--limit N]")
+	after := fs.String("after", "", "the page after this message id (the last one listed)")
+	pos, err := c.parse(fs, args, 1, 1, "queues browse NAME [--after ID] [--limit N]")
 	if err != nil {
 		return err
 	}
-	raw, err := c.call("GET", "/api/v1/queues/"+url.PathEscape(pos[0])+"/messages", url.Values{"limit": {strconv.Itoa(*limit)}}, nil, nil)
+	q := url.Values{"limit": {strconv.Itoa(*limit)}}
+	if *after != "" {
+		q.Set("after", *after)
+	}
+	raw, err := c.call("GET", "/api/v1/queues/"+url.PathEscape(pos[0])+"/messages", q, nil, nil)
 	if err != nil {
 		return err
 	}

@@ -9,7 +9,8 @@ import (
 
 // completion prints a bash or zsh completion script for the subcommands
 // (`gateway completion bash > /etc/bash_completion.d/gateway`;
-// zsh: `gateway completion zsh > "${fpath[1]}/_gateway"`).
+// zsh: `gateway completion zsh > "${fpath[1]}/_gateway"`, or sourced
+// after compinit: the zsh script works both ways).
 func completion(w io.Writer, shell string) error {
 	groups := map[string][]string{}
 	var order []string
@@ -48,7 +49,11 @@ func completion(w io.Writer, shell string) error {
 				fmt.Fprintf(w, "      %s) compadd -- %s; return;;\n", g, strings.Join(v, " "))
 			}
 		}
-		fmt.Fprintf(w, "    esac\n  fi\n  if [[ $PREFIX == -* ]]; then compadd -- --admin --token --token-file --json --timeout; return; fi\n  _files\n}\ncompdef _gateway gateway\n")
+		fmt.Fprintf(w, "    esac\n  fi\n  if [[ $PREFIX == -* ]]; then compadd -- --admin --token --token-file --json --timeout; return; fi\n  _files\n}\n")
+		// Autoloaded from $fpath, this file is the body of _gateway: its
+		// first call defines the function, so it must also complete. Sourced
+		// (funcstack[1] is then the file), it registers the function.
+		fmt.Fprintf(w, "if [[ $funcstack[1] == _gateway ]]; then\n  _gateway \"$@\"\nelse\n  compdef _gateway gateway\nfi\n")
 	default:
 		return usagef("completion: bash or zsh, not %q", shell)
 	}

@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -87,6 +88,10 @@ func TestRetained(t *testing.T) {
 	if err := json.Unmarshal([]byte(e.ok("retained", "ls", "--json")), &list); err != nil || len(list) != 2 {
 		t.Errorf("retained ls --json: %v, %d messages, want 2", err, len(list))
 	}
+	// Paged in topic order: the page after sensors/a is sensors/b alone.
+	if out := e.ok("retained", "ls", "sensors/#", "--limit", "1", "--after", "sensors/a"); !strings.Contains(out, "sensors/b") || strings.Contains(out, "sensors/a") {
+		t.Errorf("retained ls --after sensors/a --limit 1:\n%s", out)
+	}
 	if got := e.ok("retained", "get", "sensors/a"); got != "21.5" {
 		t.Errorf("retained get sensors/a = %q, want 21.5", got)
 	}
@@ -157,6 +162,13 @@ func TestQueuesSessionsBridgesCluster(t *testing.T) {
 	if out := e.ok("queues", "browse", "orders"); !strings.Contains(out, "orders/1") || !strings.Contains(out, "one") {
 		t.Errorf("queues browse:\n%s", out)
 	}
+	var msgs []struct{ ID uint64 }
+	if err := json.Unmarshal([]byte(e.ok("queues", "browse", "orders", "--json")), &msgs); err != nil || len(msgs) != 1 {
+		t.Fatalf("queues browse --json: %v %+v", err, msgs)
+	}
+	if out := e.ok("queues", "browse", "orders", "--after", fmt.Sprint(msgs[0].ID)); strings.Contains(out, "orders/1") {
+		t.Errorf("queues browse --after the only message:\n%s", out)
+	}
 	e.ok("queues", "rm", "orders")
 	if _, _, code := e.run("queues", "browse", "orders"); code != 3 {
 		t.Errorf("browse of a deleted queue: exit %d, want 3", code)
@@ -215,6 +227,40 @@ func TestCompletion(t *testing.T) {
 			if err != nil || strings.TrimSpace(string(b)) != "browse" {
 				t.Errorf("bash completion of 'gateway queues b': %q %v, want browse", b, err)
 			}
+		}
+		if sh == "zsh" {
+			zshCompletion(t, out)
+		}
+	}
+}
+
+// zshCompletion loads the zsh script in a real zsh both ways
+// docs/cli.md gives: autoloaded from $fpath by compinit, where the first
+// call must complete (the script defined _gateway and returned, so the
+// first Tab completed nothing), and sourced after compinit. compadd is
+// replaced by a function printing what it is given: outside the line
+// editor the builtin only fails.
+func zshCompletion(t *testing.T, script []byte) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "_gateway")
+	if err := os.WriteFile(f, script, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := exec.Command("zsh", "-n", f).CombinedOutput(); err != nil {
+		t.Errorf("zsh -n: %v\n%s", err, b)
+	}
+	const call = `; print -r -- "comps: $_comps[gateway]"; compadd() { print -r -- "compadd $*" }; words=(gateway queues b); CURRENT=3; _gateway`
+	for how, setup := range map[string]string{
+		"autoloaded": `fpath=(` + dir + ` $fpath); autoload -Uz compinit; compinit -u -D`,
+		"sourced":    `autoload -Uz compinit; compinit -u -D; source ` + f,
+	} {
+		b, err := exec.Command("zsh", "-f", "-c", setup+call).CombinedOutput()
+		out := string(b)
+		if err != nil || !strings.Contains(out, "comps: _gateway\n") || !strings.Contains(out, "compadd -- ") || !strings.Contains(out, " browse ") {
+			t.Errorf("zsh, %s: completion of 'gateway queues b': %v\n%s\nwant _gateway registered and browse offered", how, err, out)
+		}
+		if strings.Count(out, "compadd ") != 1 {
+			t.Errorf("zsh, %s: completed %d times, want once:\n%s", how, strings.Count(out, "compadd "), out)
 		}
 	}
 }

@@ -126,7 +126,7 @@ try {
   await confirmDialog(/Delete the session of console-sleeper\? The session ends: its 1 subscriptions and 1 held messages/);
   await sess.waitFor({ state: 'detached' });
 
-  step('retained: find by filter, view as JSON and hex, delete by filter after a confirmation with the count');
+  step('retained: find by filter, view as JSON and hex, page by topic, delete by filter after a confirmation with the count');
   await page.goto(url + '#/retained');
   await page.fill('#ret-filter', 'sensors/#');
   await page.click('#ret-search');
@@ -138,6 +138,17 @@ try {
   await page.click('#ret-table tr[data-id="sensors/room1/raw"]');
   await waitText('#ret-payload', /^00000000  00 01 02 fe ff/); // not UTF-8: hex
   await shot('retained');
+  // Paged in topic order (GET /api/v1/retained?after=): a page of one.
+  await page.goto(url + '#/retained?filter=sensors%2F%23&limit=1');
+  await waitText('#ret-count', /^1 retained message, more may follow/);
+  await page.waitForSelector('#ret-table tr[data-id="sensors/room1/raw"]');
+  await page.click('#ret-next');
+  await waitText('#ret-count', /^After sensors\/room1\/raw: 1 retained message/);
+  await page.waitForSelector('#ret-table tr[data-id="sensors/room1/temp"]');
+  await page.click('#ret-next');
+  await waitText('#ret-count', /^After sensors\/room1\/temp: 0 retained messages/);
+  await page.click('#ret-first');
+  await waitText('#ret-count', /^1 retained message, more may follow/);
   await page.click('#ret-delete-filter');
   await confirmDialog(/Delete 2 retained messages matching “sensors\/#”/);
   await waitText('#flash', /Deleted 2 retained messages/);

@@ -5,7 +5,7 @@
 import { api, get, q, latest } from '../api.js';
 import { h, num, bytes, when, table, kv, flash, confirm, replace, errorBox } from '../ui.js';
 
-const LIMIT = 1000;
+const PAGE = 1000;
 const COUNT_LIMIT = 10000;
 
 // payloadBytes: the API gives UTF-8 payloads as text, others in base64.
@@ -55,6 +55,10 @@ export default function retained(main, params) {
   const filter = h('input', { type: 'search', id: 'ret-filter', placeholder: 'topic or filter, e.g. sensors/#', value: params.get('filter') || '#' });
   const list = h('div', { id: 'ret-list' });
   const detail = h('div', { id: 'ret-detail' });
+  // A page is the messages in topic order after the last topic of the one
+  // before (GET /api/v1/retained?after=); #/retained?limit=N sets its size.
+  const limit = Math.min(Math.max(parseInt(params.get('limit'), 10) || PAGE, 1), COUNT_LIMIT);
+  let after = '';
   let debounce;
 
   const loadTicket = latest();
@@ -62,10 +66,15 @@ export default function retained(main, params) {
     const current = loadTicket();
     clearTimeout(debounce);
     try {
-      const rows = await get('/api/v1/retained' + q({ filter: filter.value.trim() || '#', limit: LIMIT, payload: 'false' }));
+      const rows = await get('/api/v1/retained' + q({ filter: filter.value.trim() || '#', after, limit, payload: 'false' }));
       if (!current()) return;
+      const more = rows.length === limit;
+      const n = `${rows.length} retained message${rows.length === 1 ? '' : 's'}`;
       replace(list, h('div', {},
-        h('p', { class: 'muted', id: 'ret-count' }, rows.length === LIMIT ? `The first ${LIMIT} messages; narrow the filter.` : `${rows.length} retained message${rows.length === 1 ? '' : 's'}`),
+        h('p', { class: 'muted', id: 'ret-count' }, (after ? `After ${after}: ` : '') + n + (more ? ', more may follow.' : '')),
+        h('p', { class: 'toolbar' },
+          after ? h('button', { id: 'ret-first', onclick: () => { after = ''; load(); } }, 'First page') : null,
+          more ? h('button', { id: 'ret-next', onclick: () => { after = rows[rows.length - 1].topic; load(); } }, 'Next page') : null),
         table([
           { title: 'Topic', value: (m) => h('span', { class: 'mono' }, m.topic) },
           { title: 'Size', value: (m) => bytes(m.size), num: true },
@@ -78,6 +87,10 @@ export default function retained(main, params) {
       if (!current()) return;
       replace(list, errorBox(e));
     }
+  }
+  function search() {
+    after = '';
+    load();
   }
 
   // show fetches the one message with its payload: the list carries none.
@@ -126,9 +139,9 @@ export default function retained(main, params) {
     load();
   }
 
-  filter.addEventListener('input', () => { clearTimeout(debounce); debounce = setTimeout(load, 300); });
+  filter.addEventListener('input', () => { clearTimeout(debounce); debounce = setTimeout(search, 300); });
   main.append(h('h1', {}, 'Retained messages'),
-    h('div', { class: 'toolbar' }, filter, h('button', { onclick: load, id: 'ret-search' }, 'Search'),
+    h('div', { class: 'toolbar' }, filter, h('button', { onclick: search, id: 'ret-search' }, 'Search'),
       h('button', { class: 'danger', id: 'ret-delete-filter', onclick: () => remove(filter.value.trim() || '#') }, 'Delete matching…')),
     list, detail);
   load();
