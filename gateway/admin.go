@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -23,6 +22,7 @@ import (
 	"github.com/tolsey/tolsey/core/accept"
 	"github.com/tolsey/tolsey/core/tlsconf"
 	"github.com/tolsey/tolsey/gateway/console"
+	"github.com/tolsey/tolsey/retain"
 )
 
 // adminServer is the admin HTTP API: /healthz, /readyz, /metrics and
@@ -181,10 +181,12 @@ func (a *adminServer) started(w http.ResponseWriter) bool { return a.mqttServer(
 
 // listRetained is GET /api/v1/retained?filter=F: the unexpired retained
 // messages matching F in topic order, paged by ?after=TOPIC&limit=N
-// (default 1,000, at most 10,000). The store's Match hands them over in
-// no order, so every page walks every match, keeping only the limit
-// smallest topics after ?after (a heap): memory is bounded by limit, time
-// grows with the matches (docs/admin-api.md).
+// (default 1,000, at most 10,000). The stores list matching topics from
+// their index in no order (retain.TopicLister), so every page walks the
+// index's matches, keeping only the limit smallest topics after ?after (a
+// heap of topics), then reads those messages alone: memory is bounded by
+// limit, time grows with the matching topics, not with their payloads
+// (docs/admin-api.md).
 func (a *adminServer) listRetained(w http.ResponseWriter, r *http.Request) {
 	f, ok := filterParam(w, r)
 	if !ok || !a.started(w) {
@@ -202,21 +204,11 @@ func (a *adminServer) listRetained(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
 	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 	defer cancel()
-	page := &topicPage{limit: limit}
-	err := a.g.store.Match(ctx, f, func(m *core.Message) bool {
-		if m.Topic > after && !m.Expired(now) {
-			page.offer(m) // the store may be kept (retain.Matcher)
+	out := make([]retainedJSON, 0, min(limit, 64))
+	add := func(m *core.Message) {
+		if m == nil || m.Expired(now) {
+			return // gone or expired since it was listed
 		}
-		return true
-	})
-	if err != nil {
-		a.g.metrics.StoreError("match")
-		writeJSON(w, storeStatus(err), map[string]string{"error": err.Error()})
-		return
-	}
-	msgs := page.sorted()
-	out := make([]retainedJSON, 0, len(msgs))
-	for _, m := range msgs {
 		j := retainedJSON{Topic: m.Topic, Size: len(m.Payload), QoS: m.QoS, ContentType: m.ContentType,
 			Created: m.Created.UTC(), Origin: string(m.Origin.Protocol)}
 		switch {
@@ -231,39 +223,97 @@ func (a *adminServer) listRetained(w http.ResponseWriter, r *http.Request) {
 		j.UserProperties = userPropertiesJSON(m.UserProperties)
 		out = append(out, j)
 	}
+	page := &topicPage{limit: limit}
+	var err error
+	tl, listed := a.g.store.(retain.TopicLister)
+	if listed {
+		err = tl.MatchTopics(ctx, f, func(t string) bool {
+			if t > after {
+				page.offer(t)
+			}
+			return true
+		})
+		for _, t := range page.sorted() {
+			if err != nil {
+				break
+			}
+			var m *core.Message
+			if m, err = a.g.store.Get(ctx, t); err == nil {
+				add(m)
+			}
+		}
+	} else {
+		// A store without an index of its own: the messages themselves,
+		// kept by topic (the store may keep them: retain.Matcher).
+		byTopic := map[string]*core.Message{}
+		err = a.g.store.Match(ctx, f, func(m *core.Message) bool {
+			if m.Topic > after && !m.Expired(now) {
+				if out := page.offer(m.Topic); out != "" {
+					delete(byTopic, out)
+				}
+				if page.has(m.Topic) {
+					byTopic[m.Topic] = m
+				}
+			}
+			return true
+		})
+		for _, t := range page.sorted() {
+			add(byTopic[t])
+		}
+	}
+	if err != nil {
+		a.g.metrics.StoreError("match")
+		writeJSON(w, storeStatus(err), map[string]string{"error": err.Error()})
+		return
+	}
 	writeJSON(w, http.StatusOK, out)
 }
 
-// topicPage keeps the limit messages of smallest topic offered: a max-heap
-// by topic, its root the first to leave when a smaller one comes.
+// topicPage keeps the limit smallest topics offered: a max-heap, its root
+// the first to leave when a smaller one comes.
 type topicPage struct {
 	limit int
-	h     []*core.Message
+	h     []string
+	in    map[string]struct{} // what h holds, for has; made on first use
 }
 
 func (p *topicPage) Len() int           { return len(p.h) }
-func (p *topicPage) Less(i, j int) bool { return p.h[i].Topic > p.h[j].Topic }
+func (p *topicPage) Less(i, j int) bool { return p.h[i] > p.h[j] }
 func (p *topicPage) Swap(i, j int)      { p.h[i], p.h[j] = p.h[j], p.h[i] }
-func (p *topicPage) Push(x any)         { p.h = append(p.h, x.(*core.Message)) }
+func (p *topicPage) Push(x any)         { p.h = append(p.h, x.(string)) }
 func (p *topicPage) Pop() any {
-	m := p.h[len(p.h)-1]
+	t := p.h[len(p.h)-1]
 	p.h = p.h[:len(p.h)-1]
-	return m
+	return t
 }
 
-func (p *topicPage) offer(m *core.Message) {
+// offer keeps t if it is among the limit smallest so far, and returns the
+// topic it put out to make room ("" if none).
+func (p *topicPage) offer(t string) (out string) {
+	if p.in == nil {
+		p.in = map[string]struct{}{}
+	}
 	switch {
 	case len(p.h) < p.limit:
-		heap.Push(p, m)
-	case m.Topic < p.h[0].Topic:
-		p.h[0] = m
+		heap.Push(p, t)
+	case t < p.h[0]:
+		out = p.h[0]
+		delete(p.in, out)
+		p.h[0] = t
 		heap.Fix(p, 0)
+	default:
+		return ""
 	}
+	p.in[t] = struct{}{}
+	return out
 }
 
+// has reports whether the page holds t.
+func (p *topicPage) has(t string) bool { _, ok := p.in[t]; return ok }
+
 // sorted is the page in topic order.
-func (p *topicPage) sorted() []*core.Message {
-	slices.SortFunc(p.h, func(x, y *core.Message) int { return strings.Compare(x.Topic, y.Topic) })
+func (p *topicPage) sorted() []string {
+	slices.Sort(p.h)
 	return p.h
 }
 

@@ -56,6 +56,14 @@ type Store interface {
 	Close() error
 }
 
+// TopicLister is implemented by stores that list the topics of their
+// unexpired retained messages matching a filter from their index, reading
+// no message (every store here): the admin API pages through a large
+// store by topic with it (docs/admin-api.md). fn returns false to stop.
+type TopicLister interface {
+	MatchTopics(ctx context.Context, filter string, fn func(topic string) bool) error
+}
+
 // Stats is a Store's size.
 type Stats struct {
 	Count int   // retained messages held

@@ -294,6 +294,31 @@ func (s *Store) Get(ctx context.Context, topic string) (*core.Message, error) {
 // decodes everything before fn gets the first message.
 const matchChunk = 512
 
+// MatchTopics implements retain.TopicLister: the index walk alone.
+func (s *Store) MatchTopics(_ context.Context, filter string, fn func(string) bool) error {
+	if err := retain.ValidFilter(filter); err != nil {
+		return err
+	}
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.life.RUnlock()
+	now := codec.ExpiryNanos(s.opts.now())
+	var topics []string
+	s.cat.Match(filter, func(topic string, m codec.Meta) bool {
+		if !m.Expired(now) {
+			topics = append(topics, topic)
+		}
+		return true
+	})
+	for _, t := range topics {
+		if !fn(t) {
+			break
+		}
+	}
+	return nil
+}
+
 // Match implements retain.Store: an index walk, then one read transaction
 // per matchChunk messages (one for the usual handful).
 func (s *Store) Match(ctx context.Context, filter string, fn func(*core.Message) bool) error {

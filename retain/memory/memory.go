@@ -90,6 +90,30 @@ func (s *Store) Get(ctx context.Context, topic string) (*core.Message, error) {
 	return m.Clone(), nil
 }
 
+// MatchTopics implements retain.TopicLister.
+func (s *Store) MatchTopics(_ context.Context, filter string, fn func(string) bool) error {
+	if s.closed.Load() {
+		return retain.ErrClosed
+	}
+	if err := retain.ValidFilter(filter); err != nil {
+		return err
+	}
+	now := s.nowNanos()
+	var found []string
+	s.cat.Match(filter, func(topic string, m *core.Message) bool {
+		if !codec.MetaOf(m).Expired(now) {
+			found = append(found, topic)
+		}
+		return true
+	})
+	for _, t := range found { // outside the index lock, as Match's fn
+		if !fn(t) {
+			break
+		}
+	}
+	return nil
+}
+
 // Match implements retain.Store.
 func (s *Store) Match(ctx context.Context, filter string, fn func(*core.Message) bool) error {
 	if s.closed.Load() {

@@ -446,6 +446,30 @@ func (s *Store) Get(ctx context.Context, topic string) (*core.Message, error) {
 	return m, nil
 }
 
+// MatchTopics implements retain.TopicLister: the index walk alone.
+func (s *Store) MatchTopics(_ context.Context, filter string, fn func(string) bool) error {
+	if err := retain.ValidFilter(filter); err != nil {
+		return err
+	}
+	if _, err := s.available(); err != nil {
+		return err
+	}
+	now := codec.ExpiryNanos(s.now())
+	var topics []string
+	s.cat.Load().Match(filter, func(topic string, m codec.Meta) bool {
+		if !m.Expired(now) {
+			topics = append(topics, topic)
+		}
+		return true
+	})
+	for _, t := range topics {
+		if !fn(t) {
+			break
+		}
+	}
+	return nil
+}
+
 // Match implements retain.Store: an index walk, then one MGET per
 // MatchBatch topics (a single round trip for the usual handful).
 func (s *Store) Match(ctx context.Context, filter string, fn func(*core.Message) bool) error {

@@ -38,6 +38,7 @@ func Run(t *testing.T, open Open) {
 		{"ExpiredOnArrival", testExpiredOnArrival},
 		{"Match", testMatch},
 		{"MatchStopsEarly", testMatchStopsEarly},
+		{"MatchTopics", testMatchTopics},
 		{"Delete", testDelete},
 		{"Stats", testStats},
 		{"LimitPayload", testLimitPayload},
@@ -293,6 +294,44 @@ func testMatch(t *testing.T, open Open) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// testMatchTopics: a store's topic listing (retain.TopicLister, which
+// every store here implements) lists what Match hands over, expired
+// messages left out, and stops when fn says so.
+func testMatchTopics(t *testing.T, open Open) {
+	s := open(t, retain.Limits{})
+	tl, ok := s.(retain.TopicLister)
+	if !ok {
+		t.Fatalf("%T does not list topics (retain.TopicLister)", s)
+	}
+	for _, topic := range matchTopics {
+		Set(t, s, Msg(topic, "p:"+topic))
+	}
+	gone := Msg("expired/x", "e")
+	gone.Expiry = time.Now().Add(100 * time.Millisecond)
+	Set(t, s, gone)
+	Eventually(t, "expired/x to expire", func() bool { return Get(t, s, "expired/x") == nil })
+	for _, c := range append(matchCases, struct {
+		filter string
+		want   []string
+	}{"expired/#", nil}) {
+		var got []string
+		if err := tl.MatchTopics(Ctx(t), c.filter, func(topic string) bool { got = append(got, topic); return true }); err != nil {
+			t.Fatalf("MatchTopics %q: %v", c.filter, err)
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, c.want) || !slices.Equal(got, Topics(t, s, c.filter)) {
+			t.Errorf("MatchTopics(%q) = %q, want %q (as Match)", c.filter, got, c.want)
+		}
+	}
+	calls := 0
+	if err := tl.MatchTopics(Ctx(t), "#", func(string) bool { calls++; return false }); err != nil {
+		t.Fatal(err)
+	}
+	if calls != 1 {
+		t.Fatalf("fn called %d times after returning false", calls)
 	}
 }
 
