@@ -304,18 +304,7 @@ func (s *Store) MatchTopics(_ context.Context, filter string, fn func(string) bo
 	}
 	defer s.life.RUnlock()
 	now := codec.ExpiryNanos(s.opts.now())
-	var topics []string
-	s.cat.Match(filter, func(topic string, m codec.Meta) bool {
-		if !m.Expired(now) {
-			topics = append(topics, topic)
-		}
-		return true
-	})
-	for _, t := range topics {
-		if !fn(t) {
-			break
-		}
-	}
+	s.cat.EachTopic(filter, func(m codec.Meta) bool { return !m.Expired(now) }, fn)
 	return nil
 }
 

@@ -99,18 +99,7 @@ func (s *Store) MatchTopics(_ context.Context, filter string, fn func(string) bo
 		return err
 	}
 	now := s.nowNanos()
-	var found []string
-	s.cat.Match(filter, func(topic string, m *core.Message) bool {
-		if !codec.MetaOf(m).Expired(now) {
-			found = append(found, topic)
-		}
-		return true
-	})
-	for _, t := range found { // outside the index lock, as Match's fn
-		if !fn(t) {
-			break
-		}
-	}
+	s.cat.EachTopic(filter, func(m *core.Message) bool { return !codec.MetaOf(m).Expired(now) }, fn)
 	return nil
 }
 

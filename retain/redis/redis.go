@@ -455,18 +455,7 @@ func (s *Store) MatchTopics(_ context.Context, filter string, fn func(string) bo
 		return err
 	}
 	now := codec.ExpiryNanos(s.now())
-	var topics []string
-	s.cat.Load().Match(filter, func(topic string, m codec.Meta) bool {
-		if !m.Expired(now) {
-			topics = append(topics, topic)
-		}
-		return true
-	})
-	for _, t := range topics {
-		if !fn(t) {
-			break
-		}
-	}
+	s.cat.Load().EachTopic(filter, func(m codec.Meta) bool { return !m.Expired(now) }, fn)
 	return nil
 }
 

@@ -51,6 +51,24 @@ func (c *Catalog[V]) Match(filter string, fn func(topic string, v V) bool) {
 	c.idx.Match(filter, fn)
 }
 
+// EachTopic calls fn, outside the index's lock (fn may call back into
+// the store), for each topic matching filter whose value live accepts,
+// until fn returns false: a store's retain.TopicLister.
+func (c *Catalog[V]) EachTopic(filter string, live func(V) bool, fn func(topic string) bool) {
+	var topics []string
+	c.idx.Match(filter, func(topic string, v V) bool {
+		if live(v) {
+			topics = append(topics, topic)
+		}
+		return true
+	})
+	for _, t := range topics {
+		if !fn(t) {
+			return
+		}
+	}
+}
+
 // Reserve admits topic against a limit of max topics (0: unlimited).
 // Replacing a topic already held is always admitted [Limits]. A new topic
 // takes a reservation, so that concurrent Sets cannot overshoot the limit
