@@ -4,7 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -20,8 +23,36 @@ func amqpBridgeFlag(name, addr string, rules ...ruleJSON) string {
 	return "--bridge.amqp=" + string(b)
 }
 
+// freePort is a free loopback address for a server the test starts later.
+//
+// The port is below the kernel's ephemeral range: a port the kernel handed
+// out for 127.0.0.1:0 could be handed out again, between this reservation
+// and the later listen, as the source port of any outgoing connection on
+// the machine (the bridge's own dials among them), and the listen failed
+// with "address already in use" now and then. Ports below the range are
+// only ever taken by an explicit bind.
 func freePort(t *testing.T) string {
 	t.Helper()
+	lo := 32768 // Linux's default low end, if the range cannot be read
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if v, err := strconv.Atoi(f[0]); err == nil {
+				lo = v
+			}
+		}
+	}
+	if lo > 12000 {
+		for range 200 {
+			port := lo - 10000 + rand.IntN(10000)
+			ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+			if err != nil {
+				continue // taken: another
+			}
+			addr := ln.Addr().String()
+			ln.Close()
+			return addr
+		}
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
