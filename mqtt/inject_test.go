@@ -135,8 +135,23 @@ func TestDeliverSkipKeepsRetained(t *testing.T) {
 		late.puback(t, pk.PacketID)
 	}
 	// Now someone subscribes: the next one goes in, live, and is counted
-	// (the replayed copy is counted too, by the replayer).
-	replayed := counter(t, met.MessagesOut, "mqtt")
+	// (the replayed copy is counted too, by the replayer). Each count is
+	// taken just after the socket write, so the client can read the packet
+	// before it lands: wait for it.
+	outReaches := func(want float64) float64 {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			got := counter(t, met.MessagesOut, "mqtt")
+			if got >= want || time.Now().After(deadline) {
+				return got
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	if out := outReaches(1); out != 1 {
+		t.Fatalf("tolsey_messages_out_total{protocol=mqtt} %v after the replayed copy, want 1", out)
+	}
 	r.Publish(ctx, &core.Message{Topic: "rk/amqp", Payload: []byte("live"), Retain: true, Origin: amqp})
 	if pk := late.read(t); pk.TopicName != "rk/amqp" || string(pk.Payload) != "live" {
 		t.Fatalf("subscriber got %q %q, want the live rk/amqp", pk.TopicName, pk.Payload)
@@ -144,8 +159,8 @@ func TestDeliverSkipKeepsRetained(t *testing.T) {
 	if n := injected() - before; n != 1 {
 		t.Fatalf("%d messages injected, want the 1 that had a subscriber", n)
 	}
-	if out := counter(t, met.MessagesOut, "mqtt") - replayed; out != 1 {
-		t.Fatalf("tolsey_messages_out_total{protocol=mqtt} grew by %v for the live message, want 1", out)
+	if out := outReaches(2); out != 2 {
+		t.Fatalf("tolsey_messages_out_total{protocol=mqtt} %v after the live message, want 2 (replayed and live)", out)
 	}
 	if got, err := store.Get(ctx, "rk/amqp"); err != nil || got == nil || string(got.Payload) != "live" {
 		t.Fatalf("retained store rk/amqp: %v %v, want live", got, err)
