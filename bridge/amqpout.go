@@ -43,7 +43,7 @@ func (r *amqpRule) Deliver(m *core.Message, d core.Delivery) error {
 		}
 		if !r.queue.putStall(m, b.opts.Bridge.WriterStall, b.done) {
 			r.dropped.Add(1)
-			b.m.drop("queue_full")
+			b.m.drop(fullOrStopping(b.done))
 		}
 		return nil
 	}
@@ -93,12 +93,14 @@ func (r *amqpRule) sendQoS0(sess *goamqp.Session) error {
 				case <-r.queue.ready:
 					continue
 				case <-b.done:
+					r.discardOnStop()
 					return nil
 				}
 			}
 		}
 		select {
 		case <-b.done:
+			r.discardOnStop()
 			return nil
 		default:
 		}
@@ -118,6 +120,23 @@ func (r *amqpRule) sendQoS0(sess *goamqp.Session) error {
 		}
 		r.out.Add(1)
 		b.m.message(r, "out")
+	}
+}
+
+// discardOnStop counts what the QoS 0 sender had taken or was queued and
+// not sent when the bridge stopped (reason stopping): the sender does not
+// wait on a remote at Stop.
+func (r *amqpRule) discardOnStop() {
+	rest := len(r.burst) - r.sent
+	clear(r.burst)
+	r.burst, r.sent = r.queue.take(r.burst), 0
+	rest += len(r.burst)
+	clear(r.burst)
+	r.burst = r.burst[:0]
+	r.queue.release(rest)
+	r.dropped.Add(uint64(rest))
+	for range rest {
+		r.b.m.drop("stopping")
 	}
 }
 

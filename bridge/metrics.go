@@ -16,7 +16,7 @@ type natsMetrics struct {
 
 // natsDropReasons are the reasons the NATS bridge counts, resolved once:
 // a flood of drops (queue_full at QoS 0) costs an atomic add each.
-var natsDropReasons = []string{"unmappable", "loop", "remote_error", "buffer_full", "buffer_error", "queue_full", "bad_header", "slow_consumer", "denied"}
+var natsDropReasons = []string{"unmappable", "loop", "remote_error", "buffer_full", "buffer_error", "queue_full", "stopping", "bad_header", "slow_consumer", "denied"}
 
 func (m *natsMetrics) resolveDrops() {
 	m.drops = make(map[string]prometheus.Counter, len(natsDropReasons))
@@ -118,7 +118,7 @@ func newNATSVecs() bridgeVecs {
 		}, []string{"bridge", "rule", "direction"}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tolsey_bridge_dropped_total",
-			Help: "Messages a bridge did not carry, by reason: unmappable (no subject or topic for it), loop (our own message come back), remote_error (NATS or JetStream refused it), rejected/released/modified (the remote AMQP broker's outcome; released and modified are sent again), remote_down (QoS 0 while the remote is down), queue_full (core NATS writer behind), buffer_full (rejectNew refused the publish), buffer_error (the buffer failed), bad_header (a header of ours did not decode), slow_consumer (NATS dropped inbound messages we did not read in time).",
+			Help: "Messages a bridge did not carry, by reason: unmappable (no subject or topic for it), loop (our own message come back), remote_error (NATS or JetStream refused it), rejected/released/modified (the remote AMQP broker's outcome; released and modified are sent again), remote_down (QoS 0 while the remote is down), queue_full (core NATS writer behind), stopping (a QoS 0 message that came as the bridge stopped), buffer_full (rejectNew refused the publish), buffer_error (the buffer failed), bad_header (a header of ours did not decode), slow_consumer (NATS dropped inbound messages we did not read in time).",
 		}, []string{"bridge", "reason"}),
 	}
 }

@@ -132,6 +132,8 @@ type NATS struct {
 	headers  headerCache
 	subjects mapCache[outKey]
 
+	dialer abortDialer // every connection nats.go makes, so Stop can cut it
+
 	// Connection state, written by nats.go's callbacks.
 	connected atomic.Bool
 	// state is Status's State, kept here rather than asked of nats.go:
@@ -267,6 +269,7 @@ func (b *NATS) natsOptions() ([]nats.Option, error) {
 	o := b.opts
 	opts := []nats.Option{
 		nats.Name(o.Name),
+		nats.SetCustomDialer(&b.dialer),
 		// Our own publishes never come back on our subscriptions: the
 		// first of the three loop guards (docs/bridge.md, "Loops").
 		nats.NoEcho(),
@@ -363,7 +366,11 @@ func (b *NATS) fail(what string, err error) {
 }
 
 // Stop unsubscribes the rules (no new message is taken), stops the
-// senders, drains the connection and closes the buffers.
+// senders, drains the connection and closes the buffers. When ctx ends
+// first, the connection's socket is cut (dialer.abort): a write blocked
+// on a NATS peer that stopped reading, which holds nats.go's connection
+// lock for up to its one-minute write timeout, returns at once, and so
+// does everything waiting for that lock.
 func (b *NATS) Stop(ctx context.Context) error {
 	for _, r := range b.rules {
 		b.opts.Router.Unsubscribe(r.sub)
@@ -374,23 +381,34 @@ func (b *NATS) Stop(ctx context.Context) error {
 	default:
 	}
 	close(b.done)
-	for _, r := range b.rules {
-		r.stop()
-	}
-	b.wg.Wait()
-	if b.nc != nil {
-		if b.nc.IsConnected() {
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for _, r := range b.rules {
+			r.stop()
+		}
+		b.wg.Wait()
+		if b.nc == nil {
+			return
+		}
+		// Asked of our own state, not of nats.go: nc.IsConnected takes
+		// the lock a stuck write holds.
+		if b.connected.Load() {
 			b.setState(stateDraining, stateConnected)
 			_ = b.nc.Drain()
 		} else {
 			b.nc.Close()
 		}
-		select {
-		case <-b.closed:
-		case <-ctx.Done():
+		<-b.closed
+	}()
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+		b.dialer.abort()
+		if b.nc != nil {
 			b.nc.Close()
-			<-b.closed
 		}
+		<-stopped
 	}
 	return b.closeJS()
 }
@@ -469,22 +487,40 @@ func (r *ruleLink) Deliver(m *core.Message, d core.Delivery) error {
 	}
 	if !r.b.queue.putStall(queued{r, m}, r.b.opts.WriterStall, r.b.done) {
 		r.dropped.Add(1)
-		r.b.m.drop("queue_full")
+		r.b.m.drop(fullOrStopping(r.b.done))
 	}
 	return nil
 }
 
+// fullOrStopping is the reason a QoS 0 message found no room in a
+// writer's queue: queue_full, or stopping once the bridge stops (its
+// writer takes nothing more).
+func fullOrStopping(done <-chan struct{}) string {
+	select {
+	case <-done:
+		return "stopping"
+	default:
+		return "queue_full"
+	}
+}
+
 // writer publishes queued core NATS messages, a burst at a time. nats.go's
 // publish may write to the socket when its buffer fills, so it runs here,
-// not in Deliver.
+// not in Deliver. When the bridge stops (its rules are unsubscribed by
+// then), it publishes what is still queued before it returns, so that a
+// graceful stop loses no QoS 0 message a NATS that keeps up would take:
+// Stop drains the connection after it. Behind a NATS that takes nothing,
+// Stop's deadline cuts the socket and the rest fail at once
+// (remote_error).
 func (b *NATS) writer() {
 	defer b.wg.Done()
 	var burst []queued
 	for {
+		stopping := false
 		select {
 		case <-b.queue.ready:
 		case <-b.done:
-			return
+			stopping = true
 		}
 		for {
 			burst = b.queue.take(burst)
@@ -499,11 +535,9 @@ func (b *NATS) writer() {
 				}
 			}
 			clear(burst) // the writer keeps no message alive
-			select {
-			case <-b.done:
-				return
-			default:
-			}
+		}
+		if stopping {
+			return
 		}
 	}
 }

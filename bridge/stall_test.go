@@ -228,6 +228,17 @@ func (p *proxy) pause() {
 	p.mu.Unlock()
 }
 
+// resume relays again after pause.
+func (p *proxy) resume() {
+	p.mu.Lock()
+	select {
+	case <-p.gate:
+	default:
+		close(p.gate)
+	}
+	p.mu.Unlock()
+}
+
 // close stops relaying for good: the listener and every connection are
 // closed, and the proxy's goroutines waited for.
 func (p *proxy) close() {
@@ -288,4 +299,91 @@ func TestWriterStallOffOnlyWhenFull(t *testing.T) {
 	if bad > 0 {
 		t.Fatalf("%d of 2000: the message queued and the stalls turned off", bad)
 	}
+}
+
+// Stopping the bridge behind a NATS connection that takes nothing (its
+// writer blocked in nats.go's flush, which holds the connection's lock
+// for up to nats.go's one-minute write timeout) ends when the stop's
+// context does: the socket is cut, the blocked write returns, and the
+// connection is closed.
+func TestStopBehindStuckConnection(t *testing.T) {
+	s, _ := startNATS(t)
+	p := startProxy(t, s.Addr().String())
+	router := core.NewRouter(core.RouterOptions{Node: "n1"})
+	b := startBridgeOpts(t, NATSOptions{URLs: []string{"nats://" + p.addr()}, Rules: []Rule{stallRule}, Router: router,
+		QueueLen: 4, WriterStall: 10 * time.Millisecond})
+	t.Cleanup(p.close)
+	coretest.Eventually(t, "the bridge connected", 10*time.Second, func() bool { return b.Down() == nil })
+	p.pause()
+	payload := make([]byte, 64<<10)
+	coretest.Eventually(t, "messages dropped behind the stuck writer", 60*time.Second, func() bool {
+		router.Publish(context.Background(), &core.Message{Topic: "st/stuck", Payload: payload})
+		return b.rules[0].dropped.Load() > 0
+	})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	stopped := make(chan error, 1)
+	go func() { stopped <- b.Stop(ctx) }()
+	select {
+	case err := <-stopped:
+		if err != nil {
+			t.Fatalf("Stop: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		// nats.go's write timeout is a minute: only a cut socket gets
+		// here in time.
+		t.Fatal("Stop behind a stuck NATS connection did not return within 30 s of a 500 ms context")
+	}
+	if st := b.Status().State; st != "closed" {
+		t.Errorf("state %q after Stop, want closed", st)
+	}
+}
+
+// A graceful Stop publishes what the writer's queue still holds before it
+// drains the connection: messages queued behind a writer that was held up
+// (a NATS that paused reading, then read again) reach a NATS subscriber
+// that keeps up, whole.
+func TestStopPublishesWhatIsQueued(t *testing.T) {
+	s, _ := startNATS(t)
+	p := startProxy(t, s.Addr().String())
+	nc := natsConn(t, s)
+	var got atomic.Int64
+	if _, err := nc.Subscribe("st.>", func(*nats.Msg) { got.Add(1) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	router := core.NewRouter(core.RouterOptions{Node: "n1"})
+	b := startBridgeOpts(t, NATSOptions{URLs: []string{"nats://" + p.addr()}, Rules: []Rule{stallRule}, Router: router, QueueLen: 1 << 20})
+	t.Cleanup(p.close)
+	coretest.Eventually(t, "the bridge connected", 10*time.Second, func() bool { return b.Down() == nil })
+	p.pause()
+	// Until the writer is stuck on the socket, and then as many again,
+	// queued behind it.
+	payload := make([]byte, 256<<10)
+	sent := 0
+	pub := func() {
+		router.Publish(context.Background(), &core.Message{Topic: "st/q", Payload: payload})
+		sent++
+	}
+	coretest.Eventually(t, "the writer stuck on the paused socket", 60*time.Second, func() bool {
+		pub()
+		time.Sleep(50 * time.Millisecond) // the writer has not taken it since: stuck
+		return b.queue.pending() > 0
+	})
+	for range 200 {
+		pub()
+	}
+	p.resume()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := b.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := b.Status().Rules[0]; st.Out != uint64(sent) || st.Dropped != 0 {
+		t.Fatalf("after Stop: %d out, %d dropped of %d published, want all out", st.Out, st.Dropped, sent)
+	}
+	coretest.Eventually(t, "every message at the NATS subscriber", 30*time.Second, func() bool { return got.Load() >= int64(sent) })
 }

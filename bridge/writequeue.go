@@ -142,6 +142,14 @@ func (q *writeQueue[T]) take(spare []T) []T {
 	return got
 }
 
+// pending is how many messages wait for the writer (not counting its
+// burst in hand).
+func (q *writeQueue[T]) pending() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.msgs)
+}
+
 // release gives back the room of n messages of the writer's burst, which
 // it has written.
 func (q *writeQueue[T]) release(n int) {
