@@ -326,9 +326,14 @@ func TestClusterQoS1NATSDown(t *testing.T) {
 	if st := clusterStatus(t, gs[0]); st.Stats == nil || st.Stats.Refused == 0 {
 		t.Fatalf("refusal not counted: %+v", st)
 	}
+	// An MQTT 5 publisher is told too: PUBACK 0x97, as for any subscriber
+	// that refused the message (docs/architecture.md).
+	pub := connect5(t, gs[0].MQTTAddr(), "pub")
+	if r := pub.publish(t, &paho.Publish{Topic: "q/down", QoS: 1, Payload: []byte("down")}); r == nil || r.ReasonCode != 0x97 {
+		t.Fatalf("MQTT 5 QoS 1 publish with NATS down: %+v, want PUBACK 0x97", r)
+	}
 
 	startNATS(t, port, "")
-	pub := connect5(t, gs[0].MQTTAddr(), "pub")
 	k := 0
 	eventually(t, "the cluster to heal", func() bool {
 		k++
