@@ -41,8 +41,8 @@ type NATSOptions struct {
 	RetainedRequests string
 
 	Router *core.Router
-	Store  retain.Store // retained requests read it
-	Node   string       // node.id: Origin.Node and the hop path
+	Store  retain.Getter // retained requests read it
+	Node   string        // node.id: Origin.Node and the hop path
 	// Identity is who the rules act as (bridge.identity): inbound
 	// messages need publish on their topic, outbound ones subscribe;
 	// refused ones are dropped and counted (reason denied).

@@ -42,9 +42,8 @@ type Store interface {
 	// returns nil the message is durable as far as the backend promises
 	// (embedded: fsynced; redis: acknowledged by Redis).
 	Set(ctx context.Context, m *core.Message) error
-	// Get returns the retained message of topic, or nil if there is none
-	// (or it has expired).
-	Get(ctx context.Context, topic string) (*core.Message, error)
+	// Getter's Get reads one topic's retained message.
+	Getter
 	// Matcher's Match serves late subscribers.
 	Matcher
 	// Delete removes every retained message whose topic matches filter (an
@@ -54,6 +53,15 @@ type Store interface {
 	Stats() Stats
 	// Close flushes and releases the store.
 	Close() error
+}
+
+// Getter is the part of a Store that reads one topic's retained message:
+// the NATS bridge's retained requests read through it, and, like the
+// front-ends with Matcher, never write the store.
+type Getter interface {
+	// Get returns the retained message of topic, or nil if there is none
+	// (or it has expired).
+	Get(ctx context.Context, topic string) (*core.Message, error)
 }
 
 // TopicLister is implemented by stores that list the topics of their
