@@ -13,6 +13,7 @@ import jakarta.jms.Message;
 import jakarta.jms.MessageConsumer;
 import jakarta.jms.MessageProducer;
 import jakarta.jms.Queue;
+import jakarta.jms.Topic;
 import jakarta.jms.Session;
 import jakarta.jms.TemporaryQueue;
 import jakarta.jms.TextMessage;
@@ -212,6 +213,45 @@ class HeadersTest extends GatewayTest {
             }
         } finally {
             close(mc);
+        }
+    }
+
+    @Test
+    void anMqttRequestsResponseTopicIsAJmsReplyToOfEachKind(TestInfo info) throws Exception {
+        // An MQTT 5 requester's Response Topic is the JMS responder's
+        // JMSReplyTo: a Topic, or a Queue for a queue's MQTT address
+        // ($queue/<name>); the JMS reply sent to it reaches that topic or queue.
+        try (Connection c = connect()) {
+            Session s = c.createSession(false, Session.AUTO_ACKNOWLEDGE);
+            MessageConsumer requests = s.createConsumer(s.createTopic(name(info)));
+            MessageProducer replies = s.createProducer(null);
+            Queue q = s.createQueue(name(info) + "/queue-replies");
+            MessageConsumer onQueue = s.createConsumer(q);
+            MessageConsumer onTopic = s.createConsumer(s.createTopic(name(info) + "/topic-replies"));
+            MqttClient mc = mqttClient();
+            try {
+                for (String rt : List.of("$queue/" + name(info) + "/queue-replies", name(info) + "/topic-replies")) {
+                    MqttMessage m = new MqttMessage("req".getBytes(StandardCharsets.UTF_8), 1, false, null);
+                    MqttProperties props = new MqttProperties();
+                    props.setPayloadFormat(true);
+                    props.setResponseTopic(rt);
+                    m.setProperties(props);
+                    mc.publish(name(info), m);
+                    Message req = assertInstanceOf(TextMessage.class, requests.receive(WAIT), "no request for " + rt);
+                    boolean queue = rt.startsWith("$queue/");
+                    if (queue) {
+                        assertInstanceOf(Queue.class, req.getJMSReplyTo(), "JMSReplyTo for " + rt);
+                    } else {
+                        assertInstanceOf(Topic.class, req.getJMSReplyTo(), "JMSReplyTo for " + rt);
+                    }
+                    replies.send(req.getJMSReplyTo(), s.createTextMessage("re " + rt));
+                    TextMessage back = assertInstanceOf(TextMessage.class, (queue ? onQueue : onTopic).receive(WAIT),
+                            "the reply to " + req.getJMSReplyTo() + " did not arrive");
+                    assertEquals("re " + rt, back.getText());
+                }
+            } finally {
+                close(mc);
+            }
         }
     }
 }
