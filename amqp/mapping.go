@@ -100,6 +100,10 @@ func toCore(am *frames.Message, payload []byte, now time.Time) (inbound, error) 
 			// A queue's MQTT address, so that an MQTT responder's publish
 			// to the Response Topic lands in it (a JMS temporary queue).
 			m.ResponseTopic = queueTopic + q
+		} else if p.ReplyTo != "" && p.ReplyTo == m.ResponseTopic && !isTemp(p.ReplyTo) && jmsReplyToQueue(am) {
+			// Qpid JMS names a JMSReplyTo queue by its bare name and
+			// says "queue" in x-opt-jms-reply-to.
+			m.ResponseTopic = queueTopic + p.ReplyTo
 		}
 		in.to = p.To
 		// core keeps the id as bytes and its AMQP type beside them, so an
@@ -150,6 +154,17 @@ func toCore(am *frames.Message, payload []byte, now time.Time) (inbound, error) 
 		}
 	}
 	return in, nil
+}
+
+// jmsReplyToQueue reports whether am's x-opt-jms-reply-to says its
+// reply-to is a queue (Qpid JMS: 0 a queue, 2 a temporary queue).
+func jmsReplyToQueue(am *frames.Message) bool {
+	v, ok := am.MessageAnnotations.Get(annJMSReplyTo)
+	if !ok {
+		return false
+	}
+	k, ok := toInt8(v)
+	return ok && (k == jmsQueue || k == jmsTempQueue)
 }
 
 // correlationID is m's correlation data as the AMQP type it was sent with.

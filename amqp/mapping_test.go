@@ -324,3 +324,37 @@ func TestQueueReplyTo(t *testing.T) {
 		t.Fatalf("reply-to %q, want the queue's AMQP address", out.Properties.ReplyTo)
 	}
 }
+
+// TestJMSQueueReplyTo: Qpid JMS names a JMSReplyTo queue by its bare name
+// and says it is a queue with x-opt-jms-reply-to 0 (a temporary queue's
+// address carries the queue:// prefix, a topic's kind is 1 or 3). The
+// MQTT Response Topic is the queue's MQTT address, so that an MQTT
+// responder's publish lands in the queue, not in a topic of that name.
+func TestJMSQueueReplyTo(t *testing.T) {
+	for _, c := range []struct {
+		replyTo string
+		kind    any
+		want    string
+	}{
+		{"orders/replies", int8(0), "$queue/orders/replies"},
+		{"orders/replies", uint8(0), "$queue/orders/replies"},
+		{"queue://orders/replies", int8(0), "$queue/orders/replies"},
+		{"queue://$tmpq/n/1/1", int8(2), "$queue/$tmpq/n/1/1"},
+		{"orders/replies", int8(1), "orders/replies"},
+		{"topic://orders/replies", int8(1), "orders/replies"},
+		{"$tmp/n/1/2", int8(3), "$tmp/n/1/2"},
+		{"orders/replies", nil, "orders/replies"},
+	} {
+		am := &frames.Message{Properties: &frames.MessageProperties{ReplyTo: c.replyTo}}
+		if c.kind != nil {
+			am.MessageAnnotations = encoding.Annotations{{Key: encoding.Symbol("x-opt-jms-reply-to"), Value: c.kind}}
+		}
+		in, err := roundTrip(t, am)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if in.msg.ResponseTopic != c.want {
+			t.Errorf("reply-to %q, x-opt-jms-reply-to %v: response topic %q, want %q", c.replyTo, c.kind, in.msg.ResponseTopic, c.want)
+		}
+	}
+}

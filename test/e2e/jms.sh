@@ -17,7 +17,11 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/gateway-jms.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 start=$(date +%s)
 CGO_ENABLED=0 go build -o "$tmp/gateway" ./cmd/gateway || die "go build ./cmd/gateway failed"
+# The cluster tests (ClusterFailoverTest) run NATS (the go.mod version,
+# built from the module cache) and redis-server (test/run installs it).
+go build -o "$tmp/nats-server" github.com/nats-io/nats-server/v2 || die "go build nats-server failed"
+command -v redis-server >/dev/null || die "redis-server is needed (apt-get install redis-server)"
 rc=0
-(cd test/jms && mvn -q -B test -Dgateway.bin="$tmp/gateway" ${MVN_ARGS:-}) || rc=1
+(cd test/jms && mvn -q -B test -Dgateway.bin="$tmp/gateway" -Dnats.bin="$tmp/nats-server" ${MVN_ARGS:-}) || rc=1
 echo "jms: $([[ $rc -eq 0 ]] && echo ok || echo FAILED) in $(($(date +%s) - start)) s"
 exit "$rc"

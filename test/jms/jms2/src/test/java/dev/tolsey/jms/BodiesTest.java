@@ -211,6 +211,9 @@ class BodiesTest extends GatewayTest {
             m.setBooleanProperty("b", true);
             m.setDoubleProperty("d", 2.5);
             m.setStringProperty("s", "str");
+            m.setFloatProperty("f", 0.25f);
+            m.setShortProperty("h", (short) -3);
+            m.setByteProperty("y", (byte) 100);
             m.setJMSReplyTo(replies);
             m.setJMSCorrelationID("c-1");
             s.createProducer(s.createTopic(name(info) + "/req")).send(m);
@@ -225,6 +228,9 @@ class BodiesTest extends GatewayTest {
             assertEquals(true, back.getObjectProperty("b"));
             assertEquals(2.5, back.getObjectProperty("d"));
             assertEquals("str", back.getObjectProperty("s"));
+            assertEquals(0.25f, back.getObjectProperty("f"));
+            assertEquals((short) -3, back.getObjectProperty("h"));
+            assertEquals((byte) 100, back.getObjectProperty("y"));
             assertEquals("c-1", back.getJMSCorrelationID());
         } finally {
             close(mc);
