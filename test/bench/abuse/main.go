@@ -16,6 +16,11 @@
 //	      are still open (or already closed by the gateway), above the baseline
 //	end   what the gateway did with the connection (closed, open)
 //
+// With -mode stuck it measures instead a QoS 1 publisher's throughput with
+// a subscriber that never reads present, against without one (stuck.go):
+//
+//	go run ./test/bench/abuse -mode stuck [-n 20000 -size 1024 -window 64 -rounds 3]
+//
 // The vectors:
 //
 //	mqtt-publish-256m    a PUBLISH announcing 268,435,455 bytes as the first packet, then silence
@@ -152,6 +157,12 @@ func main() {
 	conns := flag.Int("conns", 1, "connections per vector")
 	hold := flag.Duration("hold", 2*time.Second, "how long the connections are held (sampled) after their bytes are sent")
 	set := flag.String("set", "", "more gateway keys, key=value,...")
+	mode := flag.String("mode", "heap", "heap: the vectors above; stuck: a QoS 1 publisher's throughput with and without a subscriber that never reads")
+	n := flag.Int("n", 20000, "-mode stuck: QoS 1 messages per phase")
+	size := flag.Int("size", 1024, "-mode stuck: payload bytes")
+	window := flag.Int("window", 64, "-mode stuck: the publisher's unacknowledged messages at most")
+	rounds := flag.Int("rounds", 3, "-mode stuck: rounds of two phases, without and with the stuck subscriber (order alternating)")
+	writeTimeout := flag.Duration("write-timeout", 10*time.Minute, "-mode stuck: mqtt.writeTimeout (long: the stuck subscriber stays throughout)")
 	profile := flag.String("profile", "", "write a CPU profile (cpu.pprof) and an allocation profile (allocs.pprof) of the whole run into this directory")
 	flag.Parse()
 	if *profile != "" {
@@ -172,6 +183,10 @@ func main() {
 		}()
 	}
 
+	if *mode == "stuck" {
+		runStuck(*n, *size, *window, *rounds, *writeTimeout)
+		return
+	}
 	dir, err := os.MkdirTemp("", "abuse-")
 	if err != nil {
 		fail(err)
