@@ -526,7 +526,14 @@ func (cl *Client) ParseConnect(lid string, pk packets.Packet) {
 	cl.Properties.ProtocolVersion = pk.ProtocolVersion
 	cl.Properties.Username = pk.Connect.Username
 	cl.Properties.Clean = pk.Connect.Clean
+	// gateway patch 42: the user properties are kept, not copied: the
+	// packet is read only and dropped once parsed, and its user properties
+	// are what the client sent (up to mqtt.maxPacketSize of them, 6.4 times
+	// their wire size once decoded, before the client is authenticated).
+	user := pk.Properties.User
+	pk.Properties.User = nil
 	cl.Properties.Props = pk.Properties.Copy(false)
+	cl.Properties.Props.User = user
 
 	if cl.Properties.Props.ReceiveMaximum > cl.ops.options.Capabilities.MaximumInflight { // 3.3.4 Non-normative
 		cl.Properties.Props.ReceiveMaximum = cl.ops.options.Capabilities.MaximumInflight

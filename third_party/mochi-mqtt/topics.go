@@ -602,9 +602,9 @@ func (x *TopicsIndex) set(topic string, d int) *particle {
 	var key string
 	var hasNext = true
 	n := x.root
+	rest := skipParticles(topic, d) // gateway patch 43: each level found once, not from the start
 	for hasNext {
-		key, hasNext = isolateParticle(topic, d)
-		d++
+		key, rest, hasNext = nextParticle(rest)
 
 		p := n.particles.get(key)
 		if p == nil {
@@ -622,10 +622,10 @@ func (x *TopicsIndex) seek(filter string, d int) *particle {
 	var key string
 	var hasNext = true
 	n := x.root
+	rest := skipParticles(filter, d) // gateway patch 43
 	for hasNext {
-		key, hasNext = isolateParticle(filter, d)
+		key, rest, hasNext = nextParticle(rest)
 		n = n.particles.get(key)
-		d++
 		if n == nil {
 			return nil
 		}
@@ -645,11 +645,13 @@ func (x *TopicsIndex) trim(n *particle) {
 
 // Messages returns a slice of any retained messages which match a filter.
 func (x *TopicsIndex) Messages(filter string) []packets.Packet {
-	return x.scanMessages(filter, 0, nil, []packets.Packet{})
+	return x.scanMessages(filter, 0, filter, nil, []packets.Packet{})
 }
 
-// scanMessages returns all retained messages on topics matching a given filter.
-func (x *TopicsIndex) scanMessages(filter string, d int, n *particle, pks []packets.Packet) []packets.Packet {
+// scanMessages returns all retained messages on topics matching a given
+// filter. rest is the filter from its level d on (gateway patch 43: each
+// level was found by walking the filter from its start).
+func (x *TopicsIndex) scanMessages(filter string, d int, rest string, n *particle, pks []packets.Packet) []packets.Packet {
 	if n == nil {
 		n = x.root
 	}
@@ -665,7 +667,10 @@ func (x *TopicsIndex) scanMessages(filter string, d int, n *particle, pks []pack
 		return pks
 	}
 
-	key, hasNext := isolateParticle(filter, d)
+	key, after, hasNext := nextParticle(rest)
+	if key == "#" {
+		after = rest // # matches the levels below too: it stays the filter's rest
+	}
 	if key == "+" || key == "#" || d == -1 {
 		for _, adjacent := range n.particles.getAll() {
 			if d == 0 && adjacent.key == SysPrefix {
@@ -681,7 +686,7 @@ func (x *TopicsIndex) scanMessages(filter string, d int, n *particle, pks []pack
 			}
 
 			if hasNext || (d >= 0 && key == "#") {
-				pks = x.scanMessages(filter, d+1, adjacent, pks)
+				pks = x.scanMessages(filter, d+1, after, adjacent, pks)
 			}
 		}
 		return pks
@@ -689,7 +694,7 @@ func (x *TopicsIndex) scanMessages(filter string, d int, n *particle, pks []pack
 
 	if particle := n.particles.get(key); particle != nil {
 		if hasNext {
-			return x.scanMessages(filter, d+1, particle, pks)
+			return x.scanMessages(filter, d+1, after, particle, pks)
 		}
 
 		if pk, ok := x.Retained.Get(particle.retainPath); ok {
@@ -706,13 +711,17 @@ func (x *TopicsIndex) Subscribers(topic string) *Subscribers {
 	// gateway patch 21: Shared, SharedSelected and InlineSubscriptions are
 	// made when something goes in (SelectShared makes SharedSelected):
 	// four maps per publish were made for topics that had none.
-	return x.scanSubscribers(topic, 0, nil, &Subscribers{
+	return x.scanSubscribers(topic, topic, nil, &Subscribers{
 		Subscriptions: map[string]packets.Subscription{},
 	})
 }
 
-// scanSubscribers returns a list of client subscriptions matching an indexed topic address.
-func (x *TopicsIndex) scanSubscribers(topic string, d int, n *particle, subs *Subscribers) *Subscribers {
+// scanSubscribers returns a list of client subscriptions matching an indexed
+// topic address. rest is the topic from the level n holds on (gateway patch
+// 43: it was the level's number, and each level was found by walking the
+// topic from its start, so a lookup cost levels × length: 125 µs for a
+// topic of 128 levels and 4 KiB, 14 ms for 1,024 levels).
+func (x *TopicsIndex) scanSubscribers(topic, rest string, n *particle, subs *Subscribers) *Subscribers {
 	if n == nil {
 		n = x.root
 	}
@@ -721,11 +730,11 @@ func (x *TopicsIndex) scanSubscribers(topic string, d int, n *particle, subs *Su
 		return subs
 	}
 
-	key, hasNext := isolateParticle(topic, d)
+	key, after, hasNext := nextParticle(rest)
 	for _, partKey := range []string{key, "+"} {
 		if particle := n.particles.get(partKey); particle != nil { // [MQTT-3.3.2-3]
 			if hasNext {
-				x.scanSubscribers(topic, d+1, particle, subs)
+				x.scanSubscribers(topic, after, particle, subs)
 			} else {
 				x.gatherSubscriptions(topic, particle, subs)
 				x.gatherSharedSubscriptions(particle, subs)
@@ -808,6 +817,30 @@ func (x *TopicsIndex) gatherInlineSubscriptions(particle *particle, subs *Subscr
 		}
 		subs.InlineSubscriptions[id] = inline
 	}
+}
+
+// nextParticle splits the first particle off a topic or filter: the
+// particle, what follows its /, and whether there is a / (gateway patch 43;
+// isolateParticle(s, 0) is its particle and hasNext).
+func nextParticle(s string) (particle, rest string, hasNext bool) {
+	i := strings.IndexByte(s, '/')
+	if i < 0 {
+		return s, "", false
+	}
+	return s[:i], s[i+1:], true
+}
+
+// skipParticles is s from its particle d on; with fewer than d+1 particles,
+// its last one (as isolateParticle(s, d) returns it). Gateway patch 43.
+func skipParticles(s string, d int) string {
+	for ; d > 0; d-- {
+		i := strings.IndexByte(s, '/')
+		if i < 0 {
+			return s
+		}
+		s = s[i+1:]
+	}
+	return s
 }
 
 // isolateParticle extracts a particle between d / and d+1 / without allocations.

@@ -178,13 +178,10 @@ func (p *Properties) Copy(allowTransfer bool) Properties {
 	}
 
 	if len(p.User) > 0 {
-		pr.User = []UserProperty{}
-		for _, v := range p.User {
-			pr.User = append(pr.User, UserProperty{ // [MQTT-3.3.2-17]
-				Key: v.Key,
-				Val: v.Val,
-			})
-		}
+		// gateway patch 42: made at its size, not grown by append (which
+		// allocated about five times the final slice for a long list).
+		pr.User = make([]UserProperty, len(p.User))
+		copy(pr.User, p.User) // [MQTT-3.3.2-17]
 	}
 
 	return pr
@@ -392,6 +389,11 @@ func (p *Properties) Decode(pkt byte, b *bytes.Buffer) (n int, err error) {
 	}
 
 	bt := b.Bytes()
+	if u := countUserProperties(bt[:min(n, len(bt))]); u > 0 {
+		user := make([]UserProperty, len(p.User), len(p.User)+u) // gateway patch 42
+		copy(user, p.User)
+		p.User = user
+	}
 	var k byte
 	for offset := 0; offset < n; {
 		k, offset, err = decodeByte(bt, offset)
@@ -491,4 +493,50 @@ func (p *Properties) Decode(pkt byte, b *bytes.Buffer) (n int, err error) {
 	}
 
 	return n + bu, nil
+}
+
+// countUserProperties counts the user properties in a properties block
+// (without its length), so that Decode makes their slice once at its size
+// (gateway patch 42): grown by append, a packet of 1 MiB of empty user
+// properties, 5 bytes each on the wire and 32 once decoded, allocated about
+// five times the 6.7 MiB they take. It only walks the block; a block it
+// cannot walk (an unknown property, a length past its end) counts 0 and
+// Decode reports the error as before.
+func countUserProperties(bt []byte) int {
+	u := 0
+	for i := 0; i < len(bt); {
+		k := bt[i]
+		i++
+		switch k {
+		case PropPayloadFormat, PropRequestProblemInfo, PropRequestResponseInfo, PropMaximumQos,
+			PropRetainAvailable, PropWildcardSubAvailable, PropSubIDAvailable, PropSharedSubAvailable:
+			i++
+		case PropServerKeepAlive, PropReceiveMaximum, PropTopicAliasMaximum, PropTopicAlias:
+			i += 2
+		case PropMessageExpiryInterval, PropSessionExpiryInterval, PropWillDelayInterval, PropMaximumPacketSize:
+			i += 4
+		case PropSubscriptionIdentifier:
+			for i < len(bt) && bt[i]&0x80 != 0 {
+				i++
+			}
+			i++
+		case PropContentType, PropResponseTopic, PropCorrelationData, PropAssignedClientID, PropAuthenticationMethod,
+			PropAuthenticationData, PropResponseInfo, PropServerReference, PropReasonString:
+			if i+2 > len(bt) {
+				return 0
+			}
+			i += 2 + (int(bt[i])<<8 | int(bt[i+1]))
+		case PropUser:
+			for j := 0; j < 2; j++ { // key and value
+				if i+2 > len(bt) {
+					return 0
+				}
+				i += 2 + (int(bt[i])<<8 | int(bt[i+1]))
+			}
+			u++
+		default:
+			return 0
+		}
+	}
+	return u
 }
