@@ -7,11 +7,14 @@ package mqtt
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	mochi "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/tolsey/tolsey/mqtt/session"
@@ -366,4 +369,57 @@ func TestResumeOnStaleHolderClaimNotAnsweredIsRefused(t *testing.T) {
 		t.Fatal("A found no session")
 	}
 	wantStoredSessionOnA(t, a, back)
+}
+
+// The end of the old connection a stale resume ended (above) comes after
+// the new connection took the session from the store: it writes nothing
+// (its session was taken away), so the stored record stays the new
+// connection's. Before, with the new connection's epoch then known here,
+// the old one's record (session expiry 3600 s) went over the new one's
+// (7200 s).
+func TestStaleConnectionEndWritesNothing(t *testing.T) {
+	a, b := startGatewayPair(t, claimFunc(answered), claimFunc(answered))
+	staleOnA(t, a, b, true)
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	hook := func(cl *mochi.Client) {
+		if cl.ID == "dev" && cl.Properties.Props.SessionExpiryInterval == 3600 {
+			once.Do(func() { close(held) })
+			<-release
+		}
+	}
+	testHookDisconnect.Store(&hook)
+	t.Cleanup(func() { testHookDisconnect.Store(nil) })
+	var freeOnce sync.Once
+	free := func() { freeOnce.Do(func() { close(release) }) }
+	t.Cleanup(free)
+
+	back, present := dialSessionExpiry(t, a.Addr(), "dev", 5, false, 7200)
+	if !present {
+		t.Fatal("A found no session")
+	}
+	m := back.expectPublish(t, "b/x", "m1", 1, false)
+	back.puback(t, m.PacketID)
+	back.subscribeQoS1(t, "c/#") // after OnSessionEstablished stored the record
+	select {
+	case <-held:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the old connection's end never came")
+	}
+	free()
+	waitUntil(t, "the old connection's end", func() bool { return atomic.LoadInt64(&a.mochi.Info.ClientsConnected) == 1 })
+	settled(a)
+	ra := a.sessions.b.(*session.Redis)
+	var rec clientRecord
+	if _, err := ra.TakeClient("dev", func(kind session.Kind, _ string, _, value []byte) error {
+		if kind == session.PutClient {
+			return json.Unmarshal(value, &rec)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.Props.SessionExpiryInterval; got != 7200 {
+		t.Fatalf("stored record's session expiry %d; want the new connection's 7200", got)
+	}
 }

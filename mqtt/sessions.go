@@ -304,6 +304,9 @@ var testHookEstablished atomic.Pointer[func(cl *mochi.Client) func()]
 // removed its will [MQTT-3.1.2-10]), unless a new connection has taken
 // it over and stores it itself.
 func (ss *sessions) OnDisconnect(cl *mochi.Client, _ error, expire bool) {
+	if h := testHookDisconnect.Load(); h != nil {
+		(*h)(cl)
+	}
 	ss.pendMu.Lock()
 	delete(ss.pending, cl)
 	ss.pendMu.Unlock()
@@ -319,6 +322,9 @@ func (ss *sessions) OnDisconnect(cl *mochi.Client, _ error, expire bool) {
 func takenAway(cl *mochi.Client) bool {
 	return errors.Is(cl.StopCause(), packets.ErrSessionTakenOver)
 }
+
+// testHookDisconnect, set by a test only, runs as OnDisconnect begins.
+var testHookDisconnect atomic.Pointer[func(cl *mochi.Client)]
 
 // OnWillSent stores the session without the will mochi has just sent
 // (now, or when its delay ended), so that a restart does not send it
