@@ -74,7 +74,10 @@ type localConn struct {
 // is told the server is busy (MQTT 5 0x89; 3.1.1 0x03 Server unavailable)
 // and tries again: by then that gateway has answered, or is dead and left
 // the member list (docs/cluster.md, "Client takeover"). A clean start
-// needs nothing from the store and goes ahead.
+// needs nothing from the store and goes ahead. A resume of a session held
+// here is checked against the store's epoch (heldStale): held here while
+// another gateway took it (its claim never reached this one), it is
+// dropped and read from the store like one held elsewhere.
 func (s *Server) claim(cl *mochi.Client) error {
 	if s.opts.Cluster == nil || cl.Net.Inline {
 		return nil
@@ -132,18 +135,97 @@ func (s *Server) claim(cl *mochi.Client) error {
 		return nil
 	}
 	if _, shared := ss.b.(session.Shared); shared && !answered && !ss.isKnown(cl.ID) {
-		s.forgetLocal(cl) // refused: mochi calls no OnDisconnect
-		code := packets.ErrServerBusy
-		if cl.Properties.ProtocolVersion < 5 {
-			code = packets.ErrServerUnavailable
+		return s.refuseBusy(cl)
+	}
+	if ss.heldStale(cl) {
+		// Another gateway took the session since this one last held it:
+		// it may hold it still, as for a session not held here (above).
+		if !answered {
+			return s.refuseBusy(cl)
 		}
-		s.log.Warn("mqtt connect refused: a gateway did not let go of the client's session in time",
-			"client", cl.ID, "remote", cl.Net.Remote)
-		_ = s.mochi.SendConnack(cl, code, false, nil)
-		return code
+		s.dropStale(cl.ID)
 	}
 	ss.fetch(cl)
 	return nil
+}
+
+// refuseBusy refuses cl's CONNECT as server busy (MQTT 5 0x89; 3.1.1 0x03
+// Server unavailable): a gateway did not let go of its session in time.
+func (s *Server) refuseBusy(cl *mochi.Client) error {
+	s.forgetLocal(cl) // refused: mochi calls no OnDisconnect
+	code := packets.ErrServerBusy
+	if cl.Properties.ProtocolVersion < 5 {
+		code = packets.ErrServerUnavailable
+	}
+	s.log.Warn("mqtt connect refused: a gateway did not let go of the client's session in time",
+		"client", cl.ID, "remote", cl.Net.Remote)
+	_ = s.mochi.SendConnack(cl, code, false, nil)
+	return code
+}
+
+// heldStale reports whether the session of cl's id that mochi holds here,
+// for a resume (clean start 0), is stale: another gateway took it from the
+// shared store since (its claim never reached this one, cut off from NATS),
+// so the store's epoch of the id is newer than the one this gateway writes
+// it with. One Redis round trip, only when mochi holds a stored session of
+// the id. When Redis fails, the held session is kept and written unfenced
+// from now on, as after a failed take (fetch): with the epoch it holds, if
+// stale, none of its writes would be stored.
+func (ss *sessions) heldStale(cl *mochi.Client) bool {
+	sh, ok := ss.b.(session.Shared)
+	if !ok {
+		return false
+	}
+	if _, held := ss.s.mochi.Clients.Get(cl.ID); !held {
+		return false
+	}
+	mine, known := ss.knownEpoch(cl.ID)
+	if !known || mine == session.Unfenced {
+		return false
+	}
+	cur, err := sh.Epoch(cl.ID)
+	if err != nil {
+		ss.unfence(cl.ID)
+		ss.s.setEpoch(cl, session.Unfenced)
+		ss.s.log.Error("mqtt session epoch not read from the shared store; the session held here goes on, its writes unfenced",
+			"client", cl.ID, "error", err)
+		return false
+	}
+	if cur > mine {
+		ss.s.log.Info("mqtt session held here is stale: another gateway took it; it is read from the shared store",
+			"client", cl.ID, "epoch", mine, "stored_epoch", cur)
+		return true
+	}
+	return false
+}
+
+// dropStale drops the session of client that mochi holds here and another
+// gateway has taken from the store since (heldStale), as TakenOver lets a
+// session go but writing nothing of it: the store holds the newer one,
+// which fetch then takes. Its will is not sent. A connection of client
+// still open here (its client connected here again without this gateway
+// noticing the old connection's end) is ended as one taken over (MQTT 5
+// DISCONNECT 0x8E), without its will; what it would write as it ends is
+// not written (OnDisconnect, dropInflight: its stop cause).
+func (s *Server) dropStale(client string) {
+	ss := s.sessions
+	if old, ok := s.mochi.Clients.Get(client); ok && !old.Closed() {
+		atomic.StoreUint32(&old.Properties.Will.Flag, 0) // as mochi clears it once sent
+		_ = s.mochi.DisconnectClientNoWait(old, packets.ErrSessionTakenOver)
+	}
+	s.mochi.WithSessionLock(client, func() {
+		cl, ok := s.mochi.Clients.Get(client)
+		if !ok || cl.Net.Inline {
+			return
+		}
+		if _, was := ss.forget(client); was {
+			ss.forgetHeld(client)
+		}
+		if s.mochi.Clients.DeleteIf(client, cl) {
+			cl.ClearInflights()
+			s.mochi.UnsubscribeClient(cl)
+		}
+	})
 }
 
 // takenEpoch is the epoch cl's claim took its id's session with from a

@@ -7,9 +7,15 @@ package mqtt
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	mochi "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/tolsey/tolsey/mqtt/session"
 	"github.com/tolsey/tolsey/retain"
@@ -21,17 +27,28 @@ import (
 // are in one Redis store and whose claims ca and cb answer.
 func startGatewayPair(t *testing.T, ca, cb Cluster) (a, b *Server) {
 	t.Helper()
+	return startGatewayPairWrap(t, ca, cb, nil)
+}
+
+// startGatewayPairWrap is startGatewayPair with A's store wrapped by wrapA
+// when not nil.
+func startGatewayPairWrap(t *testing.T, ca, cb Cluster, wrapA func(*session.Redis) session.Backend) (a, b *Server) {
+	t.Helper()
 	rs := redistest.Start(t)
-	start := func(node string, c Cluster) *Server {
+	start := func(node string, c Cluster, wrap func(*session.Redis) session.Backend) *Server {
 		r, err := session.OpenRedis(context.Background(), rs.URL(), t.Name()+":")
 		if err != nil {
 			t.Fatal(err)
 		}
+		var sb session.Backend = r
+		if wrap != nil {
+			sb = wrap(r)
+		}
 		return startTestServer(t, memory.New(retain.Limits{}), func(o *Options) {
-			o.Sessions, o.Cluster, o.Node = r, c, node
+			o.Sessions, o.Cluster, o.Node = sb, c, node
 		})
 	}
-	return start("a", ca), start("b", cb)
+	return start("a", ca, wrapA), start("b", cb, nil)
 }
 
 // settled waits until everything s queued for its session store is
@@ -189,5 +206,220 @@ func TestSessionNewOverUnstoredLocalIsWritten(t *testing.T) {
 	}
 	if subs := storedSubs(t, r, "dev"); len(subs) != 1 {
 		t.Fatalf("stored subscriptions %v; want 1", subs)
+	}
+}
+
+// staleOnA leaves dev's session held by A, stale: dev subscribes to a/#
+// on A; then, A never hearing of it (its claims do not reach A: A is cut
+// off from NATS), dev resumes on B, which takes the session from the store
+// with a newer epoch, subscribes to b/# there, and a message "m1" on b/x
+// is queued for it on B while it is offline. With keep, dev's connection
+// to A stays open (A has not noticed its end; it is returned), and its
+// CONNECT carries a will on will/dev; else it is ended and A holds the
+// session offline.
+func staleOnA(t *testing.T, a, b *Server, keep bool) *rawClient {
+	t.Helper()
+	dev := dialRawConn(t, a.Addr(), 5)
+	dev.write(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect},
+		Connect: packets.ConnectParams{ProtocolName: []byte("MQTT"), Keepalive: 30, ClientIdentifier: "dev",
+			WillFlag: keep, WillTopic: "will/dev", WillPayload: []byte("gone"), WillQos: 1},
+		Properties: packets.Properties{SessionExpiryInterval: 3600, SessionExpiryIntervalFlag: true}})
+	if ack := dev.read(t); ack.FixedHeader.Type != packets.Connack || ack.ReasonCode != 0 {
+		t.Fatalf("dev on A: want a successful CONNACK, got %v", ack)
+	}
+	dev.subscribeQoS1(t, "a/#")
+	waitUntil(t, "dev's session stored on A", func() bool { return a.sessions.isKnown("dev") })
+	if !keep {
+		dev.disconnect(t)
+		waitOffline(t, a, "dev")
+	}
+	settled(a)
+
+	onB, present := dialSession(t, b.Addr(), "dev", 5, false)
+	if !present {
+		t.Fatal("B found no session")
+	}
+	onB.subscribeQoS1(t, "b/#")
+	onB.disconnect(t)
+	waitOffline(t, b, "dev")
+	pub := dialRaw(t, b.Addr(), "pub", 0)
+	pub.publishWait(t, "b/x", "m1", 1, 1) // queued for dev on B, stored before its PUBACK
+	settled(b)
+	if _, ok := a.mochi.Clients.Get("dev"); !ok {
+		t.Fatal("A no longer holds dev's session: the test needs its stale copy")
+	}
+	return dev
+}
+
+// The session a resume on A gets from the store: B's subscription and
+// queued message; what A writes of it afterwards is accepted.
+func wantStoredSessionOnA(t *testing.T, a *Server, back *rawClient) {
+	t.Helper()
+	ra := a.sessions.b.(*session.Redis)
+	if subs := a.mochi.Topics.Subscribers("b/x"); len(subs.Subscriptions) == 0 {
+		t.Fatal("the session on A has no subscription for b/x: A handed dev its stale copy")
+	}
+	m := back.expectPublish(t, "b/x", "m1", 1, false)
+	back.puback(t, m.PacketID)
+	back.subscribeQoS1(t, "c/#")
+	waitUntil(t, "c/# on A", func() bool { return len(a.mochi.Topics.Subscribers("c/x").Subscriptions) > 0 })
+	settled(a)
+	if n := ra.Refused(); n != 0 {
+		t.Errorf("%d of A's writes of the session refused", n)
+	}
+	if subs := storedSubs(t, ra, "dev"); len(subs) != 3 || !subs["a/#"] || !subs["b/#"] || !subs["c/#"] {
+		t.Fatalf("stored subscriptions %v; want a/#, b/#, c/#", subs)
+	}
+}
+
+// A holds dev's session offline in mochi; B takes it from the store (its
+// claim never reaches A), and the session gets a new subscription and a
+// queued message on B. dev then resumes on A. A's copy is stale (the
+// store's epoch of dev is newer than the one A holds): A drops it and
+// takes the session from the store, so dev gets B's subscription and
+// message, and what A writes of the session is accepted. Before, A handed
+// dev its own copy (no b/#, no message) and every write of it was refused.
+func TestResumeOnStaleHolderTakesTheStoredSession(t *testing.T) {
+	a, b := startGatewayPair(t, claimFunc(answered), claimFunc(answered))
+	staleOnA(t, a, b, false)
+	back, present := dialSession(t, a.Addr(), "dev", 5, false)
+	if !present {
+		t.Fatal("A found no session")
+	}
+	wantStoredSessionOnA(t, a, back)
+}
+
+// As above with dev's old connection to A still open (A has not noticed
+// its end): the resume on A ends it as one taken over (DISCONNECT 0x8E),
+// without its will, and gets the stored session; the old connection's end
+// writes nothing over it.
+func TestResumeOnStaleHolderEndsItsOpenConnection(t *testing.T) {
+	a, b := startGatewayPair(t, claimFunc(answered), claimFunc(answered))
+	watch := dialRaw(t, a.Addr(), "watch", 0)
+	watch.subscribeQoS1(t, "will/#")
+	old := staleOnA(t, a, b, true)
+	back, present := dialSession(t, a.Addr(), "dev", 5, false)
+	if !present {
+		t.Fatal("A found no session")
+	}
+	if pk := old.read(t); pk.FixedHeader.Type != packets.Disconnect || pk.ReasonCode != packets.ErrSessionTakenOver.Code {
+		t.Fatalf("old connection: want DISCONNECT 0x8E, got %v %#x", packets.PacketNames[pk.FixedHeader.Type], pk.ReasonCode)
+	}
+	waitUntil(t, "the old connection's end", func() bool { return atomic.LoadInt64(&a.mochi.Info.ClientsConnected) == 2 })
+	wantStoredSessionOnA(t, a, back)
+	// What a will sent as the old connection ended would have reached
+	// watch before this.
+	pub := dialRaw(t, a.Addr(), "pub", 0)
+	pub.publishWait(t, "will/fence", "fence", 1, 1)
+	pk := watch.read(t)
+	if pk.FixedHeader.Type != packets.Publish || pk.TopicName != "will/fence" {
+		t.Fatalf("watch: want the fence first, got %v %s %q", packets.PacketNames[pk.FixedHeader.Type], pk.TopicName, pk.Payload)
+	}
+}
+
+// failEpoch is the Redis store whose Epoch fails (a Redis error).
+type failEpoch struct{ *session.Redis }
+
+func (f failEpoch) Epoch(string) (uint64, error) { return 0, errors.New("injected redis error") }
+
+// When the epoch cannot be read, the resume on A goes on with the session
+// A holds, as before this check, and its writes go unfenced, as after a
+// failed take ("Epochs"): A's copy is durable, not refused for as long as
+// it lives.
+func TestResumeOnHolderEpochReadFailsIsWritten(t *testing.T) {
+	a, b := startGatewayPairWrap(t, claimFunc(answered), claimFunc(answered),
+		func(r *session.Redis) session.Backend { return failEpoch{r} })
+	staleOnA(t, a, b, false)
+	back, present := dialSession(t, a.Addr(), "dev", 5, false)
+	if !present {
+		t.Fatal("A found no session")
+	}
+	back.subscribeQoS1(t, "c/#")
+	waitUntil(t, "c/# on A", func() bool { return len(a.mochi.Topics.Subscribers("c/x").Subscriptions) > 0 })
+	settled(a)
+	ra := a.sessions.b.(failEpoch).Redis
+	if n := ra.Refused(); n != 0 {
+		t.Errorf("%d of A's writes of the session refused", n)
+	}
+	if subs := storedSubs(t, ra, "dev"); !subs["c/#"] {
+		t.Fatalf("stored subscriptions %v; want c/# among them", subs)
+	}
+}
+
+// A resume on A finding A's copy stale while A's claim was not answered
+// in time is refused as server busy, as one for a session A does not
+// hold: the gateway that took the session may hold it and write it still.
+// Answered, the next attempt gets the stored session.
+func TestResumeOnStaleHolderClaimNotAnsweredIsRefused(t *testing.T) {
+	var aAnswered atomic.Bool
+	aAnswered.Store(true)
+	a, b := startGatewayPair(t, claimFunc(func(string, int64) bool { return aAnswered.Load() }), claimFunc(answered))
+	staleOnA(t, a, b, false)
+	aAnswered.Store(false)
+	c := dialRawConn(t, a.Addr(), 5)
+	c.write(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect},
+		Connect:    packets.ConnectParams{ProtocolName: []byte("MQTT"), Keepalive: 30, ClientIdentifier: "dev"},
+		Properties: packets.Properties{SessionExpiryInterval: 3600, SessionExpiryIntervalFlag: true}})
+	if ack := c.read(t); ack.FixedHeader.Type != packets.Connack || ack.ReasonCode != packets.ErrServerBusy.Code {
+		t.Fatalf("want CONNACK 0x89, got %v %#x", packets.PacketNames[ack.FixedHeader.Type], ack.ReasonCode)
+	}
+	aAnswered.Store(true)
+	back, present := dialSession(t, a.Addr(), "dev", 5, false)
+	if !present {
+		t.Fatal("A found no session")
+	}
+	wantStoredSessionOnA(t, a, back)
+}
+
+// The end of the old connection a stale resume ended (above) comes after
+// the new connection took the session from the store: it writes nothing
+// (its session was taken away), so the stored record stays the new
+// connection's. Before, with the new connection's epoch then known here,
+// the old one's record (session expiry 3600 s) went over the new one's
+// (7200 s).
+func TestStaleConnectionEndWritesNothing(t *testing.T) {
+	a, b := startGatewayPair(t, claimFunc(answered), claimFunc(answered))
+	staleOnA(t, a, b, true)
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	hook := func(cl *mochi.Client) {
+		if cl.ID == "dev" && cl.Properties.Props.SessionExpiryInterval == 3600 {
+			once.Do(func() { close(held) })
+			<-release
+		}
+	}
+	testHookDisconnect.Store(&hook)
+	t.Cleanup(func() { testHookDisconnect.Store(nil) })
+	var freeOnce sync.Once
+	free := func() { freeOnce.Do(func() { close(release) }) }
+	t.Cleanup(free)
+
+	back, present := dialSessionExpiry(t, a.Addr(), "dev", 5, false, 7200)
+	if !present {
+		t.Fatal("A found no session")
+	}
+	m := back.expectPublish(t, "b/x", "m1", 1, false)
+	back.puback(t, m.PacketID)
+	back.subscribeQoS1(t, "c/#") // after OnSessionEstablished stored the record
+	select {
+	case <-held:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the old connection's end never came")
+	}
+	free()
+	waitUntil(t, "the old connection's end", func() bool { return atomic.LoadInt64(&a.mochi.Info.ClientsConnected) == 1 })
+	settled(a)
+	ra := a.sessions.b.(*session.Redis)
+	var rec clientRecord
+	if _, err := ra.TakeClient("dev", func(kind session.Kind, _ string, _, value []byte) error {
+		if kind == session.PutClient {
+			return json.Unmarshal(value, &rec)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.Props.SessionExpiryInterval; got != 7200 {
+		t.Fatalf("stored record's session expiry %d; want the new connection's 7200", got)
 	}
 }

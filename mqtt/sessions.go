@@ -195,6 +195,24 @@ func (ss *sessions) enqueueKnown(id string, ops ...session.Op) bool {
 	return true
 }
 
+// knownEpoch is the epoch id's stored session is written with here, and
+// whether it is stored.
+func (ss *sessions) knownEpoch(id string) (uint64, bool) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	epoch, ok := ss.known[id]
+	return epoch, ok
+}
+
+// unfence writes id's stored session unfenced from now on (heldStale).
+func (ss *sessions) unfence(id string) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if _, ok := ss.known[id]; ok {
+		ss.known[id] = session.Unfenced
+	}
+}
+
 // testHookEnqueueKnown, set by a test only, runs between enqueueKnown's
 // test and its queueing: the window a takeover must not pass.
 var testHookEnqueueKnown atomic.Pointer[func(id string)]
@@ -237,7 +255,7 @@ func (ss *sessions) OnSessionEstablished(cl *mochi.Client, _ packets.Packet) {
 	// remove the session the newer connection has just stored.
 	taken := ss.s.takenEpoch(cl)
 	ss.mu.Lock()
-	if cl.IsTakenOver() || errors.Is(cl.StopCause(), packets.ErrSessionTakenOver) {
+	if cl.IsTakenOver() || takenAway(cl) {
 		ss.mu.Unlock()
 		return
 	}
@@ -286,13 +304,27 @@ var testHookEstablished atomic.Pointer[func(cl *mochi.Client) func()]
 // removed its will [MQTT-3.1.2-10]), unless a new connection has taken
 // it over and stores it itself.
 func (ss *sessions) OnDisconnect(cl *mochi.Client, _ error, expire bool) {
+	if h := testHookDisconnect.Load(); h != nil {
+		(*h)(cl)
+	}
 	ss.pendMu.Lock()
 	delete(ss.pending, cl)
 	ss.pendMu.Unlock()
-	if !expire && persistent(cl) && !cl.IsTakenOver() {
+	if !expire && persistent(cl) && !cl.IsTakenOver() && !takenAway(cl) {
 		ss.enqueueKnown(cl.ID, ss.clientOp(cl))
 	}
 }
+
+// takenAway reports whether cl's connection was ended because another
+// connection took its session (cluster.go: TakenOver, dropStale): the
+// session it had is not its own to write any more, and a session of its
+// id known here since is another connection's.
+func takenAway(cl *mochi.Client) bool {
+	return errors.Is(cl.StopCause(), packets.ErrSessionTakenOver)
+}
+
+// testHookDisconnect, set by a test only, runs as OnDisconnect begins.
+var testHookDisconnect atomic.Pointer[func(cl *mochi.Client)]
 
 // OnWillSent stores the session without the will mochi has just sent
 // (now, or when its delay ended), so that a restart does not send it
@@ -439,7 +471,7 @@ func (ss *sessions) dropInflight(cl *mochi.Client, id uint16) {
 	// them (a crash between the two lost them; a held one is not resent).
 	// A clean-start takeover deletes the whole session instead
 	// (OnSessionEstablished).
-	if persistent(cl) && !cl.IsTakenOver() && ss.isKnown(cl.ID) {
+	if persistent(cl) && !cl.IsTakenOver() && !takenAway(cl) && ss.isKnown(cl.ID) {
 		// Under heldMu, as OnPacketSent's write of the same message.
 		ss.heldMu.Lock()
 		defer ss.heldMu.Unlock()

@@ -219,6 +219,50 @@ func BenchmarkRedisApply(b *testing.B) {
 	}
 }
 
+// BenchmarkRedisEpoch is the epoch check a resume on the gateway holding
+// the session makes (one HGET; docs/cluster.md, "A resume on a gateway
+// holding a stale copy").
+func BenchmarkRedisEpoch(b *testing.B) {
+	rs := redistest.Start(b)
+	r, err := OpenRedis(context.Background(), rs.URL(), "bench:")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Close()
+	if _, err := r.TakeEpoch("c"); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for range b.N {
+		if _, err := r.Epoch("c"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// Epoch reads a client's epoch as the last take left it, 0 for one never
+// taken, and raises nothing.
+func TestRedisEpochReads(t *testing.T) {
+	rs := redistest.Start(t)
+	r, err := OpenRedis(context.Background(), rs.URL(), "epr:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if e, err := r.Epoch("c"); err != nil || e != 0 {
+		t.Fatalf("never taken: epoch %d, %v; want 0", e, err)
+	}
+	taken, err := r.TakeClient("c", func(Kind, string, []byte, []byte) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if e, err := r.Epoch("c"); err != nil || e != taken {
+			t.Fatalf("epoch %d, %v; want %d", e, err, taken)
+		}
+	}
+}
+
 // A session taken with a new epoch (TakeClient, DropClient) refuses the
 // writes of an older one; writes with the present epoch, and those of
 // another client, go through.

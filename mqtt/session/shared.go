@@ -34,6 +34,10 @@ type Shared interface {
 	// for a session new here while a connection of client here (one whose
 	// session was not stored) holds the id.
 	TakeEpoch(client string) (epoch uint64, err error)
+	// Epoch returns client's present epoch (0 if never taken), raising
+	// nothing: for a gateway that holds the session in memory and checks
+	// whether another gateway has taken it since.
+	Epoch(client string) (epoch uint64, err error)
 	// Epochs returns every client's epoch (those never taken are absent:
 	// 0), for a restore.
 	Epochs() (map[string]uint64, error)
@@ -112,6 +116,24 @@ func (r *Redis) TakeEpoch(client string) (uint64, error) {
 		return 0, fmt.Errorf("session: redis: %w", err)
 	}
 	return uint64(e), nil
+}
+
+// Epoch reads client's epoch (one HGET).
+func (r *Redis) Epoch(client string) (uint64, error) {
+	ctx, cancel := r.ctx()
+	defer cancel()
+	v, err := r.c.HGet(ctx, r.epochs(), client).Result()
+	if errors.Is(err, goredis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("session: redis: %w", err)
+	}
+	e, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("session: redis: epoch of %q: %w", client, err)
+	}
+	return e, nil
 }
 
 // Epochs reads every client's epoch.

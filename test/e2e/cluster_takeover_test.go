@@ -367,7 +367,10 @@ func publishUntil(t *testing.T, what string, pub *client5, topic string, msgs ch
 // BenchmarkClusterConnect is the cost of the takeover claim: one MQTT 5
 // CONNECT (clean start) and DISCONNECT per op on a lone gateway, on one
 // of two clustered gateways, and on one of two with the sessions in
-// Redis (a clean start also deletes a stored session there).
+// Redis (a clean start also deletes a stored session there). The last
+// case resumes one persistent session (clean start 0) on the gateway
+// that holds it, each op: the claim and the epoch check (docs/cluster.md,
+// "A resume on a gateway holding a stale copy").
 //
 //	go test -run '^$' -bench ClusterConnect -benchtime=300x ./test/e2e/
 func BenchmarkClusterConnect(b *testing.B) {
@@ -375,10 +378,12 @@ func BenchmarkClusterConnect(b *testing.B) {
 		name    string
 		cluster bool
 		set     []string
+		resume  bool
 	}{
-		{"alone", false, nil},
-		{"cluster2", true, nil},
-		{"cluster2-redis-sessions", true, []string{"--mqtt.sessions.backend=redis"}},
+		{"alone", false, nil, false},
+		{"cluster2", true, nil, false},
+		{"cluster2-redis-sessions", true, []string{"--mqtt.sessions.backend=redis"}, false},
+		{"cluster2-redis-sessions-resume", true, []string{"--mqtt.sessions.backend=redis"}, true},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			var addr string
@@ -402,9 +407,15 @@ func BenchmarkClusterConnect(b *testing.B) {
 					b.Fatal(err)
 				}
 				id := fmt.Sprint("bench", i)
+				connect := &paho.Connect{ClientID: id, CleanStart: true, KeepAlive: 30}
+				if c.resume {
+					id = "bench"
+					connect = persistentConnect()
+					connect.ClientID = id
+				}
 				cl := paho.NewClient(paho.ClientConfig{ClientID: id, Conn: conn})
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				if ca, err := cl.Connect(ctx, &paho.Connect{ClientID: id, CleanStart: true, KeepAlive: 30}); err != nil || ca.ReasonCode != 0 {
+				if ca, err := cl.Connect(ctx, connect); err != nil || ca.ReasonCode != 0 {
 					b.Fatalf("connect: %v", err)
 				}
 				cancel()
