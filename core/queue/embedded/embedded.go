@@ -116,6 +116,9 @@ type Backend struct {
 	// ckCutBytes is what the cut handed to the checkpointer covers of
 	// logBytes: gone from it once that checkpoint succeeds.
 	ckCutBytes int64
+	// ends: the BatchEnders of a batch beyond its last one (endBatch),
+	// kept empty between batches.
+	ends map[queue.BatchEnder]struct{}
 	// walMu is held around a log write (tests hold it to stall the
 	// writer).
 	walMu sync.Mutex
@@ -174,9 +177,10 @@ type op struct {
 	msg   *core.Message // Append: the message, encoded by the writer into the log
 	size  int64         // Append: core.Message.Size
 	done  func(id uint64, err error)
-	ids   []uint64 // Remove: the IDs, or nil for the single one in rm
-	rm    uint64   // Remove, SetState: the ID
-	state []byte   // SetState: the encoded queue.DeliveryState
+	end   queue.BatchEnder // AppendIn: told after the batch's answers
+	ids   []uint64         // Remove: the IDs, or nil for the single one in rm
+	rm    uint64           // Remove, SetState: the ID
+	state []byte           // SetState: the encoded queue.DeliveryState
 	tick  bool
 	ckpt  chan error
 
@@ -204,6 +208,7 @@ var (
 	_ queue.Backend    = (*Backend)(nil)
 	_ queue.OrderedLog = (*qlog)(nil)
 	_ queue.StateLog   = (*qlog)(nil)
+	_ queue.BatchLog   = (*qlog)(nil)
 )
 
 // Open opens (creating it if needed) the bbolt file at path, and applies
@@ -486,6 +491,7 @@ func (b *Backend) commit(batch []op) {
 		}
 		o.done(o.id, o.err)
 	}
+	b.endBatch(batch)
 	for i := range batch {
 		if ch := batch[i].ckpt; ch != nil {
 			ch <- b.checkpointNow()
@@ -496,6 +502,35 @@ func (b *Backend) commit(batch []op) {
 	}
 	b.maybeCheckpoint(tick)
 	b.armTick()
+}
+
+// endBatch tells each BatchEnder of batch's appends, once, that their
+// answers are given (queue.BatchLog). On the writer goroutine.
+func (b *Backend) endBatch(batch []op) {
+	var last queue.BatchEnder
+	for i := range batch {
+		e := batch[i].end
+		if e == nil || e == last {
+			continue
+		}
+		if last != nil {
+			if b.ends == nil {
+				b.ends = map[queue.BatchEnder]struct{}{}
+			}
+			b.ends[last] = struct{}{}
+		}
+		last = e
+	}
+	if last == nil {
+		return
+	}
+	if _, ok := b.ends[last]; !ok {
+		last.BatchEnd()
+	}
+	for e := range b.ends {
+		e.BatchEnd()
+	}
+	clear(b.ends)
 }
 
 // qlog is one queue's queue.Log.
@@ -524,9 +559,18 @@ type qlog struct {
 // encoding, until a checkpoint encodes what is still there); done comes
 // after the log commit that holds it.
 func (l *qlog) Append(m *core.Message, done func(uint64, error)) {
-	o := op{log: l, msg: m, size: int64(m.Size()), done: done}
+	l.AppendIn(m, nil, done)
+}
+
+// AppendIn implements queue.BatchLog: Append, and end is told once the
+// commit that holds it has answered all its appends.
+func (l *qlog) AppendIn(m *core.Message, end queue.BatchEnder, done func(uint64, error)) {
+	o := op{log: l, msg: m, size: int64(m.Size()), done: done, end: end}
 	if !l.b.loop.Add(o) {
 		done(0, fmt.Errorf("%w: embedded %s: closed", queue.ErrUnavailable, l.b.path))
+		if end != nil {
+			end.BatchEnd()
+		}
 	}
 }
 
