@@ -2,6 +2,7 @@ package queue_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"testing"
@@ -93,6 +94,45 @@ func TestOrderedLogWindow(t *testing.T) {
 	wait(pending)
 	recv(n)
 	if info := q.Info(); info.Messages != 0 || info.Counters.In != n || info.Counters.Acked != n {
+		t.Fatalf("queue after: %+v", info)
+	}
+}
+
+// TestBatchLogRefusal: a Put whose append the embedded backend (a
+// BatchLog) refuses, once closed, is answered with the store's error and
+// counted as refused, by the batch's end as an accepted one would be.
+func TestBatchLogRefusal(t *testing.T) {
+	ctx := context.Background()
+	be, err := embedded.Open(filepath.Join(t.TempDir(), embedded.FileName), embedded.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := queue.New(ctx, queue.Options{Backend: be})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	q, err := e.Declare(ctx, queue.Config{Name: "r", MaxMessages: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func() error {
+		ch := make(chan error, 1)
+		q.Put(&core.Message{Topic: "r", Payload: []byte("x"), QoS: 1}, func(err error) { ch <- err })
+		return <-ch
+	}
+	if err := be.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := put(); !errors.Is(err, queue.ErrUnavailable) {
+		t.Fatalf("put to a closed store: %v, want ErrUnavailable", err)
+	}
+	// The refused append gave its reservation back: the queue of one
+	// message is not full.
+	if err := put(); !errors.Is(err, queue.ErrUnavailable) {
+		t.Fatalf("second put: %v, want ErrUnavailable, not full", err)
+	}
+	if info := q.Info(); info.Counters.Refused != 2 || info.Messages != 0 {
 		t.Fatalf("queue after: %+v", info)
 	}
 }

@@ -24,6 +24,14 @@ type Queue struct {
 	direct bool
 	// states: the Log keeps delivery states (StateLog); nil if it does not.
 	states StateLog
+	// batch: the Log answers appends in batches (BatchLog); nil if it
+	// does not. Its answers wait in arrivals until the batch's end
+	// (batchEnd).
+	batch    BatchLog
+	ender    *batchEnd
+	arrMu    sync.Mutex
+	arrivals []arrival
+	arrSpare []arrival
 	// intake: what Deliver asks of a message beyond the subscriptions
 	// (intake.go); nil for most queues. Set by Declare.
 	intake atomic.Pointer[intake]
@@ -90,6 +98,9 @@ func newQueue(e *Engine, cfg Config, log Log) *Queue {
 	sl, _ := log.(StateLog)
 	q := &Queue{e: e, name: cfg.Name, log: log, direct: ok && ol.AppendsInOrder(), states: sl, config: cfg, entries: map[uint64]*entry{}}
 	q.loaded.L = &q.mu
+	if bl, ok := log.(BatchLog); ok {
+		q.batch, q.ender = bl, &batchEnd{q}
+	}
 	return q
 }
 
@@ -151,6 +162,14 @@ func (q *Queue) Put(m *core.Message, done func(error)) {
 	q.reserved++
 	q.resBytes += size
 	q.mu.Unlock()
+	if q.batch != nil {
+		q.batch.AppendIn(m, q.ender, func(id uint64, err error) {
+			q.arrMu.Lock()
+			q.arrivals = append(q.arrivals, arrival{m: m, size: size, id: id, err: err, done: done})
+			q.arrMu.Unlock()
+		})
+		return
+	}
 	q.log.Append(m, func(id uint64, err error) {
 		q.mu.Lock()
 		q.reserved--
@@ -183,6 +202,74 @@ func (q *Queue) Put(m *core.Message, done func(error)) {
 		q.fill()
 		done(nil)
 	})
+}
+
+// arrival is an append a BatchLog answered, waiting for its batch's end.
+type arrival struct {
+	m    *core.Message
+	size int64
+	id   uint64
+	err  error
+	done func(error)
+}
+
+// batchEnd is a queue's BatchEnder (its own type, so that Queue's methods
+// stay what they are).
+type batchEnd struct{ q *Queue }
+
+// BatchEnd takes the appends answered since the last one into the queue
+// as Put's answer to each does for a Log that answers one at a time, but
+// under one lock and with one wake, then answers Put's callers in order.
+func (b *batchEnd) BatchEnd() {
+	q := b.q
+	q.arrMu.Lock()
+	list := q.arrivals
+	q.arrivals, q.arrSpare = q.arrSpare[:0], nil
+	q.arrMu.Unlock()
+	if len(list) == 0 {
+		return
+	}
+	q.mu.Lock()
+	fill := false
+	for i := range list {
+		a := &list[i]
+		q.reserved--
+		q.resBytes -= a.size
+		if a.err != nil {
+			q.counters.Refused++
+			continue
+		}
+		q.messages++
+		q.bytes += a.size
+		q.counters.In++
+		if q.direct && a.id > q.through && !q.more && !q.loading && !q.deleted &&
+			len(q.cons) > 0 && len(q.entries) < q.e.opts.Window {
+			// As in Put: the window holds every record before this one.
+			q.through = a.id
+			q.addLocked(Record{ID: a.id, Msg: a.m})
+			continue
+		}
+		q.more, fill = true, true
+	}
+	var buf [8]*Consumer
+	wake := q.appendWakeLocked(buf[:0])
+	q.mu.Unlock()
+	notify(wake)
+	if fill {
+		q.fill()
+	}
+	for i := range list {
+		a := &list[i]
+		if a.err != nil {
+			a.done(fmt.Errorf("queue %q: %w", q.name, a.err))
+		} else {
+			a.done(nil)
+		}
+	}
+	clear(list)
+	q.arrMu.Lock()
+	q.arrSpare = list[:0]
+	q.arrMu.Unlock()
 }
 
 // shared reports whether other gateways use the queue's Log too.

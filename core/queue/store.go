@@ -167,6 +167,25 @@ type OrderedLog interface {
 	AppendsInOrder() bool
 }
 
+// BatchLog is a Log that answers its appends in batches (a group commit)
+// and says when a batch's answers are done: AppendIn is Append, and after
+// calling done it calls end.BatchEnd, on the same goroutine, once for
+// all the appends of one end that it answered together (and after a done
+// it calls at once, as when closed). The engine then takes a queue's lock
+// and wakes its consumers once a batch instead of once a message, and
+// the consumers, woken once, do not contend with the answers for the
+// lock (docs/queues.md, "Group commit").
+type BatchLog interface {
+	Log
+	AppendIn(m *core.Message, end BatchEnder, done func(id uint64, err error))
+}
+
+// BatchEnder is told by a BatchLog that a batch of answers has been
+// given (BatchLog).
+type BatchEnder interface {
+	BatchEnd()
+}
+
 // StateLog is a Log that keeps records' DeliveryState, so that delivery
 // counts and undeliverable-here marks survive a restart: Read fills
 // Record.State from what SetState stored.

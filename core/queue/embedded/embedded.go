@@ -116,6 +116,9 @@ type Backend struct {
 	// ckCutBytes is what the cut handed to the checkpointer covers of
 	// logBytes: gone from it once that checkpoint succeeds.
 	ckCutBytes int64
+	// ends: the BatchEnders of a batch beyond its last one (endBatch),
+	// kept empty between batches.
+	ends map[queue.BatchEnder]struct{}
 	// walMu is held around a log write (tests hold it to stall the
 	// writer).
 	walMu sync.Mutex
@@ -171,12 +174,13 @@ type Backend struct {
 // bbolt now, answer on ckpt).
 type op struct {
 	log   *qlog
-	data  []byte // Append: the encoded message
-	size  int64  // Append: core.Message.Size
+	msg   *core.Message // Append: the message, encoded by the writer into the log
+	size  int64         // Append: core.Message.Size
 	done  func(id uint64, err error)
-	ids   []uint64 // Remove: the IDs, or nil for the single one in rm
-	rm    uint64   // Remove, SetState: the ID
-	state []byte   // SetState: the encoded queue.DeliveryState
+	end   queue.BatchEnder // AppendIn: told after the batch's answers
+	ids   []uint64         // Remove: the IDs, or nil for the single one in rm
+	rm    uint64           // Remove, SetState: the ID
+	state []byte           // SetState: the encoded queue.DeliveryState
 	tick  bool
 	ckpt  chan error
 
@@ -204,6 +208,7 @@ var (
 	_ queue.Backend    = (*Backend)(nil)
 	_ queue.OrderedLog = (*qlog)(nil)
 	_ queue.StateLog   = (*qlog)(nil)
+	_ queue.BatchLog   = (*qlog)(nil)
 )
 
 // Open opens (creating it if needed) the bbolt file at path, and applies
@@ -467,7 +472,7 @@ func (b *Backend) commit(batch []op) {
 				continue
 			}
 			l := o.log
-			l.ov.recs = append(l.ov.recs, ovRec{id: o.id, size: o.size, data: o.data})
+			l.ov.recs = append(l.ov.recs, ovRec{id: o.id, size: o.size, msg: o.msg})
 			l.records.Add(1)
 			l.bytes.Add(o.size)
 			b.ovQueues[l] = struct{}{}
@@ -486,6 +491,7 @@ func (b *Backend) commit(batch []op) {
 		}
 		o.done(o.id, o.err)
 	}
+	b.endBatch(batch)
 	for i := range batch {
 		if ch := batch[i].ckpt; ch != nil {
 			ch <- b.checkpointNow()
@@ -496,6 +502,35 @@ func (b *Backend) commit(batch []op) {
 	}
 	b.maybeCheckpoint(tick)
 	b.armTick()
+}
+
+// endBatch tells each BatchEnder of batch's appends, once, that their
+// answers are given (queue.BatchLog). On the writer goroutine.
+func (b *Backend) endBatch(batch []op) {
+	var last queue.BatchEnder
+	for i := range batch {
+		e := batch[i].end
+		if e == nil || e == last {
+			continue
+		}
+		if last != nil {
+			if b.ends == nil {
+				b.ends = map[queue.BatchEnder]struct{}{}
+			}
+			b.ends[last] = struct{}{}
+		}
+		last = e
+	}
+	if last == nil {
+		return
+	}
+	if _, ok := b.ends[last]; !ok {
+		last.BatchEnd()
+	}
+	for e := range b.ends {
+		e.BatchEnd()
+	}
+	clear(b.ends)
 }
 
 // qlog is one queue's queue.Log.
@@ -518,15 +553,24 @@ type qlog struct {
 	ov overlay
 }
 
-// Append implements queue.Log: the message is encoded on the caller's
-// goroutine and queued to the writer; done comes after the log commit
-// that holds it. EncodeCompact: a message received over AMQP would
-// otherwise carry its payload twice (in its native bytes too), twice the
-// bytes to log, keep and checkpoint.
+// Append implements queue.Log: the message is queued to the writer,
+// which encodes it straight into the log's write (no copy of its own: the
+// message is immutable once appended, and the overlay keeps it, not its
+// encoding, until a checkpoint encodes what is still there); done comes
+// after the log commit that holds it.
 func (l *qlog) Append(m *core.Message, done func(uint64, error)) {
-	o := op{log: l, data: codec.EncodeCompact(m), size: int64(m.Size()), done: done}
+	l.AppendIn(m, nil, done)
+}
+
+// AppendIn implements queue.BatchLog: Append, and end is told once the
+// commit that holds it has answered all its appends.
+func (l *qlog) AppendIn(m *core.Message, end queue.BatchEnder, done func(uint64, error)) {
+	o := op{log: l, msg: m, size: int64(m.Size()), done: done, end: end}
 	if !l.b.loop.Add(o) {
 		done(0, fmt.Errorf("%w: embedded %s: closed", queue.ErrUnavailable, l.b.path))
+		if end != nil {
+			end.BatchEnd()
+		}
 	}
 }
 
@@ -537,10 +581,12 @@ func (l *qlog) Browse(ctx context.Context, after uint64, max int) ([]queue.Recor
 	return l.Read(ctx, after, max)
 }
 
-// candidate is a record Read found, in bbolt or the overlay.
+// candidate is a record Read found, in bbolt (data, its encoding) or the
+// overlay (msg, the message appended).
 type candidate struct {
 	id          uint64
 	data, state []byte
+	msg         *core.Message
 }
 
 // Read implements queue.Log: bbolt's records merged with the overlay's,
@@ -571,10 +617,10 @@ func (l *qlog) Read(_ context.Context, after uint64, max int) ([]queue.Record, e
 		o := &l.ov
 		for i := sort.Search(len(o.recs), func(i int) bool { return o.recs[i].id > after }); i < len(o.recs) && len(mem) < max; i++ {
 			r := o.recs[i]
-			if r.data == nil || o.isRemoved(r.id) {
+			if r.msg == nil || o.isRemoved(r.id) {
 				continue
 			}
-			mem = append(mem, candidate{id: r.id, data: r.data, state: o.state(r.id)})
+			mem = append(mem, candidate{id: r.id, msg: r.msg, state: o.state(r.id)})
 		}
 		for k, v := c.Seek(from[:]); k != nil && len(disk) < max; k, v = c.Next() {
 			id := binary.BigEndian.Uint64(k)
@@ -602,11 +648,15 @@ func (l *qlog) Read(_ context.Context, after uint64, max int) ([]queue.Record, e
 				}
 				r, mem = mem[0], mem[1:]
 			}
-			// Decode copies: bbolt's bytes live only as long as the
+			// The overlay's message as appended (immutable); bbolt's
+			// decoded, which copies: its bytes live only as long as the
 			// transaction.
-			m, err := codec.Decode(r.data)
-			if err != nil {
-				return fmt.Errorf("queue %q record %d: %w", l.name, r.id, err)
+			m := r.msg
+			if m == nil {
+				var err error
+				if m, err = codec.Decode(r.data); err != nil {
+					return fmt.Errorf("queue %q record %d: %w", l.name, r.id, err)
+				}
 			}
 			rec := queue.Record{ID: r.id, Msg: m}
 			if r.state != nil {
@@ -668,11 +718,11 @@ func (b *Backend) forget(l *qlog, ids []uint64) {
 		delete(o.states, id)
 		if i := o.find(id); i >= 0 {
 			r := &o.recs[i]
-			if r.data == nil {
+			if r.msg == nil {
 				continue // removed before
 			}
 			if id > o.frozenHi {
-				r.data = nil
+				r.msg = nil
 				l.records.Add(-1)
 				l.bytes.Add(-r.size)
 				continue

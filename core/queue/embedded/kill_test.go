@@ -256,7 +256,7 @@ func killRound(t *testing.T, killAfter int, checkpoints, torn bool) {
 // leaves it.
 func tearLastSegment(t *testing.T, path string, n uint64) {
 	t.Helper()
-	m := &op{log: &qlog{name: "q0"}, data: []byte(strings.Repeat("x", 1000)), size: 1000, done: func(uint64, error) {}, id: 1 << 40}
+	m := &op{log: &qlog{name: "q0"}, msg: &core.Message{Topic: "q0", Payload: []byte(strings.Repeat("x", 1000))}, size: 1000, done: func(uint64, error) {}, id: 1 << 40}
 	rec := encodeOp(nil, m)
 	f, err := os.OpenFile(segmentName(path, n), os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {

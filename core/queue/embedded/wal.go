@@ -43,6 +43,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/tolsey/tolsey/core"
 	"github.com/tolsey/tolsey/core/codec"
 	"github.com/tolsey/tolsey/core/queue"
 )
@@ -70,12 +71,14 @@ const (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// ovRec is one appended record in a queue's overlay; data nil once it is
-// removed.
+// ovRec is one appended record in a queue's overlay: the message as
+// appended (immutable), nil once it is removed. The log holds its
+// encoding; a checkpoint encodes it again for bbolt, for the few records
+// still there by then (most are removed first, never encoded but once).
 type ovRec struct {
 	id   uint64
 	size int64
-	data []byte
+	msg  *core.Message
 }
 
 // overlay is what a queue's log holds beyond bbolt. Guarded by
@@ -186,7 +189,10 @@ func encodeOp(buf []byte, o *op) []byte {
 		buf = appendName(buf, o.log.name)
 		buf = binary.BigEndian.AppendUint64(buf, o.id)
 		buf = binary.AppendUvarint(buf, uint64(o.size))
-		buf = append(buf, o.data...)
+		// AppendCompact: a message received over AMQP would otherwise
+		// carry its payload twice (in its native bytes too), twice the
+		// bytes to log, keep and checkpoint.
+		buf = codec.AppendCompact(buf, o.msg)
 	case o.state != nil:
 		buf = append(buf, recState)
 		buf = appendName(buf, o.log.name)
@@ -538,7 +544,7 @@ func (b *Backend) takeCut(last bool) (*cut, error) {
 		}
 		cq := cutQueue{l: l}
 		for _, r := range o.recs {
-			if r.data != nil {
+			if r.msg != nil {
 				cq.recs = append(cq.recs, r)
 			}
 		}
@@ -577,8 +583,19 @@ func (b *Backend) checkpoint(c *cut) error {
 					continue
 				}
 				q := newTxQueue(qb)
+				// The encodings in one buffer: bbolt keeps a value's
+				// bytes until the transaction ends, so each is a slice of
+				// its own (earlier ones stay valid when append moves on
+				// to a larger array).
+				var need int64
 				for _, r := range cq.recs {
-					if err := q.put(r.id, r.data, r.size); err != nil {
+					need += r.size + 64
+				}
+				slab := make([]byte, 0, need)
+				for _, r := range cq.recs {
+					start := len(slab)
+					slab = codec.AppendCompact(slab, r.msg)
+					if err := q.put(r.id, slab[start:len(slab):len(slab)], r.size); err != nil {
 						return err
 					}
 				}

@@ -15,7 +15,11 @@
 // all, durable and unsettled (at least once), each keeping -window sends
 // in flight and counting only accepted ones. A message's latency is from
 // its send to its receipt (the send time is in the payload; one clock).
-// The gateway's CPU and its read and write syscalls are read from /proc.
+// The server's CPU (the gateway's; RabbitMQ's Erlang VM, by its pid file)
+// and its read and write syscalls are read from /proc; the clients' CPU
+// (this program's) from getrusage. On a shared box, where the rate is
+// whatever share of the cores the run gets, CPU per message is the
+// steadier comparison.
 // Goals: embedded ≥ 20,000 msg/s and ≥ 3× RabbitMQ.
 package main
 
@@ -29,11 +33,13 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -55,6 +61,7 @@ type result struct {
 	elapsed  time.Duration
 	p50, p99 time.Duration
 	cpu      time.Duration // server CPU, 0 when not measured
+	client   time.Duration // this program's CPU (the senders and receivers, go-amqp)
 	syscalls int64         // server read and write syscalls (pwrite and fdatasync's writes too), 0 when not measured
 	stalled  bool          // deliveries stopped before every message arrived
 }
@@ -70,7 +77,7 @@ func main() {
 	flag.IntVar(&c.subs, "subs", 4, "receivers")
 	flag.IntVar(&c.size, "size", 1024, "payload bytes (at least 8: the send time)")
 	flag.IntVar(&c.window, "window", 64, "unsettled sends in flight per sender")
-	flag.StringVar(&c.profile, "profile", "", "write each gateway's CPU profile (admin /debug/pprof/profile, while its senders run) to this directory")
+	flag.StringVar(&c.profile, "profile", "", "write each gateway's CPU profile (admin /debug/pprof/profile, while its senders run), and this program's (the clients', <target>.client.pprof), to this directory")
 	flag.DurationVar(&c.profileFor, "profile-for", 3*time.Second, "the CPU profile's length (-profile)")
 	skipRabbit := flag.Bool("no-rabbitmq", false, "leave RabbitMQ out")
 	skipRedis := flag.Bool("no-redis", false, "leave the gateway with the Redis backend out")
@@ -139,13 +146,21 @@ func main() {
 		if err != nil {
 			r.Fatal(err)
 		}
-		run("RabbitMQ 3.10", node.Addr, "/queue/load", nil)
+		// The Erlang VM's CPU, as the gateway's: its pid from the node's
+		// pid file (the server script's child), read from /proc.
+		var vm *rig.Child
+		if b, err := os.ReadFile(filepath.Join(dir, "rabbit.pid")); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+				vm = &rig.Child{Name: "rabbitmq", PID: pid}
+			}
+		}
+		run("RabbitMQ 3.10", node.Addr, "/queue/load", vm)
 		node.Stop()
 	}
 
 	fmt.Println()
 	tw := tabwriter.NewWriter(os.Stdout, 2, 8, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "target\tmsg/s\tp50\tp99\tserver CPU µs/msg\tserver syscalls/msg\t× RabbitMQ\t")
+	fmt.Fprintln(tw, "target\tmsg/s\tp50\tp99\tserver CPU µs/msg\tserver syscalls/msg\tclient CPU µs/msg\t× RabbitMQ\t")
 	var rabbit float64
 	if !*skipRabbit {
 		rabbit = results[len(results)-1].rate()
@@ -161,13 +176,18 @@ func main() {
 		if rabbit > 0 {
 			ratio = fmt.Sprintf("%.2f", res.rate()/rabbit)
 		}
-		fmt.Fprintf(tw, "%s\t%.0f\t%v\t%v\t%s\t%s\t%s\t\n", res.name, res.rate(), res.p50.Round(time.Microsecond), res.p99.Round(time.Microsecond), cpu, sys, ratio)
+		client := fmt.Sprintf("%.1f", float64(res.client.Microseconds())/float64(max(res.got, 1)))
+		fmt.Fprintf(tw, "%s\t%.0f\t%v\t%v\t%s\t%s\t%s\t%s\t\n", res.name, res.rate(), res.p50.Round(time.Microsecond), res.p99.Round(time.Microsecond), cpu, sys, client, ratio)
 	}
 	tw.Flush()
 	emb := results[0].rate()
 	ok := emb >= 20000
 	fmt.Printf("embedded ≥ 20,000 msg/s: %v\n", map[bool]string{true: "PASS", false: "FAIL"}[emb >= 20000])
 	if rabbit > 0 {
+		if e, rq := results[0], results[len(results)-1]; e.cpu > 0 && rq.cpu > 0 {
+			fmt.Printf("server CPU per message, RabbitMQ / embedded: %.2f\n",
+				(float64(rq.cpu)/float64(rq.got))/(float64(e.cpu)/float64(e.got)))
+		}
 		fmt.Printf("embedded ≥ 3× RabbitMQ: %v\n", map[bool]string{true: "PASS", false: "FAIL"}[emb >= 3*rabbit])
 		ok = ok && emb >= 3*rabbit
 	}
@@ -278,9 +298,17 @@ func runTarget(c config, name, addr, target string, g *rig.Child) (result, error
 	}
 	var cpu0 time.Duration
 	var sys0 int64
+	client0 := selfCPU()
 	if g != nil {
 		cpu0, _ = g.CPU()
 		sys0, _ = syscalls(g.PID)
+	}
+	if c.profile != "" {
+		stop, err := clientProfile(filepath.Join(c.profile, strings.ReplaceAll(name, " ", "-")+".client.pprof"), c.profileFor)
+		if err != nil {
+			return result{}, err
+		}
+		defer stop()
 	}
 	profiled := make(chan error, 1)
 	if c.profile != "" && g != nil && g.Admin != "" {
@@ -313,7 +341,7 @@ func runTarget(c config, name, addr, target string, g *rig.Child) (result, error
 		// time until the last arrival.
 		stalled = true
 	}
-	res := result{got: got.Load(), elapsed: time.Unix(0, last.Load()).Sub(start), stalled: stalled}
+	res := result{got: got.Load(), elapsed: time.Unix(0, last.Load()).Sub(start), stalled: stalled, client: selfCPU() - client0}
 	if g != nil {
 		cpu1, _ := g.CPU()
 		res.cpu = cpu1 - cpu0
@@ -405,6 +433,38 @@ func profile(ctx context.Context, admin, which, path string) error {
 		return err
 	}
 	return f.Close()
+}
+
+// clientProfile writes this program's CPU profile (the clients: go-amqp's
+// senders and receivers) for d, or until stop, to path.
+func clientProfile(path string, d time.Duration) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			pprof.StopCPUProfile()
+			f.Close()
+		})
+	}
+	time.AfterFunc(d, stop)
+	return stop, nil
+}
+
+// selfCPU is the CPU time this program has used, all its threads: the
+// clients' share of the box, which they take from the server under test.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // syscalls is the read and write system calls process pid has made, all
