@@ -14,35 +14,23 @@ var errAborted = errors.New("bridge nats: stopping")
 
 // abortDialer dials nats.go's connections as nats.go itself would (a TCP
 // dial bounded by its default connect timeout; nats.go puts TLS on top)
-// and keeps every one still open, so that Stop can close them under a
-// write that waits on a peer which stopped reading: nats.go holds its
-// connection lock across such a write for up to its one-minute write
-// timeout, and Close, Drain and IsConnected all wait for that lock.
+// and keeps the last one, so that Stop can close it under a write that
+// waits on a peer which stopped reading: nats.go holds its connection
+// lock across such a write for up to its one-minute write timeout, and
+// Close, Drain and IsConnected all wait for that lock.
 //
-// Every one, not the last: more than one nats.Conn dials through it. The
-// cluster's connection for shared subscriptions is made from a copy of
-// the bridge connection's options (bridge/cluster, shares.start), this
-// dialer with them; keeping the last connection dialed, the stop's
-// deadline cut that one (closed already, the cluster stops first) and
-// left the bridge's own blocked.
+// The last one, not every one: nats.go leaves a connection whose
+// handshake failed on a reconnect (TLS, INFO, auth) unclosed for the
+// collector, which a set kept here would stop. So it serves one
+// nats.Conn: the bridge's. The cluster's connection for shared
+// subscriptions, made from a copy of the bridge connection's options,
+// dials without it (bridge/cluster, shares.start); dialing through it, it
+// took the last place, and a stop's deadline cut that connection (closed
+// already: the cluster stops first) and not the bridge's.
 type abortDialer struct {
 	mu      sync.Mutex
-	conns   map[*dialedConn]struct{} // guarded by mu: dialed and not closed
-	aborted bool                     // guarded by mu
-}
-
-// dialedConn is a connection the dialer made; closing it forgets it.
-type dialedConn struct {
-	net.Conn
-	d *abortDialer
-}
-
-// Close implements net.Conn.
-func (c *dialedConn) Close() error {
-	c.d.mu.Lock()
-	delete(c.d.conns, c)
-	c.d.mu.Unlock()
-	return c.Conn.Close()
+	conn    net.Conn // guarded by mu
+	aborted bool     // guarded by mu
 }
 
 // Dial implements nats.CustomDialer.
@@ -58,24 +46,17 @@ func (a *abortDialer) Dial(network, address string) (net.Conn, error) {
 		c.Close()
 		return nil, errAborted
 	}
-	dc := &dialedConn{Conn: c, d: a}
-	if a.conns == nil {
-		a.conns = map[*dialedConn]struct{}{}
-	}
-	a.conns[dc] = struct{}{}
-	return dc, nil
+	a.conn = c
+	return c, nil
 }
 
-// abort closes every connection still open and refuses new ones.
+// abort closes the current connection and refuses new ones.
 func (a *abortDialer) abort() {
 	a.mu.Lock()
 	a.aborted = true
-	conns := make([]*dialedConn, 0, len(a.conns))
-	for c := range a.conns {
-		conns = append(conns, c)
-	}
+	c := a.conn
 	a.mu.Unlock()
-	for _, c := range conns {
+	if c != nil {
 		_ = c.SetDeadline(time.Now())
 		_ = c.Close()
 	}
