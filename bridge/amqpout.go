@@ -129,7 +129,7 @@ func (r *amqpRule) sendQoS0(sess *goamqp.Session) error {
 func (r *amqpRule) discardOnStop() {
 	rest := len(r.burst) - r.sent
 	clear(r.burst)
-	r.burst, r.sent = r.queue.take(r.burst), 0
+	r.burst, r.sent = r.queue.takeLast(r.burst), 0 // nothing comes after: Deliver counts it stopping
 	rest += len(r.burst)
 	clear(r.burst)
 	r.burst = r.burst[:0]

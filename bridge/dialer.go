@@ -18,6 +18,15 @@ var errAborted = errors.New("bridge nats: stopping")
 // waits on a peer which stopped reading: nats.go holds its connection
 // lock across such a write for up to its one-minute write timeout, and
 // Close, Drain and IsConnected all wait for that lock.
+//
+// The last one, not every one: nats.go leaves a connection whose
+// handshake failed on a reconnect (TLS, INFO, auth) unclosed for the
+// collector, which a set kept here would stop. So it serves one
+// nats.Conn: the bridge's. The cluster's connection for shared
+// subscriptions, made from a copy of the bridge connection's options,
+// dials without it (bridge/cluster, shares.start); dialing through it, it
+// took the last place, and a stop's deadline cut that connection (closed
+// already: the cluster stops first) and not the bridge's.
 type abortDialer struct {
 	mu      sync.Mutex
 	conn    net.Conn // guarded by mu

@@ -523,7 +523,11 @@ func (b *NATS) writer() {
 			stopping = true
 		}
 		for {
-			burst = b.queue.take(burst)
+			if stopping {
+				burst = b.queue.takeLast(burst) // nothing comes after: Deliver counts it stopping
+			} else {
+				burst = b.queue.take(burst)
+			}
 			if len(burst) == 0 {
 				break
 			}

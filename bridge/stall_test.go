@@ -387,3 +387,36 @@ func TestStopPublishesWhatIsQueued(t *testing.T) {
 	}
 	coretest.Eventually(t, "every message at the NATS subscriber", 30*time.Second, func() bool { return got.Load() >= int64(sent) })
 }
+
+// A core NATS message a publisher delivers after the bridge's writer has
+// ended (the router calls Deliver outside its lock: a publish that matched
+// the rule before Stop unsubscribed it delivers after) is dropped and
+// counted as stopping. It was queued, found room, and was neither sent nor
+// counted: Out + Dropped fell short of what was delivered.
+func TestDeliverAfterStopCounted(t *testing.T) {
+	s, _ := startNATS(t)
+	router := core.NewRouter(core.RouterOptions{Node: "n1"})
+	b := startBridgeOpts(t, NATSOptions{URLs: []string{s.ClientURL()}, Rules: []Rule{stallRule}, Router: router})
+	coretest.Eventually(t, "the bridge connected", 10*time.Second, func() bool { return b.Down() == nil })
+	if err := b.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	before := stoppingDrops(b)
+	if err := b.rules[0].Deliver(&core.Message{Topic: "st/late", Payload: []byte("x")}, core.Delivery{}); err != nil {
+		t.Fatal(err)
+	}
+	st := b.Status().Rules[0]
+	if st.Out+st.Dropped != 1 || stoppingDrops(b)-before != 1 {
+		t.Fatalf("a message delivered after Stop: %d out, %d dropped, %v counted stopping; want it dropped as stopping",
+			st.Out, st.Dropped, stoppingDrops(b)-before)
+	}
+}
+
+// stoppingDrops is the bridge's count of messages dropped as stopping.
+func stoppingDrops(b *NATS) float64 {
+	var m dto.Metric
+	if err := b.m.drops["stopping"].Write(&m); err != nil {
+		panic(err)
+	}
+	return m.GetCounter().GetValue()
+}

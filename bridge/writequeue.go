@@ -20,7 +20,11 @@ type writeQueue[T any] struct {
 	mu   sync.Mutex
 	msgs []T // guarded by mu: waiting for the writer
 	held int // guarded by mu: the writer's burst in hand not yet released, which counts towards max
-	max  int // bound of msgs and held together: NATSOptions.QueueLen, AMQPOptions.QueueLen
+	// ended is set by takeLast: the writer has ended, and a put fails
+	// (a publisher that matched before the stop delivers after it: the
+	// router calls Deliver outside its lock). Guarded by mu.
+	ended bool
+	max   int // bound of msgs and held together: NATSOptions.QueueLen, AMQPOptions.QueueLen
 	// ready has a token when msgs may have turned non-empty since the
 	// writer last looked.
 	ready chan struct{}
@@ -104,6 +108,10 @@ const (
 // off with room in the queue (found by review).
 func (q *writeQueue[T]) tryPut(x T, mode int) (bool, chan struct{}) {
 	q.mu.Lock()
+	if q.ended {
+		q.mu.Unlock()
+		return false, nil
+	}
 	n := len(q.msgs)
 	if n+q.held >= q.max {
 		var room chan struct{}
@@ -140,6 +148,15 @@ func (q *writeQueue[T]) take(spare []T) []T {
 	q.freed()
 	q.mu.Unlock()
 	return got
+}
+
+// takeLast is take for a writer that ends: nothing is queued after it
+// (puts fail), so what it returns is the last there will be.
+func (q *writeQueue[T]) takeLast(spare []T) []T {
+	q.mu.Lock()
+	q.ended = true
+	q.mu.Unlock()
+	return q.take(spare)
 }
 
 // pending is how many messages wait for the writer (not counting its

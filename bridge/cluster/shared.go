@@ -103,6 +103,10 @@ func (s *shares) start() error {
 	o.RetryOnFailedConnect = true
 	o.ReconnectedCB, o.DisconnectedErrCB, o.ClosedCB, o.DisconnectedCB = nil, nil, nil, nil
 	o.AsyncErrorCB = nil
+	// nats.go's own dialing: the bridge's dialer keeps the connection it
+	// dialed last, to cut it when the bridge's stop runs out of time, and
+	// dialing through it this one would take that place.
+	o.CustomDialer = nil
 	nc, err := o.Connect()
 	if err != nil {
 		return err
