@@ -75,6 +75,7 @@ var keyDefs = []keyDef{
 	{name: "mqtt.maxInflight", def: "8192", kind: kindInt, max: 65535, help: "QoS 1/2 messages held per MQTT session, in flight or queued while it is offline (beyond it new ones are dropped and counted); costs memory only when used"},
 	{name: "mqtt.receiveMaximum", def: "1024", kind: kindInt, max: 65535, help: "QoS 1/2 publishes a client may have unacknowledged towards the gateway (MQTT 5 Receive Maximum)"},
 	{name: "mqtt.maxPacketSize", def: "1MiB", kind: kindBytes, max: 268435460, help: "largest MQTT packet accepted, bytes, fixed header included (announced to MQTT 5 clients as Maximum Packet Size; a larger one ends the connection, MQTT 5 with DISCONNECT 0x95); 0 = protocol limit (256 MiB)"},
+	{name: "mqtt.maxUserProperties", def: "1024", kind: kindInt, max: 1 << 20, help: "most user properties one MQTT packet may carry (each is 32 bytes once decoded, 5 on the wire: a packet of them, read before login, would otherwise decode to about 6.4 times its size); over it the connection ends, MQTT 5 with DISCONNECT 0x83; 0 = no limit"},
 	{name: "mqtt.maxMessageExpiry", def: "0", kind: kindDuration, help: "cap on how long queued session messages live (mochi's 24 h default would purge them); 0 = no cap beyond each message's own expiry"},
 	{name: "mqtt.maxKeepAlive", def: "0", kind: kindDuration, help: "longest keep alive an MQTT 5 client may use (longer or none is replaced, and announced as Server Keep Alive); 0 = the client's choice"},
 	{name: "mqtt.writeTimeout", def: "30s", kind: kindDuration, help: "how long a write to an MQTT client may wait for it to read before it is disconnected (a subscriber that stopped reading never slows others); 0 = no limit"},
@@ -184,6 +185,7 @@ type Config struct {
 		MaxInflight         int
 		ReceiveMaximum      int
 		MaxPacketSize       int64
+		MaxUserProperties   int
 		MaxMessageExpiry    time.Duration
 		MaxSessionExpiry    time.Duration
 		MaxKeepAlive        time.Duration
@@ -479,6 +481,7 @@ func buildConfig(k *koanf.Koanf, byName map[string]*keyDef) (*Config, error) {
 	c.MQTT.MaxInflight = int(num("mqtt.maxInflight"))
 	c.MQTT.ReceiveMaximum = int(num("mqtt.receiveMaximum"))
 	c.MQTT.MaxPacketSize = num("mqtt.maxPacketSize")
+	c.MQTT.MaxUserProperties = int(num("mqtt.maxUserProperties"))
 	c.MQTT.MaxMessageExpiry = dur("mqtt.maxMessageExpiry")
 	c.MQTT.MaxSessionExpiry = dur("mqtt.maxSessionExpiry")
 	c.MQTT.SessionsBackend = get("mqtt.sessions.backend")

@@ -177,6 +177,7 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 		MaxInflight:         g.cfg.MQTT.MaxInflight,
 		ReceiveMaximum:      g.cfg.MQTT.ReceiveMaximum,
 		MaxPacketSize:       g.cfg.MQTT.MaxPacketSize,
+		MaxUserProperties:   g.cfg.MQTT.MaxUserProperties,
 		MaxMessageExpiry:    g.cfg.MQTT.MaxMessageExpiry,
 		MaxSessionExpiry:    g.cfg.MQTT.MaxSessionExpiry,
 		MaxKeepAlive:        g.cfg.MQTT.MaxKeepAlive,

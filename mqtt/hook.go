@@ -176,6 +176,8 @@ func (h *hook) OnDisconnect(cl *mochi.Client, err error, expire bool) {
 			"timeout", h.s.opts.WriteTimeout)
 	case errors.Is(err, packets.ErrPacketTooLarge):
 		h.s.opts.Metrics.Closed("mqtt", "packet_too_large")
+	case errors.Is(err, packets.ErrTooManyUserProperties):
+		h.s.opts.Metrics.Closed("mqtt", "too_many_user_properties")
 	}
 	h.s.forgetLocal(cl)
 	h.replay.forget(cl)

@@ -63,6 +63,10 @@ type Options struct {
 	MaxInflight      int // default 8192, as mochi
 	ReceiveMaximum   int // default 1024
 	MaxPacketSize    int64
+	// MaxUserProperties is the most user properties one packet may carry
+	// (0: no limit). mochi's packet layer holds it process-wide
+	// (packets.SetMaxUserProperties, mochi patch 44): New sets it.
+	MaxUserProperties int
 	// MaxMessageExpiry caps queued session messages; 0 = no cap. mochi's
 	// default of 24 h would silently purge them.
 	MaxMessageExpiry time.Duration
@@ -186,6 +190,7 @@ func New(opts Options) (*Server, error) {
 	caps.MaximumInflight = uint16(min(opts.MaxInflight, math.MaxUint16))
 	caps.ReceiveMaximum = uint16(min(opts.ReceiveMaximum, math.MaxUint16))
 	caps.MaximumPacketSize = uint32(min(opts.MaxPacketSize, math.MaxUint32))
+	packets.SetMaxUserProperties(opts.MaxUserProperties)
 	caps.MaximumMessageExpiryInterval = noExpiryCap
 	if opts.MaxMessageExpiry > 0 {
 		caps.MaximumMessageExpiryInterval = int64(opts.MaxMessageExpiry / time.Second)

@@ -60,7 +60,7 @@ func New() *Metrics {
 	}, []string{"protocol"})
 	m.ConnsClosed = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tolsey_connections_closed_total",
-		Help: "Connections the gateway ended for cause, by protocol and reason: write_timeout (the client stopped reading), packet_too_large, unanswered_refusals.",
+		Help: "Connections the gateway ended for cause, by protocol and reason: write_timeout (the client stopped reading), packet_too_large, too_many_user_properties, unanswered_refusals.",
 	}, []string{"protocol", "reason"})
 	m.AuthFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tolsey_auth_failures_total",

@@ -643,6 +643,8 @@ func (s *Server) establishClient(cl *Client, listener string) (counted bool, err
 func (s *Server) detachClient(cl *Client, listener string, err error) {
 	if errors.Is(err, packets.ErrPacketTooLarge) && cl.Properties.ProtocolVersion == 5 {
 		_ = s.DisconnectClient(cl, packets.ErrPacketTooLarge) // gateway patch [MQTT-3.1.2-24]
+	} else if errors.Is(err, packets.ErrTooManyUserProperties) && cl.Properties.ProtocolVersion == 5 {
+		_ = s.DisconnectClient(cl, packets.ErrTooManyUserProperties) // gateway patch 44
 	}
 	if err != nil {
 		s.sendLWT(cl)

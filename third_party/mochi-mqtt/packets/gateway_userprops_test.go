@@ -2,6 +2,7 @@ package packets
 
 import (
 	"bytes"
+	"errors"
 	"runtime"
 	"testing"
 	"unsafe"
@@ -63,5 +64,50 @@ func TestUserPropertiesAllocatedOnce(t *testing.T) {
 	}
 	if got > final+final/8 {
 		t.Errorf("Copy allocated %d KiB for %d user properties (%d KiB), want about their size", got>>10, n, final>>10)
+	}
+}
+
+// TestUserPropertiesLimit (gateway patch 44): with SetMaxUserProperties, a
+// properties block over the limit fails Decode with
+// ErrTooManyUserProperties before its user properties are allocated, also
+// when the block cannot be walked ahead (an unknown property after them)
+// or adds to user properties the packet holds already; at the limit it
+// decodes.
+func TestUserPropertiesLimit(t *testing.T) {
+	SetMaxUserProperties(16)
+	t.Cleanup(func() { SetMaxUserProperties(0) })
+
+	var p Properties
+	if _, err := p.Decode(Publish, bytes.NewBuffer(userPropsBlock(16))); err != nil || len(p.User) != 16 {
+		t.Fatalf("16 user properties at a limit of 16: %v, %d decoded", err, len(p.User))
+	}
+
+	var q Properties
+	var err error
+	big := bytes.NewBuffer(userPropsBlock(100_000))
+	got := allocated(func() { _, err = q.Decode(Publish, big) })
+	if !errors.Is(err, ErrTooManyUserProperties) {
+		t.Fatalf("100,000 user properties at a limit of 16: %v, want %v", err, ErrTooManyUserProperties)
+	}
+	if got > 64<<10 {
+		t.Errorf("refusing 100,000 user properties allocated %d KiB, want next to nothing", got>>10)
+	}
+
+	// Not walkable ahead: an unknown property (0x7f) after the user
+	// properties makes countUserProperties count 0.
+	block := userPropsBlock(100)[2:] // the properties without their length (2 bytes for 500)
+	props := append(append([]byte{}, block...), 0x7f)
+	var b bytes.Buffer
+	encodeLength(&b, int64(len(props)))
+	b.Write(props)
+	var r Properties
+	if _, err := r.Decode(Publish, &b); !errors.Is(err, ErrTooManyUserProperties) || len(r.User) > 16 {
+		t.Fatalf("100 user properties then an unknown property: %v, %d decoded, want %v at 16", err, len(r.User), ErrTooManyUserProperties)
+	}
+
+	// Added to what the packet holds: 10 held, 10 more.
+	s := Properties{User: make([]UserProperty, 10)}
+	if _, err := s.Decode(Publish, bytes.NewBuffer(userPropsBlock(10))); !errors.Is(err, ErrTooManyUserProperties) {
+		t.Fatalf("10 more user properties on 10 held at a limit of 16: %v, want %v", err, ErrTooManyUserProperties)
 	}
 }

@@ -420,7 +420,7 @@ func (pk *Packet) ConnectDecode(buf []byte) error {
 	if pk.ProtocolVersion == 5 {
 		n, err := pk.Properties.Decode(pk.FixedHeader.Type, bytes.NewBuffer(buf[offset:]))
 		if err != nil {
-			return fmt.Errorf("%s: %w", err, ErrMalformedProperties)
+			return fmt.Errorf("%w: %w", err, ErrMalformedProperties) // gateway patch 44: both kept
 		}
 		offset += n
 	}
@@ -433,6 +433,9 @@ func (pk *Packet) ConnectDecode(buf []byte) error {
 	if pk.Connect.WillFlag { // [MQTT-3.1.2-7]
 		if pk.ProtocolVersion == 5 {
 			n, err := pk.Connect.WillProperties.Decode(WillProperties, bytes.NewBuffer(buf[offset:]))
+			if errors.Is(err, ErrTooManyUserProperties) {
+				return fmt.Errorf("%w: %w", err, ErrMalformedWillProperties) // gateway patch 44
+			}
 			if err != nil {
 				return ErrMalformedWillProperties
 			}
@@ -566,7 +569,7 @@ func (pk *Packet) ConnackDecode(buf []byte) error {
 	if pk.ProtocolVersion == 5 {
 		_, err := pk.Properties.Decode(pk.FixedHeader.Type, bytes.NewBuffer(buf[offset:]))
 		if err != nil {
-			return fmt.Errorf("%s: %w", err, ErrMalformedProperties)
+			return fmt.Errorf("%w: %w", err, ErrMalformedProperties) // gateway patch 44: both kept
 		}
 	}
 
@@ -607,7 +610,7 @@ func (pk *Packet) DisconnectDecode(buf []byte) error {
 		if pk.FixedHeader.Remaining > 2 {
 			_, err = pk.Properties.Decode(pk.FixedHeader.Type, bytes.NewBuffer(buf[offset:]))
 			if err != nil {
-				return fmt.Errorf("%s: %w", err, ErrMalformedProperties)
+				return fmt.Errorf("%w: %w", err, ErrMalformedProperties) // gateway patch 44: both kept
 			}
 		}
 	}
@@ -699,7 +702,7 @@ func (pk *Packet) PublishDecode(buf []byte) error {
 	if pk.ProtocolVersion == 5 {
 		n, err := pk.Properties.Decode(pk.FixedHeader.Type, bytes.NewBuffer(buf[offset:]))
 		if err != nil {
-			return fmt.Errorf("%s: %w", err, ErrMalformedProperties)
+			return fmt.Errorf("%w: %w", err, ErrMalformedProperties) // gateway patch 44: both kept
 		}
 
 		offset += n
@@ -786,7 +789,7 @@ func (pk *Packet) decodePubAckRelRecComp(buf []byte) error {
 		if pk.FixedHeader.Remaining > 3 {
 			_, err = pk.Properties.Decode(pk.FixedHeader.Type, bytes.NewBuffer(buf[offset:]))
 			if err != nil {
-				return fmt.Errorf("%s: %w", err, ErrMalformedProperties)
+				return fmt.Errorf("%w: %w", err, ErrMalformedProperties) // gateway patch 44: both kept
 			}
 		}
 	}
@@ -921,7 +924,7 @@ func (pk *Packet) SubackDecode(buf []byte) error {
 	if pk.ProtocolVersion == 5 {
 		n, err := pk.Properties.Decode(pk.FixedHeader.Type, bytes.NewBuffer(buf[offset:]))
 		if err != nil {
-			return fmt.Errorf("%s: %w", err, ErrMalformedProperties)
+			return fmt.Errorf("%w: %w", err, ErrMalformedProperties) // gateway patch 44: both kept
 		}
 		offset += n
 	}
@@ -981,7 +984,7 @@ func (pk *Packet) SubscribeDecode(buf []byte) error {
 	if pk.ProtocolVersion == 5 {
 		n, err := pk.Properties.Decode(pk.FixedHeader.Type, bytes.NewBuffer(buf[offset:]))
 		if err != nil {
-			return fmt.Errorf("%s: %w", err, ErrMalformedProperties)
+			return fmt.Errorf("%w: %w", err, ErrMalformedProperties) // gateway patch 44: both kept
 		}
 		offset += n
 	}
@@ -1077,7 +1080,7 @@ func (pk *Packet) UnsubackDecode(buf []byte) error {
 	if pk.ProtocolVersion == 5 {
 		n, err := pk.Properties.Decode(pk.FixedHeader.Type, bytes.NewBuffer(buf[offset:]))
 		if err != nil {
-			return fmt.Errorf("%s: %w", err, ErrMalformedProperties)
+			return fmt.Errorf("%w: %w", err, ErrMalformedProperties) // gateway patch 44: both kept
 		}
 
 		offset += n
@@ -1133,7 +1136,7 @@ func (pk *Packet) UnsubscribeDecode(buf []byte) error {
 	if pk.ProtocolVersion == 5 {
 		n, err := pk.Properties.Decode(pk.FixedHeader.Type, bytes.NewBuffer(buf[offset:]))
 		if err != nil {
-			return fmt.Errorf("%s: %w", err, ErrMalformedProperties)
+			return fmt.Errorf("%w: %w", err, ErrMalformedProperties) // gateway patch 44: both kept
 		}
 		offset += n
 	}
@@ -1193,7 +1196,7 @@ func (pk *Packet) AuthDecode(buf []byte) error {
 
 	_, err = pk.Properties.Decode(pk.FixedHeader.Type, bytes.NewBuffer(buf[offset:]))
 	if err != nil {
-		return fmt.Errorf("%s: %w", err, ErrMalformedProperties)
+		return fmt.Errorf("%w: %w", err, ErrMalformedProperties) // gateway patch 44: both kept
 	}
 
 	return nil

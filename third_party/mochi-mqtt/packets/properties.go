@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"fmt"
 	"strings"
+	"sync/atomic"
 
 	"github.com/mochi-mqtt/server/v2/mempool"
 )
@@ -389,7 +390,11 @@ func (p *Properties) Decode(pkt byte, b *bytes.Buffer) (n int, err error) {
 	}
 
 	bt := b.Bytes()
+	lim := int(maxUserProperties.Load())
 	if u := countUserProperties(bt[:min(n, len(bt))]); u > 0 {
+		if lim > 0 && len(p.User)+u > lim { // gateway patch 44
+			return n + bu, ErrTooManyUserProperties
+		}
 		user := make([]UserProperty, len(p.User), len(p.User)+u) // gateway patch 42
 		copy(user, p.User)
 		p.User = user
@@ -473,6 +478,11 @@ func (p *Properties) Decode(pkt byte, b *bytes.Buffer) (n int, err error) {
 				return n + bu, err
 			}
 			v, offset, err = decodeString(bt, offset)
+			if lim > 0 && len(p.User) >= lim {
+				// A block countUserProperties could not walk counted 0
+				// (gateway patch 44).
+				return n + bu, ErrTooManyUserProperties
+			}
 			p.User = append(p.User, UserProperty{Key: k, Val: v})
 		case PropMaximumPacketSize:
 			p.MaximumPacketSize, offset, err = decodeUint32(bt, offset)
@@ -494,6 +504,19 @@ func (p *Properties) Decode(pkt byte, b *bytes.Buffer) (n int, err error) {
 
 	return n + bu, nil
 }
+
+// maxUserProperties is the most user properties Decode takes in one
+// properties block, together with any the packet holds already; 0 = no
+// limit (gateway patch 44). A user property of two empty strings is 5
+// bytes on the wire and 32 decoded: without a limit, a CONNECT of
+// Maximum Packet Size bytes, read before any authentication, decodes to
+// about 6.4 times its size. Process-wide: the packet layer has no server
+// to ask; the program that embeds the server sets it at start.
+var maxUserProperties atomic.Int64
+
+// SetMaxUserProperties sets the most user properties a properties block
+// may carry (0: no limit); more fail Decode with ErrTooManyUserProperties.
+func SetMaxUserProperties(n int) { maxUserProperties.Store(int64(max(n, 0))) }
 
 // countUserProperties counts the user properties in a properties block
 // (without its length), so that Decode makes their slice once at its size
