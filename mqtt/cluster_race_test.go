@@ -423,3 +423,63 @@ func TestStaleConnectionEndWritesNothing(t *testing.T) {
 		t.Fatalf("stored record's session expiry %d; want the new connection's 7200", got)
 	}
 }
+
+// The old connection ended by itself (its client's socket closed) just
+// before the stale resume: dropStale finds it closed, so its stop cause is
+// its own (not 0x8E), and its end is still to come when the new
+// connection stores its session. It writes nothing then: the id is held
+// by another client here. Before, the stop-cause check let its record
+// (session expiry 3600 s) go over the new connection's (7200 s), written
+// with the new connection's epoch.
+func TestStaleConnectionEndedByItselfWritesNothing(t *testing.T) {
+	a, b := startGatewayPair(t, claimFunc(answered), claimFunc(answered))
+	old := staleOnA(t, a, b, true)
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	var oldCl atomic.Pointer[mochi.Client]
+	hook := func(cl *mochi.Client) {
+		if cl.ID == "dev" && cl.Properties.Props.SessionExpiryInterval == 3600 {
+			oldCl.Store(cl)
+			once.Do(func() { close(held) })
+			<-release
+		}
+	}
+	testHookDisconnect.Store(&hook)
+	t.Cleanup(func() { testHookDisconnect.Store(nil) })
+	var freeOnce sync.Once
+	free := func() { freeOnce.Do(func() { close(release) }) }
+	t.Cleanup(free)
+
+	_ = old.conn.Close() // the old connection ends by itself; its end is held
+	select {
+	case <-held:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the old connection's end never came")
+	}
+	if errors.Is(oldCl.Load().StopCause(), packets.ErrSessionTakenOver) {
+		t.Fatal("the old connection was taken over; the test needs it ended by itself")
+	}
+	back, present := dialSessionExpiry(t, a.Addr(), "dev", 5, false, 7200)
+	if !present {
+		t.Fatal("A found no session")
+	}
+	m := back.expectPublish(t, "b/x", "m1", 1, false)
+	back.puback(t, m.PacketID)
+	back.subscribeQoS1(t, "c/#") // after OnSessionEstablished stored the record
+	free()
+	waitUntil(t, "the old connection's end", func() bool { return atomic.LoadInt64(&a.mochi.Info.ClientsConnected) == 1 })
+	settled(a)
+	ra := a.sessions.b.(*session.Redis)
+	var rec clientRecord
+	if _, err := ra.TakeClient("dev", func(kind session.Kind, _ string, _, value []byte) error {
+		if kind == session.PutClient {
+			return json.Unmarshal(value, &rec)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.Props.SessionExpiryInterval; got != 7200 {
+		t.Fatalf("stored record's session expiry %d; want the new connection's 7200", got)
+	}
+}

@@ -181,10 +181,16 @@ func (ss *sessions) isKnown(id string) bool {
 func (ss *sessions) enqueueKnown(id string, ops ...session.Op) bool {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	epoch, ok := ss.known[id]
-	if !ok {
+	if _, ok := ss.known[id]; !ok {
 		return false
 	}
+	ss.enqueueKnownLocked(id, ops)
+	return true
+}
+
+// enqueueKnownLocked queues ops with id's epoch; mu is held and id known.
+func (ss *sessions) enqueueKnownLocked(id string, ops []session.Op) {
+	epoch := ss.known[id]
 	if h := testHookEnqueueKnown.Load(); h != nil {
 		(*h)(id)
 	}
@@ -192,7 +198,6 @@ func (ss *sessions) enqueueKnown(id string, ops ...session.Op) bool {
 		ops[i].Epoch = epoch
 	}
 	ss.log.Enqueue(ops...)
-	return true
 }
 
 // knownEpoch is the epoch id's stored session is written with here, and
@@ -311,8 +316,32 @@ func (ss *sessions) OnDisconnect(cl *mochi.Client, _ error, expire bool) {
 	delete(ss.pending, cl)
 	ss.pendMu.Unlock()
 	if !expire && persistent(cl) && !cl.IsTakenOver() && !takenAway(cl) {
-		ss.enqueueKnown(cl.ID, ss.clientOp(cl))
+		ss.enqueueOwn(cl, ss.clientOp(cl))
 	}
+}
+
+// enqueueOwn is enqueueKnown for what cl writes of its own session as it
+// ends: in a cluster, not while mochi holds another client of the id. A
+// stale copy dropped here (dropStale) and taken from the store again is
+// held by a client of its own before its id is known here again (restoring
+// adds it to mochi first, and so does a connection before
+// OnSessionEstablished), so, tested under mu, an end that comes late (its
+// stop cause its own, not 0x8E: it had ended before dropStale found it)
+// writes nothing over the newer session with that one's epoch.
+func (ss *sessions) enqueueOwn(cl *mochi.Client, ops ...session.Op) bool {
+	if ss.s.opts.Cluster == nil {
+		return ss.enqueueKnown(cl.ID, ops...)
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if _, ok := ss.known[cl.ID]; !ok {
+		return false
+	}
+	if other, ok := ss.s.mochi.Clients.Get(cl.ID); ok && other != cl {
+		return false
+	}
+	ss.enqueueKnownLocked(cl.ID, ops)
+	return true
 }
 
 // takenAway reports whether cl's connection was ended because another
