@@ -260,7 +260,7 @@ func (ss *sessions) OnSessionEstablished(cl *mochi.Client, _ packets.Packet) {
 	// remove the session the newer connection has just stored.
 	taken := ss.s.takenEpoch(cl)
 	ss.mu.Lock()
-	if cl.IsTakenOver() || takenAway(cl) {
+	if cl.IsTakenOver() || stoppedTakenOver(cl) {
 		ss.mu.Unlock()
 		return
 	}
@@ -315,7 +315,7 @@ func (ss *sessions) OnDisconnect(cl *mochi.Client, _ error, expire bool) {
 	ss.pendMu.Lock()
 	delete(ss.pending, cl)
 	ss.pendMu.Unlock()
-	if !expire && persistent(cl) && !cl.IsTakenOver() && !takenAway(cl) {
+	if !expire && persistent(cl) && !cl.IsTakenOver() && !ss.takenAway(cl) {
 		ss.enqueueOwn(cl, ss.clientOp(cl))
 	}
 }
@@ -345,10 +345,21 @@ func (ss *sessions) enqueueOwn(cl *mochi.Client, ops ...session.Op) bool {
 }
 
 // takenAway reports whether cl's connection was ended because another
-// connection took its session (cluster.go: TakenOver, dropStale): the
-// session it had is not its own to write any more, and a session of its
-// id known here since is another connection's.
-func takenAway(cl *mochi.Client) bool {
+// connection took its session from a shared store (cluster.go:
+// TakenOver, dropStale): the session it had is not its own to write any
+// more, and a session of its id known here since is another connection's.
+// Without a shared store a takeover by another gateway leaves the session
+// here, offline, and what happens to it is still written here.
+func (ss *sessions) takenAway(cl *mochi.Client) bool {
+	if _, shared := ss.b.(session.Shared); !shared {
+		return false
+	}
+	return stoppedTakenOver(cl)
+}
+
+// stoppedTakenOver reports whether cl's connection was ended as taken over
+// (its stop cause 0x8E).
+func stoppedTakenOver(cl *mochi.Client) bool {
 	return errors.Is(cl.StopCause(), packets.ErrSessionTakenOver)
 }
 
@@ -500,7 +511,7 @@ func (ss *sessions) dropInflight(cl *mochi.Client, id uint16) {
 	// them (a crash between the two lost them; a held one is not resent).
 	// A clean-start takeover deletes the whole session instead
 	// (OnSessionEstablished).
-	if persistent(cl) && !cl.IsTakenOver() && !takenAway(cl) && ss.isKnown(cl.ID) {
+	if persistent(cl) && !cl.IsTakenOver() && !ss.takenAway(cl) && ss.isKnown(cl.ID) {
 		// Under heldMu, as OnPacketSent's write of the same message.
 		ss.heldMu.Lock()
 		defer ss.heldMu.Unlock()
