@@ -483,3 +483,104 @@ func TestStaleConnectionEndedByItselfWritesNothing(t *testing.T) {
 		t.Fatalf("stored record's session expiry %d; want the new connection's 7200", got)
 	}
 }
+
+// gatedApply is the Redis store whose commits wait while its gate is
+// closed.
+type gatedApply struct {
+	*session.Redis
+	mu   sync.Mutex
+	gate chan struct{} // nil: open
+}
+
+func (g *gatedApply) Apply(ops []session.Op) error {
+	g.mu.Lock()
+	gate := g.gate
+	g.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
+	return g.Redis.Apply(ops)
+}
+
+func (g *gatedApply) close() {
+	g.mu.Lock()
+	g.gate = make(chan struct{})
+	g.mu.Unlock()
+}
+
+func (g *gatedApply) open() {
+	g.mu.Lock()
+	if g.gate != nil {
+		close(g.gate)
+		g.gate = nil
+	}
+	g.mu.Unlock()
+}
+
+// Two resumes of the client on A, which holds a stale copy, at once: both
+// find it stale; the first to go on (y) drops it, takes the session from
+// the store and subscribes, its write not yet committed; then the other
+// (x) goes on. The copy it found stale is gone: it takes y's session over
+// in memory, as any session held here, with y's subscription, and y's
+// write is committed with the epoch y took. Before, x dropped y's session
+// too and read the store again with a newer epoch: the subscription was
+// in neither, and y's write of it was refused.
+func TestStaleResumesAtOnceKeepTheFirstOnesWrites(t *testing.T) {
+	var g *gatedApply
+	a, b := startGatewayPairWrap(t, claimFunc(answered), claimFunc(answered),
+		func(r *session.Redis) session.Backend { g = &gatedApply{Redis: r}; return g })
+	t.Cleanup(g.open)
+	staleOnA(t, a, b, false)
+
+	entered, release := make(chan struct{}), make(chan struct{})
+	var first atomic.Bool
+	hook := func(*mochi.Client) {
+		if first.CompareAndSwap(false, true) {
+			close(entered)
+			<-release
+		}
+	}
+	testHookStale.Store(&hook)
+	t.Cleanup(func() { testHookStale.Store(nil) })
+	var relOnce sync.Once
+	free := func() { relOnce.Do(func() { close(release) }) }
+	t.Cleanup(free)
+
+	x := dialRawConn(t, a.Addr(), 5)
+	x.write(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect},
+		Connect:    packets.ConnectParams{ProtocolName: []byte("MQTT"), Keepalive: 30, ClientIdentifier: "dev"},
+		Properties: packets.Properties{SessionExpiryInterval: 3600, SessionExpiryIntervalFlag: true}})
+	select {
+	case <-entered:
+	case <-time.After(20 * time.Second):
+		t.Fatal("x's claim never found the copy stale")
+	}
+
+	y, present := dialSession(t, a.Addr(), "dev", 5, false)
+	if !present {
+		t.Fatal("y found no session")
+	}
+	m := y.expectPublish(t, "b/x", "m1", 1, false)
+	y.puback(t, m.PacketID)
+	settled(a)
+
+	g.close()
+	// Its SUBACK comes after the write is queued (OnSubscribed).
+	y.subscribeQoS1(t, "y/#")
+	free()
+	if ack := x.read(t); ack.FixedHeader.Type != packets.Connack || ack.ReasonCode != 0 || !ack.SessionPresent {
+		t.Fatalf("x: want a successful CONNACK with session present, got %v %#x present %v",
+			packets.PacketNames[ack.FixedHeader.Type], ack.ReasonCode, ack.SessionPresent)
+	}
+	g.open()
+	settled(a)
+	if subs := a.mochi.Topics.Subscribers("y/x"); len(subs.Subscriptions) == 0 {
+		t.Error("x's session has no subscription for y/#: y's session was dropped and read again")
+	}
+	if n := g.Refused(); n != 0 {
+		t.Errorf("%d of A's writes of the session refused", n)
+	}
+	if subs := storedSubs(t, g.Redis, "dev"); !subs["y/#"] {
+		t.Errorf("stored subscriptions %v; want y/# among them", subs)
+	}
+}
