@@ -137,13 +137,16 @@ func (s *Server) claim(cl *mochi.Client) error {
 	if _, shared := ss.b.(session.Shared); shared && !answered && !ss.isKnown(cl.ID) {
 		return s.refuseBusy(cl)
 	}
-	if ss.heldStale(cl) {
+	if stale, mine := ss.heldStale(cl); stale {
 		// Another gateway took the session since this one last held it:
 		// it may hold it still, as for a session not held here (above).
 		if !answered {
 			return s.refuseBusy(cl)
 		}
-		s.dropStale(cl.ID)
+		if h := testHookStale.Load(); h != nil {
+			(*h)(cl)
+		}
+		s.dropStale(cl.ID, mine)
 	}
 	ss.fetch(cl)
 	return nil
@@ -170,18 +173,19 @@ func (s *Server) refuseBusy(cl *mochi.Client) error {
 // it with. One Redis round trip, only when mochi holds a stored session of
 // the id. When Redis fails, the held session is kept and written unfenced
 // from now on, as after a failed take (fetch): with the epoch it holds, if
-// stale, none of its writes would be stored.
-func (ss *sessions) heldStale(cl *mochi.Client) bool {
+// stale, none of its writes would be stored. mine is the epoch the copy
+// held here is written with.
+func (ss *sessions) heldStale(cl *mochi.Client) (stale bool, mine uint64) {
 	sh, ok := ss.b.(session.Shared)
 	if !ok {
-		return false
+		return false, 0
 	}
 	if _, held := ss.s.mochi.Clients.Get(cl.ID); !held {
-		return false
+		return false, 0
 	}
 	mine, known := ss.knownEpoch(cl.ID)
 	if !known || mine == session.Unfenced {
-		return false
+		return false, 0
 	}
 	cur, err := sh.Epoch(cl.ID)
 	if err != nil {
@@ -189,15 +193,19 @@ func (ss *sessions) heldStale(cl *mochi.Client) bool {
 		ss.s.setEpoch(cl, session.Unfenced)
 		ss.s.log.Error("mqtt session epoch not read from the shared store; the session held here goes on, its writes unfenced",
 			"client", cl.ID, "error", err)
-		return false
+		return false, 0
 	}
 	if cur > mine {
 		ss.s.log.Info("mqtt session held here is stale: another gateway took it; it is read from the shared store",
 			"client", cl.ID, "epoch", mine, "stored_epoch", cur)
-		return true
+		return true, mine
 	}
-	return false
+	return false, 0
 }
+
+// testHookStale, set by a test only, runs in claim between heldStale
+// finding the copy held here stale and dropStale.
+var testHookStale atomic.Pointer[func(cl *mochi.Client)]
 
 // dropStale drops the session of client that mochi holds here and another
 // gateway has taken from the store since (heldStale), as TakenOver lets a
@@ -207,15 +215,30 @@ func (ss *sessions) heldStale(cl *mochi.Client) bool {
 // noticing the old connection's end) is ended as one taken over (MQTT 5
 // DISCONNECT 0x8E), without its will; what it would write as it ends is
 // not written (OnDisconnect, dropInflight: its stop cause).
-func (s *Server) dropStale(client string) {
+//
+// Only the copy heldStale found stale, written with epoch stale: another
+// connection of client claiming here at the same time may have dropped it
+// already and taken the session from the store, with a newer epoch. That
+// session is then held here and taken over in memory, as any session held
+// here; dropped and read again, what that connection had queued for the
+// store and not yet written would be refused (the newer read raises the
+// epoch) and lost.
+func (s *Server) dropStale(client string, stale uint64) {
 	ss := s.sessions
+	still := func() bool {
+		epoch, known := ss.knownEpoch(client)
+		return known && epoch == stale
+	}
+	if !still() {
+		return
+	}
 	if old, ok := s.mochi.Clients.Get(client); ok && !old.Closed() {
 		atomic.StoreUint32(&old.Properties.Will.Flag, 0) // as mochi clears it once sent
 		_ = s.mochi.DisconnectClientNoWait(old, packets.ErrSessionTakenOver)
 	}
 	s.mochi.WithSessionLock(client, func() {
 		cl, ok := s.mochi.Clients.Get(client)
-		if !ok || cl.Net.Inline {
+		if !ok || cl.Net.Inline || !still() {
 			return
 		}
 		if _, was := ss.forget(client); was {

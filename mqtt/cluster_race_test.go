@@ -423,3 +423,164 @@ func TestStaleConnectionEndWritesNothing(t *testing.T) {
 		t.Fatalf("stored record's session expiry %d; want the new connection's 7200", got)
 	}
 }
+
+// The old connection ended by itself (its client's socket closed) just
+// before the stale resume: dropStale finds it closed, so its stop cause is
+// its own (not 0x8E), and its end is still to come when the new
+// connection stores its session. It writes nothing then: the id is held
+// by another client here. Before, the stop-cause check let its record
+// (session expiry 3600 s) go over the new connection's (7200 s), written
+// with the new connection's epoch.
+func TestStaleConnectionEndedByItselfWritesNothing(t *testing.T) {
+	a, b := startGatewayPair(t, claimFunc(answered), claimFunc(answered))
+	old := staleOnA(t, a, b, true)
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	var oldCl atomic.Pointer[mochi.Client]
+	hook := func(cl *mochi.Client) {
+		if cl.ID == "dev" && cl.Properties.Props.SessionExpiryInterval == 3600 {
+			oldCl.Store(cl)
+			once.Do(func() { close(held) })
+			<-release
+		}
+	}
+	testHookDisconnect.Store(&hook)
+	t.Cleanup(func() { testHookDisconnect.Store(nil) })
+	var freeOnce sync.Once
+	free := func() { freeOnce.Do(func() { close(release) }) }
+	t.Cleanup(free)
+
+	_ = old.conn.Close() // the old connection ends by itself; its end is held
+	select {
+	case <-held:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the old connection's end never came")
+	}
+	if errors.Is(oldCl.Load().StopCause(), packets.ErrSessionTakenOver) {
+		t.Fatal("the old connection was taken over; the test needs it ended by itself")
+	}
+	back, present := dialSessionExpiry(t, a.Addr(), "dev", 5, false, 7200)
+	if !present {
+		t.Fatal("A found no session")
+	}
+	m := back.expectPublish(t, "b/x", "m1", 1, false)
+	back.puback(t, m.PacketID)
+	back.subscribeQoS1(t, "c/#") // after OnSessionEstablished stored the record
+	free()
+	waitUntil(t, "the old connection's end", func() bool { return atomic.LoadInt64(&a.mochi.Info.ClientsConnected) == 1 })
+	settled(a)
+	ra := a.sessions.b.(*session.Redis)
+	var rec clientRecord
+	if _, err := ra.TakeClient("dev", func(kind session.Kind, _ string, _, value []byte) error {
+		if kind == session.PutClient {
+			return json.Unmarshal(value, &rec)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.Props.SessionExpiryInterval; got != 7200 {
+		t.Fatalf("stored record's session expiry %d; want the new connection's 7200", got)
+	}
+}
+
+// gatedApply is the Redis store whose commits wait while its gate is
+// closed.
+type gatedApply struct {
+	*session.Redis
+	mu   sync.Mutex
+	gate chan struct{} // nil: open
+}
+
+func (g *gatedApply) Apply(ops []session.Op) error {
+	g.mu.Lock()
+	gate := g.gate
+	g.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
+	return g.Redis.Apply(ops)
+}
+
+func (g *gatedApply) close() {
+	g.mu.Lock()
+	g.gate = make(chan struct{})
+	g.mu.Unlock()
+}
+
+func (g *gatedApply) open() {
+	g.mu.Lock()
+	if g.gate != nil {
+		close(g.gate)
+		g.gate = nil
+	}
+	g.mu.Unlock()
+}
+
+// Two resumes of the client on A, which holds a stale copy, at once: both
+// find it stale; the first to go on (y) drops it, takes the session from
+// the store and subscribes, its write not yet committed; then the other
+// (x) goes on. The copy it found stale is gone: it takes y's session over
+// in memory, as any session held here, with y's subscription, and y's
+// write is committed with the epoch y took. Before, x dropped y's session
+// too and read the store again with a newer epoch: the subscription was
+// in neither, and y's write of it was refused.
+func TestStaleResumesAtOnceKeepTheFirstOnesWrites(t *testing.T) {
+	var g *gatedApply
+	a, b := startGatewayPairWrap(t, claimFunc(answered), claimFunc(answered),
+		func(r *session.Redis) session.Backend { g = &gatedApply{Redis: r}; return g })
+	t.Cleanup(g.open)
+	staleOnA(t, a, b, false)
+
+	entered, release := make(chan struct{}), make(chan struct{})
+	var first atomic.Bool
+	hook := func(*mochi.Client) {
+		if first.CompareAndSwap(false, true) {
+			close(entered)
+			<-release
+		}
+	}
+	testHookStale.Store(&hook)
+	t.Cleanup(func() { testHookStale.Store(nil) })
+	var relOnce sync.Once
+	free := func() { relOnce.Do(func() { close(release) }) }
+	t.Cleanup(free)
+
+	x := dialRawConn(t, a.Addr(), 5)
+	x.write(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect},
+		Connect:    packets.ConnectParams{ProtocolName: []byte("MQTT"), Keepalive: 30, ClientIdentifier: "dev"},
+		Properties: packets.Properties{SessionExpiryInterval: 3600, SessionExpiryIntervalFlag: true}})
+	select {
+	case <-entered:
+	case <-time.After(20 * time.Second):
+		t.Fatal("x's claim never found the copy stale")
+	}
+
+	y, present := dialSession(t, a.Addr(), "dev", 5, false)
+	if !present {
+		t.Fatal("y found no session")
+	}
+	m := y.expectPublish(t, "b/x", "m1", 1, false)
+	y.puback(t, m.PacketID)
+	settled(a)
+
+	g.close()
+	// Its SUBACK comes after the write is queued (OnSubscribed).
+	y.subscribeQoS1(t, "y/#")
+	free()
+	if ack := x.read(t); ack.FixedHeader.Type != packets.Connack || ack.ReasonCode != 0 || !ack.SessionPresent {
+		t.Fatalf("x: want a successful CONNACK with session present, got %v %#x present %v",
+			packets.PacketNames[ack.FixedHeader.Type], ack.ReasonCode, ack.SessionPresent)
+	}
+	g.open()
+	settled(a)
+	if subs := a.mochi.Topics.Subscribers("y/x"); len(subs.Subscriptions) == 0 {
+		t.Error("x's session has no subscription for y/#: y's session was dropped and read again")
+	}
+	if n := g.Refused(); n != 0 {
+		t.Errorf("%d of A's writes of the session refused", n)
+	}
+	if subs := storedSubs(t, g.Redis, "dev"); !subs["y/#"] {
+		t.Errorf("stored subscriptions %v; want y/# among them", subs)
+	}
+}

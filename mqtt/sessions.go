@@ -181,10 +181,16 @@ func (ss *sessions) isKnown(id string) bool {
 func (ss *sessions) enqueueKnown(id string, ops ...session.Op) bool {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	epoch, ok := ss.known[id]
-	if !ok {
+	if _, ok := ss.known[id]; !ok {
 		return false
 	}
+	ss.enqueueKnownLocked(id, ops)
+	return true
+}
+
+// enqueueKnownLocked queues ops with id's epoch; mu is held and id known.
+func (ss *sessions) enqueueKnownLocked(id string, ops []session.Op) {
+	epoch := ss.known[id]
 	if h := testHookEnqueueKnown.Load(); h != nil {
 		(*h)(id)
 	}
@@ -192,7 +198,6 @@ func (ss *sessions) enqueueKnown(id string, ops ...session.Op) bool {
 		ops[i].Epoch = epoch
 	}
 	ss.log.Enqueue(ops...)
-	return true
 }
 
 // knownEpoch is the epoch id's stored session is written with here, and
@@ -255,7 +260,7 @@ func (ss *sessions) OnSessionEstablished(cl *mochi.Client, _ packets.Packet) {
 	// remove the session the newer connection has just stored.
 	taken := ss.s.takenEpoch(cl)
 	ss.mu.Lock()
-	if cl.IsTakenOver() || takenAway(cl) {
+	if cl.IsTakenOver() || stoppedTakenOver(cl) {
 		ss.mu.Unlock()
 		return
 	}
@@ -310,16 +315,51 @@ func (ss *sessions) OnDisconnect(cl *mochi.Client, _ error, expire bool) {
 	ss.pendMu.Lock()
 	delete(ss.pending, cl)
 	ss.pendMu.Unlock()
-	if !expire && persistent(cl) && !cl.IsTakenOver() && !takenAway(cl) {
-		ss.enqueueKnown(cl.ID, ss.clientOp(cl))
+	if !expire && persistent(cl) && !cl.IsTakenOver() && !ss.takenAway(cl) {
+		ss.enqueueOwn(cl, ss.clientOp(cl))
 	}
 }
 
+// enqueueOwn is enqueueKnown for what cl writes of its own session as it
+// ends: in a cluster, not while mochi holds another client of the id. A
+// stale copy dropped here (dropStale) and taken from the store again is
+// held by a client of its own before its id is known here again (restoring
+// adds it to mochi first, and so does a connection before
+// OnSessionEstablished), so, tested under mu, an end that comes late (its
+// stop cause its own, not 0x8E: it had ended before dropStale found it)
+// writes nothing over the newer session with that one's epoch.
+func (ss *sessions) enqueueOwn(cl *mochi.Client, ops ...session.Op) bool {
+	if ss.s.opts.Cluster == nil {
+		return ss.enqueueKnown(cl.ID, ops...)
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if _, ok := ss.known[cl.ID]; !ok {
+		return false
+	}
+	if other, ok := ss.s.mochi.Clients.Get(cl.ID); ok && other != cl {
+		return false
+	}
+	ss.enqueueKnownLocked(cl.ID, ops)
+	return true
+}
+
 // takenAway reports whether cl's connection was ended because another
-// connection took its session (cluster.go: TakenOver, dropStale): the
-// session it had is not its own to write any more, and a session of its
-// id known here since is another connection's.
-func takenAway(cl *mochi.Client) bool {
+// connection took its session from a shared store (cluster.go:
+// TakenOver, dropStale): the session it had is not its own to write any
+// more, and a session of its id known here since is another connection's.
+// Without a shared store a takeover by another gateway leaves the session
+// here, offline, and what happens to it is still written here.
+func (ss *sessions) takenAway(cl *mochi.Client) bool {
+	if _, shared := ss.b.(session.Shared); !shared {
+		return false
+	}
+	return stoppedTakenOver(cl)
+}
+
+// stoppedTakenOver reports whether cl's connection was ended as taken over
+// (its stop cause 0x8E).
+func stoppedTakenOver(cl *mochi.Client) bool {
 	return errors.Is(cl.StopCause(), packets.ErrSessionTakenOver)
 }
 
@@ -471,7 +511,7 @@ func (ss *sessions) dropInflight(cl *mochi.Client, id uint16) {
 	// them (a crash between the two lost them; a held one is not resent).
 	// A clean-start takeover deletes the whole session instead
 	// (OnSessionEstablished).
-	if persistent(cl) && !cl.IsTakenOver() && !takenAway(cl) && ss.isKnown(cl.ID) {
+	if persistent(cl) && !cl.IsTakenOver() && !ss.takenAway(cl) && ss.isKnown(cl.ID) {
 		// Under heldMu, as OnPacketSent's write of the same message.
 		ss.heldMu.Lock()
 		defer ss.heldMu.Unlock()
