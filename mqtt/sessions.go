@@ -321,17 +321,19 @@ func (ss *sessions) OnDisconnect(cl *mochi.Client, _ error, expire bool) {
 }
 
 // enqueueOwn is enqueueKnown for what cl writes of its own session as it
-// ends: in a cluster, not while mochi holds another client of the id. A
-// stale copy dropped here (dropStale) and taken from the store again is
-// held by a client of its own before its id is known here again (restoring
-// adds it to mochi first, and so does a connection before
-// OnSessionEstablished), so, tested under mu, an end that comes late (its
-// stop cause its own, not 0x8E: it had ended before dropStale found it)
-// writes nothing over the newer session with that one's epoch.
+// ends (OnDisconnect, OnWillSent): not while mochi holds another client of
+// the id. A connection that took the session over here is registered
+// before it stores its record (mochi adds it under the id's session lock,
+// before OnSessionEstablished), and a stale copy dropped here (dropStale)
+// and taken from the store again is held by a client of its own before its
+// id is known here again (restoring adds it to mochi first); so, tested
+// under mu, an end that comes late writes nothing over the newer session:
+// in a cluster, an old connection whose stop cause is its own (not 0x8E:
+// it had ended before dropStale found it), with the newer one's epoch; in
+// any gateway, the will an old connection sends as its end begins
+// (OnWillSent, after the will's fan-out), over the record of the
+// connection that took its session over meanwhile.
 func (ss *sessions) enqueueOwn(cl *mochi.Client, ops ...session.Op) bool {
-	if ss.s.opts.Cluster == nil {
-		return ss.enqueueKnown(cl.ID, ops...)
-	}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if _, ok := ss.known[cl.ID]; !ok {
@@ -370,10 +372,16 @@ var testHookDisconnect atomic.Pointer[func(cl *mochi.Client)]
 // (now, or when its delay ended), so that a restart does not send it
 // again.
 func (ss *sessions) OnWillSent(cl *mochi.Client, _ packets.Packet) {
+	if h := testHookWillSent.Load(); h != nil {
+		(*h)(cl)
+	}
 	if persistent(cl) {
-		ss.enqueueKnown(cl.ID, ss.clientOp(cl))
+		ss.enqueueOwn(cl, ss.clientOp(cl))
 	}
 }
+
+// testHookWillSent, set by a test only, runs as OnWillSent begins.
+var testHookWillSent atomic.Pointer[func(cl *mochi.Client)]
 
 // OnClientExpired removes a session whose expiry interval has run out
 // [MQTT-4.1.0-2].
