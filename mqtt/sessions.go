@@ -376,15 +376,46 @@ func (ss *sessions) OnUnsubscribed(cl *mochi.Client, pk packets.Packet) {
 // one queued for an offline session, one sent and not yet acknowledged,
 // the server's PUBREC of an inbound QoS 2 flow. On the publisher's reader.
 func (ss *sessions) OnQosPublish(cl *mochi.Client, pk packets.Packet, _ int64, _ int) {
+	if h := testHookQosPublish.Load(); h != nil {
+		(*h)(cl, pk)
+	}
 	// Not before its session is stored: OnSessionEstablished then stores
 	// what it holds, and nothing is left behind by a connection that never
 	// got that far.
-	if persistent(cl) && ss.isKnown(cl.ID) && ss.enqueueKnown(cl.ID, ss.inflightOp(cl.ID, pk)) {
-		// Only for a session still known here: a forget in between would
-		// leave a held mark behind.
-		ss.markHeld(cl.ID, pk.PacketID, pk.FixedHeader.Type == packets.Publish && pk.Expiry < 0)
+	if !persistent(cl) || !ss.isKnown(cl.ID) {
+		return
+	}
+	if pk.FixedHeader.Type != packets.Publish || pk.Expiry >= 0 {
+		if ss.enqueueKnown(cl.ID, ss.inflightOp(cl.ID, pk)) {
+			// Only for a session still known here: a forget in between
+			// would leave a held mark behind.
+			ss.markHeld(cl.ID, pk.PacketID, false)
+		}
+		return
+	}
+	// Held back. mochi calls this after the message is in the inflight
+	// store, where sendHeld (the client's PUBACK of an earlier one, a
+	// replay's end) may send it first: its OnPacketSent then found no held
+	// mark, and a held record written now would be the last one stored
+	// (after a restart it went again without DUP [MQTT-3.3.1-1]). So,
+	// under heldMu as OnPacketSent: one sent already is stored as sent;
+	// one still held is stored held and marked, and OnPacketSent, which
+	// comes after sendHeld marked it sent, stores it again once it goes.
+	ss.heldMu.Lock()
+	defer ss.heldMu.Unlock()
+	if cur, ok := cl.State.Inflight.Get(pk.PacketID); ok && cur.FixedHeader.Type == packets.Publish && cur.Expiry >= 0 {
+		if ss.enqueueKnown(cl.ID, ss.inflightOp(cl.ID, cur)) {
+			ss.markHeldLocked(cl.ID, pk.PacketID, false)
+		}
+		return
+	}
+	if ss.enqueueKnown(cl.ID, ss.inflightOp(cl.ID, pk)) {
+		ss.markHeldLocked(cl.ID, pk.PacketID, true)
 	}
 }
+
+// testHookQosPublish, set by a test only, runs as OnQosPublish begins.
+var testHookQosPublish atomic.Pointer[func(cl *mochi.Client, pk packets.Packet)]
 
 // markHeld notes whether the message id of client is stored held.
 func (ss *sessions) markHeld(client string, id uint16, held bool) {
@@ -444,6 +475,9 @@ func (ss *sessions) OnPacketSent(cl *mochi.Client, pk packets.Packet, _ []byte) 
 	if pk.FixedHeader.Type != packets.Publish || pk.FixedHeader.Qos == 0 || !persistent(cl) {
 		return
 	}
+	if h := testHookPacketSent.Load(); h != nil {
+		defer (*h)(cl, pk)
+	}
 	ss.heldMu.Lock()
 	defer ss.heldMu.Unlock()
 	if !ss.wasHeldLocked(cl.ID, pk.PacketID) {
@@ -453,6 +487,10 @@ func (ss *sessions) OnPacketSent(cl *mochi.Client, pk packets.Packet, _ []byte) 
 		ss.enqueueKnown(cl.ID, ss.inflightOp(cl.ID, sent))
 	}
 }
+
+// testHookPacketSent, set by a test only, runs as OnPacketSent ends for
+// a QoS 1/2 PUBLISH to a persistent session.
+var testHookPacketSent atomic.Pointer[func(cl *mochi.Client, pk packets.Packet)]
 
 func (ss *sessions) OnQosComplete(cl *mochi.Client, pk packets.Packet) {
 	ss.dropInflight(cl, pk.PacketID)

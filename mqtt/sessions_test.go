@@ -239,6 +239,74 @@ func sessionSurvivesRestart(t *testing.T, version byte, open func() (session.Bac
 	sub.expectPublish(t, "s/3", "e", 1, false)
 }
 
+// TestSessionHeldSentBeforeStoredKeepsDup: a QoS 1 message held back
+// (the subscriber's Receive Maximum used up) can be sent by the
+// subscriber's PUBACK of an earlier one (mochi's sendHeld) before the
+// publisher's OnQosPublish stores it held: its OnPacketSent then finds no
+// held mark, and OnQosPublish stored it held afterwards, so after a
+// restart it went again without DUP although it had been sent
+// [MQTT-3.3.1-1]. The test stops OnQosPublish until the message is sent
+// and OnPacketSent is done.
+func TestSessionHeldSentBeforeStoredKeepsDup(t *testing.T) {
+	dir := t.TempDir()
+	s, stop := startSessionServer(t, dir, nil)
+	sub := dialRawConn(t, s.Addr(), 5)
+	sub.write(t, packets.Packet{
+		FixedHeader: packets.FixedHeader{Type: packets.Connect},
+		Connect:     packets.ConnectParams{ProtocolName: []byte("MQTT"), Clean: true, Keepalive: 30, ClientIdentifier: "dev"},
+		Properties: packets.Properties{SessionExpiryInterval: 3600, SessionExpiryIntervalFlag: true,
+			ReceiveMaximum: 1},
+	})
+	if pk := sub.read(t); pk.FixedHeader.Type != packets.Connack || pk.ReasonCode != 0 {
+		t.Fatalf("want a successful CONNACK, got %v code %#x", packets.PacketNames[pk.FixedHeader.Type], pk.ReasonCode)
+	}
+	sub.subscribeQoS1(t, "one/+")
+	pub := dialRaw(t, s.Addr(), "pub", 0)
+	pub.publishWait(t, "one/a", "first", 1, 1)
+	first := sub.expectPublish(t, "one/a", "first", 1, false) // takes the one unit of the send quota
+
+	reached, release, sent := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var reachedOnce, sentOnce sync.Once
+	qosPublish := func(cl *mochi.Client, pk packets.Packet) {
+		if cl.ID == "dev" && pk.TopicName == "one/x" {
+			reachedOnce.Do(func() { close(reached) })
+			<-release
+		}
+	}
+	packetSent := func(cl *mochi.Client, pk packets.Packet) {
+		if cl.ID == "dev" && pk.TopicName == "one/x" {
+			sentOnce.Do(func() { close(sent) })
+		}
+	}
+	testHookQosPublish.Store(&qosPublish)
+	testHookPacketSent.Store(&packetSent)
+	var releaseOnce sync.Once
+	t.Cleanup(func() {
+		testHookQosPublish.Store(nil)
+		testHookPacketSent.Store(nil)
+		releaseOnce.Do(func() { close(release) })
+	})
+
+	pub.write(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1},
+		TopicName: "one/x", PacketID: 2, Payload: []byte("d")})
+	<-reached // held (no quota left), not yet stored
+	sub.puback(t, first.PacketID)
+	sub.expectPublish(t, "one/x", "d", 1, false) // sent by the PUBACK's sendHeld
+	<-sent
+	releaseOnce.Do(func() { close(release) })
+	pub.expectAcks(t, packets.Puback, []uint16{2}, nil) // its store write is committed
+	sub.disconnect(t)
+	waitOffline(t, s, "dev")
+	stop()
+
+	s, _ = startSessionServer(t, dir, nil)
+	sub, present := dialSession(t, s.Addr(), "dev", 5, false)
+	if !present {
+		t.Fatal("session not present after restart")
+	}
+	sub.expectPublish(t, "one/x", "d", 1, true)
+}
+
 // gatedBackend holds every Apply until open is closed.
 type gatedBackend struct {
 	session.Backend
