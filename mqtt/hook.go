@@ -486,8 +486,10 @@ func (h *hook) routeWill(cl *mochi.Client, pk *packets.Packet) {
 }
 
 // OnPacketEncode strips properties mochi copies onto SUBACK/UNSUBACK, and
-// drops the message expiry interval mochi adds to messages that had none.
-// It never blocks: it runs on the client's writer.
+// drops the message expiry interval mochi adds to messages that had none;
+// a QoS 1/2 PUBLISH to a persistent session that was stored held is
+// stored again as sent before it goes (sessions.sending). It never blocks
+// on the network: it runs on the client's writer.
 func (h *hook) OnPacketEncode(cl *mochi.Client, pk packets.Packet) packets.Packet {
 	h.OnPacketEncodeInPlace(cl, &pk)
 	return pk
@@ -495,12 +497,15 @@ func (h *hook) OnPacketEncode(cl *mochi.Client, pk packets.Packet) packets.Packe
 
 // OnPacketEncodeInPlace is OnPacketEncode without copying the packet in
 // and out (mochi patch 38), which mochi calls instead.
-func (h *hook) OnPacketEncodeInPlace(_ *mochi.Client, pk *packets.Packet) {
+func (h *hook) OnPacketEncodeInPlace(cl *mochi.Client, pk *packets.Packet) {
 	switch pk.FixedHeader.Type {
 	case packets.Publish:
 		unmarkShare(pk) // clustershare.go
 		if pk.Properties.MessageExpiryInterval > noExpiryCap/2 {
 			pk.Properties.MessageExpiryInterval = 0
+		}
+		if h.s.sessions != nil && cl != nil {
+			h.s.sessions.sending(cl, pk)
 		}
 	case packets.Suback, packets.Unsuback:
 		pk.Properties.User = nil // mochi echoes the SUBSCRIBE's user properties

@@ -141,14 +141,19 @@ var sessionEvents = func() (t [256]bool) {
 		mochi.OnSessionEstablished, mochi.OnDisconnect, mochi.OnClientExpired,
 		mochi.OnSubscribed, mochi.OnUnsubscribed, mochi.OnQosPublish, mochi.OnQosComplete,
 		mochi.OnQosDropped, mochi.OnPacketProcessed, mochi.OnPublish, mochi.OnPublished,
-		mochi.OnPacketSent, mochi.OnWillSent,
+		mochi.OnWillSent,
 	} {
 		t[b] = true
 	}
 	return t
 }()
 
-func (ss *sessions) Provides(b byte) bool { return sessionEvents[b] }
+// Provides says what the hook provides; mochi asks once, as it is added.
+// OnPacketSent only for a test (testHookPacketSent): the sent mark is
+// written from the gateway's OnPacketEncode (sending).
+func (ss *sessions) Provides(b byte) bool {
+	return sessionEvents[b] || b == mochi.OnPacketSent && testHookPacketSent.Load() != nil
+}
 
 // persistent reports whether cl's session outlives its connection: MQTT 5
 // with a Session Expiry Interval > 0, MQTT 3 with clean session 0
@@ -424,15 +429,46 @@ func (ss *sessions) OnUnsubscribed(cl *mochi.Client, pk packets.Packet) {
 // one queued for an offline session, one sent and not yet acknowledged,
 // the server's PUBREC of an inbound QoS 2 flow. On the publisher's reader.
 func (ss *sessions) OnQosPublish(cl *mochi.Client, pk packets.Packet, _ int64, _ int) {
+	if h := testHookQosPublish.Load(); h != nil {
+		(*h)(cl, pk)
+	}
 	// Not before its session is stored: OnSessionEstablished then stores
 	// what it holds, and nothing is left behind by a connection that never
 	// got that far.
-	if persistent(cl) && ss.isKnown(cl.ID) && ss.enqueueKnown(cl.ID, ss.inflightOp(cl.ID, pk)) {
-		// Only for a session still known here: a forget in between would
-		// leave a held mark behind.
-		ss.markHeld(cl.ID, pk.PacketID, pk.FixedHeader.Type == packets.Publish && pk.Expiry < 0)
+	if !persistent(cl) || !ss.isKnown(cl.ID) {
+		return
+	}
+	if pk.FixedHeader.Type != packets.Publish || pk.Expiry >= 0 {
+		if ss.enqueueKnown(cl.ID, ss.inflightOp(cl.ID, pk)) {
+			// Only for a session still known here: a forget in between
+			// would leave a held mark behind.
+			ss.markHeld(cl.ID, pk.PacketID, false)
+		}
+		return
+	}
+	// Held back. mochi calls this after the message is in the inflight
+	// store, where sendHeld (the client's PUBACK of an earlier one, a
+	// replay's end) may send it first: its OnPacketSent then found no held
+	// mark, and a held record written now would be the last one stored
+	// (after a restart it went again without DUP [MQTT-3.3.1-1]). So,
+	// under heldMu as OnPacketSent: one sent already is stored as sent;
+	// one still held is stored held and marked, and OnPacketSent, which
+	// comes after sendHeld marked it sent, stores it again once it goes.
+	ss.heldMu.Lock()
+	defer ss.heldMu.Unlock()
+	if cur, ok := cl.State.Inflight.Get(pk.PacketID); ok && cur.FixedHeader.Type == packets.Publish && cur.Expiry >= 0 {
+		if ss.enqueueKnown(cl.ID, ss.inflightOp(cl.ID, cur)) {
+			ss.markHeldLocked(cl.ID, pk.PacketID, false)
+		}
+		return
+	}
+	if ss.enqueueKnown(cl.ID, ss.inflightOp(cl.ID, pk)) {
+		ss.markHeldLocked(cl.ID, pk.PacketID, true)
 	}
 }
+
+// testHookQosPublish, set by a test only, runs as OnQosPublish begins.
+var testHookQosPublish atomic.Pointer[func(cl *mochi.Client, pk packets.Packet)]
 
 // markHeld notes whether the message id of client is stored held.
 func (ss *sessions) markHeld(client string, id uint16, held bool) {
@@ -477,19 +513,23 @@ func (ss *sessions) forgetHeld(client string) {
 	ss.heldMu.Unlock()
 }
 
-// OnPacketSent stores again a message that was stored held and has now
-// been sent (patch 13's sendHeld, which calls no hook), without the mark:
-// after a restart it is resent with DUP [MQTT-4.4.0-1]. On the client's
-// writer.
+// sending stores again a message that was stored held and is now being
+// sent (patch 13's sendHeld, which calls no hook), without the mark:
+// after a restart it is resent with DUP [MQTT-4.4.0-1]. The gateway's
+// hook calls it from OnPacketEncode, on the client's writer, before the
+// bytes go out: queued after the write (OnPacketSent, as before), the
+// write could come after the client had read the message, disconnected,
+// and the server had stopped and closed the Log (mochi waits for each
+// connection's reader, not for a writer), and was dropped.
 //
 // The mark's test, the look into the inflight store and the write are one
 // step under heldMu, which dropInflight holds too while it clears the mark
-// and writes the delete: the client's PUBACK, read on its reader while
-// this runs, otherwise could have its delete written between our look
-// and our write, and our write put the acknowledged message back into
-// the store (resent after a restart).
-func (ss *sessions) OnPacketSent(cl *mochi.Client, pk packets.Packet, _ []byte) {
-	if pk.FixedHeader.Type != packets.Publish || pk.FixedHeader.Qos == 0 || !persistent(cl) {
+// and writes the delete: a PUBACK read on the client's reader while this
+// runs (a resend's) otherwise could have its delete written between our
+// look and our write, and our write put the acknowledged message back
+// into the store (resent after a restart).
+func (ss *sessions) sending(cl *mochi.Client, pk *packets.Packet) {
+	if pk.FixedHeader.Qos == 0 || !persistent(cl) {
 		return
 	}
 	ss.heldMu.Lock()
@@ -501,6 +541,18 @@ func (ss *sessions) OnPacketSent(cl *mochi.Client, pk packets.Packet, _ []byte) 
 		ss.enqueueKnown(cl.ID, ss.inflightOp(cl.ID, sent))
 	}
 }
+
+// OnPacketSent runs testHookPacketSent: the hook provides it only when a
+// test set one before the server started (Provides).
+func (ss *sessions) OnPacketSent(cl *mochi.Client, pk packets.Packet, _ []byte) {
+	if h := testHookPacketSent.Load(); h != nil && pk.FixedHeader.Type == packets.Publish {
+		(*h)(cl, pk)
+	}
+}
+
+// testHookPacketSent, set by a test only before the server starts, runs
+// once a PUBLISH has been written, on the client's writer.
+var testHookPacketSent atomic.Pointer[func(cl *mochi.Client, pk packets.Packet)]
 
 func (ss *sessions) OnQosComplete(cl *mochi.Client, pk packets.Packet) {
 	ss.dropInflight(cl, pk.PacketID)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -237,6 +238,130 @@ func sessionSurvivesRestart(t *testing.T, version byte, open func() (session.Bac
 	pub = dialRaw(t, s.Addr(), "pub", 0)
 	pub.publishWait(t, "s/3", "e", 1, 5)
 	sub.expectPublish(t, "s/3", "e", 1, false)
+}
+
+// TestSessionHeldSentBeforeStoredKeepsDup: a QoS 1 message held back
+// (the subscriber's Receive Maximum used up) can be sent by the
+// subscriber's PUBACK of an earlier one (mochi's sendHeld) before the
+// publisher's OnQosPublish stores it held: the sent mark's write
+// (sessions.sending) then finds no held mark, and OnQosPublish stored it
+// held afterwards, so after a restart it went again without DUP although
+// it had been sent [MQTT-3.3.1-1]. The test stops OnQosPublish until the
+// message is written.
+func TestSessionHeldSentBeforeStoredKeepsDup(t *testing.T) {
+	reached, release, sent := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var reachedOnce, sentOnce sync.Once
+	qosPublish := func(cl *mochi.Client, pk packets.Packet) {
+		if cl.ID == "dev" && pk.TopicName == "one/x" {
+			reachedOnce.Do(func() { close(reached) })
+			<-release
+		}
+	}
+	packetSent := func(cl *mochi.Client, pk packets.Packet) {
+		if cl.ID == "dev" && pk.TopicName == "one/x" {
+			sentOnce.Do(func() { close(sent) })
+		}
+	}
+	testHookQosPublish.Store(&qosPublish)
+	testHookPacketSent.Store(&packetSent) // before the start: asked once what the hook provides
+	var releaseOnce sync.Once
+	t.Cleanup(func() {
+		testHookQosPublish.Store(nil)
+		testHookPacketSent.Store(nil)
+		releaseOnce.Do(func() { close(release) })
+	})
+
+	dir := t.TempDir()
+	s, stop := startSessionServer(t, dir, nil)
+	sub := dialReceiveMaximum1(t, s.Addr())
+	sub.subscribeQoS1(t, "one/+")
+	pub := dialRaw(t, s.Addr(), "pub", 0)
+	pub.publishWait(t, "one/a", "first", 1, 1)
+	first := sub.expectPublish(t, "one/a", "first", 1, false) // takes the one unit of the send quota
+
+	pub.write(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1},
+		TopicName: "one/x", PacketID: 2, Payload: []byte("d")})
+	<-reached // held (no quota left), not yet stored
+	sub.puback(t, first.PacketID)
+	sub.expectPublish(t, "one/x", "d", 1, false) // sent by the PUBACK's sendHeld
+	<-sent
+	releaseOnce.Do(func() { close(release) })
+	pub.expectAcks(t, packets.Puback, []uint16{2}, nil) // its store write is committed
+	sub.disconnect(t)
+	waitOffline(t, s, "dev")
+	stop()
+
+	s, _ = startSessionServer(t, dir, nil)
+	sub, present := dialSession(t, s.Addr(), "dev", 5, false)
+	if !present {
+		t.Fatal("session not present after restart")
+	}
+	sub.expectPublish(t, "one/x", "d", 1, true)
+}
+
+// TestSessionSentMarkBeforeStop: the store write that marks a held
+// message sent is queued before its bytes go out. Queued after the write
+// (OnPacketSent), it could come after the subscriber had read the
+// message, disconnected and the server had stopped and closed the store
+// (mochi waits for each connection's reader, not for its writer): it was
+// dropped, and after a restart the message went again without DUP
+// [MQTT-3.3.1-1]. The test stops the writer right after the write until
+// the server has stopped.
+func TestSessionSentMarkBeforeStop(t *testing.T) {
+	reached, release := make(chan struct{}), make(chan struct{})
+	var stalled atomic.Bool
+	packetSent := func(cl *mochi.Client, pk packets.Packet) {
+		if cl.ID == "dev" && pk.TopicName == "one/x" && stalled.CompareAndSwap(false, true) {
+			close(reached)
+			<-release
+		}
+	}
+	testHookPacketSent.Store(&packetSent) // before the start: asked once what the hook provides
+	var releaseOnce sync.Once
+	t.Cleanup(func() {
+		testHookPacketSent.Store(nil)
+		releaseOnce.Do(func() { close(release) })
+	})
+
+	dir := t.TempDir()
+	s, stop := startSessionServer(t, dir, nil)
+	sub := dialReceiveMaximum1(t, s.Addr())
+	sub.subscribeQoS1(t, "one/+")
+	pub := dialRaw(t, s.Addr(), "pub", 0)
+	pub.publishWait(t, "one/a", "first", 1, 1)
+	first := sub.expectPublish(t, "one/a", "first", 1, false) // takes the one unit of the send quota
+	pub.publishWait(t, "one/x", "d", 1, 2)                    // held back, stored held
+	sub.puback(t, first.PacketID)
+	sub.expectPublish(t, "one/x", "d", 1, false) // sent by the PUBACK's sendHeld
+	<-reached                                    // its writer, after the write
+	sub.disconnect(t)
+	waitOffline(t, s, "dev")
+	stop()
+	releaseOnce.Do(func() { close(release) })
+
+	s, _ = startSessionServer(t, dir, nil)
+	sub, present := dialSession(t, s.Addr(), "dev", 5, false)
+	if !present {
+		t.Fatal("session not present after restart")
+	}
+	sub.expectPublish(t, "one/x", "d", 1, true)
+}
+
+// dialReceiveMaximum1 connects "dev" as MQTT 5 with a clean start, a
+// session expiry of an hour and a Receive Maximum of 1.
+func dialReceiveMaximum1(t *testing.T, addr string) *rawClient {
+	t.Helper()
+	c := dialRawConn(t, addr, 5)
+	c.write(t, packets.Packet{
+		FixedHeader: packets.FixedHeader{Type: packets.Connect},
+		Connect:     packets.ConnectParams{ProtocolName: []byte("MQTT"), Clean: true, Keepalive: 30, ClientIdentifier: "dev"},
+		Properties: packets.Properties{SessionExpiryInterval: 3600, SessionExpiryIntervalFlag: true,
+			ReceiveMaximum: 1},
+	})
+	if pk := c.read(t); pk.FixedHeader.Type != packets.Connack || pk.ReasonCode != 0 {
+		t.Fatalf("want a successful CONNACK, got %v code %#x", packets.PacketNames[pk.FixedHeader.Type], pk.ReasonCode)
+	}
+	return c
 }
 
 // gatedBackend holds every Apply until open is closed.
@@ -530,7 +655,7 @@ func TestSessionTakeoverDeletesNoInflight(t *testing.T) {
 
 // TestSentAndAcknowledgedAtOnceLeavesNoInflight: a message stored held
 // (queued for an offline session) is stored again once it is sent
-// (OnPacketSent, on the client's writer), and deleted when the client
+// (sending, on the client's writer), and deleted when the client
 // acknowledges it (dropInflight, on its reader). When the PUBACK came
 // while the writer was between its look into the inflight store and its
 // write, the delete went to the store first and the write put the
@@ -559,7 +684,7 @@ func TestSentAndAcknowledgedAtOnceLeavesNoInflight(t *testing.T) {
 		s.sessions.markHeld("dev", id, true)
 		var wg sync.WaitGroup
 		wg.Add(2)
-		go func() { defer wg.Done(); s.sessions.OnPacketSent(cl, pk, nil) }()
+		go func() { defer wg.Done(); sent := pk; s.sessions.sending(cl, &sent) }()
 		go func() {
 			defer wg.Done()
 			cl.State.Inflight.Delete(id)
