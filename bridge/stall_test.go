@@ -3,6 +3,7 @@ package bridge
 import (
 	"context"
 	"io"
+	"log/slog"
 	"net"
 	"strconv"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/tolsey/tolsey/bridge/cluster"
 	"github.com/tolsey/tolsey/core"
 	"github.com/tolsey/tolsey/core/coretest"
 )
@@ -305,38 +307,62 @@ func TestWriterStallOffOnlyWhenFull(t *testing.T) {
 // writer blocked in nats.go's flush, which holds the connection's lock
 // for up to nats.go's one-minute write timeout) ends when the stop's
 // context does: the socket is cut, the blocked write returns, and the
-// connection is closed.
+// connection is closed. Also with a cluster on the bridge's connection,
+// as the gateway runs them: the cluster's second connection (shared
+// subscriptions, made from a copy of the bridge connection's options)
+// went through the bridge's dialer, which kept the last connection it
+// dialed, so the stop's deadline cut that one (already closed: the
+// cluster stops first) and not the bridge's, and Stop waited out nats.go's
+// one-minute write timeout.
 func TestStopBehindStuckConnection(t *testing.T) {
-	s, _ := startNATS(t)
-	p := startProxy(t, s.Addr().String())
-	router := core.NewRouter(core.RouterOptions{Node: "n1"})
-	b := startBridgeOpts(t, NATSOptions{URLs: []string{"nats://" + p.addr()}, Rules: []Rule{stallRule}, Router: router,
-		QueueLen: 4, WriterStall: 10 * time.Millisecond})
-	t.Cleanup(p.close)
-	coretest.Eventually(t, "the bridge connected", 10*time.Second, func() bool { return b.Down() == nil })
-	p.pause()
-	payload := make([]byte, 64<<10)
-	coretest.Eventually(t, "messages dropped behind the stuck writer", 60*time.Second, func() bool {
-		router.Publish(context.Background(), &core.Message{Topic: "st/stuck", Payload: payload})
-		return b.rules[0].dropped.Load() > 0
-	})
+	for _, withCluster := range []bool{false, true} {
+		t.Run(map[bool]string{false: "bridge", true: "with cluster"}[withCluster], func(t *testing.T) {
+			s, _ := startNATS(t)
+			p := startProxy(t, s.Addr().String())
+			router := core.NewRouter(core.RouterOptions{Node: "n1"})
+			b := startBridgeOpts(t, NATSOptions{URLs: []string{"nats://" + p.addr()}, Rules: []Rule{stallRule}, Router: router,
+				QueueLen: 4, WriterStall: 10 * time.Millisecond})
+			t.Cleanup(p.close)
+			coretest.Eventually(t, "the bridge connected", 10*time.Second, func() bool { return b.Down() == nil })
+			if withCluster {
+				c, err := cluster.New(cluster.Options{Conn: b.Conn(), Router: router, Node: "n1", Prefix: "gw",
+					Logger: slog.New(slog.DiscardHandler)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := c.Start(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+				// The gateway stops the cluster before the bridge.
+				if err := c.Stop(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			p.pause()
+			payload := make([]byte, 64<<10)
+			coretest.Eventually(t, "messages dropped behind the stuck writer", 60*time.Second, func() bool {
+				router.Publish(context.Background(), &core.Message{Topic: "st/stuck", Payload: payload})
+				return b.rules[0].dropped.Load() > 0
+			})
 
-	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-	defer cancel()
-	stopped := make(chan error, 1)
-	go func() { stopped <- b.Stop(ctx) }()
-	select {
-	case err := <-stopped:
-		if err != nil {
-			t.Fatalf("Stop: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		// nats.go's write timeout is a minute: only a cut socket gets
-		// here in time.
-		t.Fatal("Stop behind a stuck NATS connection did not return within 30 s of a 500 ms context")
-	}
-	if st := b.Status().State; st != "closed" {
-		t.Errorf("state %q after Stop, want closed", st)
+			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+			defer cancel()
+			stopped := make(chan error, 1)
+			go func() { stopped <- b.Stop(ctx) }()
+			select {
+			case err := <-stopped:
+				if err != nil {
+					t.Fatalf("Stop: %v", err)
+				}
+			case <-time.After(30 * time.Second):
+				// nats.go's write timeout is a minute: only a cut socket
+				// gets here in time.
+				t.Fatal("Stop behind a stuck NATS connection did not return within 30 s of a 500 ms context")
+			}
+			if st := b.Status().State; st != "closed" {
+				t.Errorf("state %q after Stop, want closed", st)
+			}
+		})
 	}
 }
 

@@ -380,19 +380,7 @@ func TestResumeOnStaleHolderClaimNotAnsweredIsRefused(t *testing.T) {
 func TestStaleConnectionEndWritesNothing(t *testing.T) {
 	a, b := startGatewayPair(t, claimFunc(answered), claimFunc(answered))
 	staleOnA(t, a, b, true)
-	held, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	hook := func(cl *mochi.Client) {
-		if cl.ID == "dev" && cl.Properties.Props.SessionExpiryInterval == 3600 {
-			once.Do(func() { close(held) })
-			<-release
-		}
-	}
-	testHookDisconnect.Store(&hook)
-	t.Cleanup(func() { testHookDisconnect.Store(nil) })
-	var freeOnce sync.Once
-	free := func() { freeOnce.Do(func() { close(release) }) }
-	t.Cleanup(free)
+	held, free, _ := holdOldEnd(t, &testHookDisconnect)
 
 	back, present := dialSessionExpiry(t, a.Addr(), "dev", 5, false, 7200)
 	if !present {
@@ -409,17 +397,7 @@ func TestStaleConnectionEndWritesNothing(t *testing.T) {
 	free()
 	waitUntil(t, "the old connection's end", func() bool { return atomic.LoadInt64(&a.mochi.Info.ClientsConnected) == 1 })
 	settled(a)
-	ra := a.sessions.b.(*session.Redis)
-	var rec clientRecord
-	if _, err := ra.TakeClient("dev", func(kind session.Kind, _ string, _, value []byte) error {
-		if kind == session.PutClient {
-			return json.Unmarshal(value, &rec)
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if got := rec.Props.SessionExpiryInterval; got != 7200 {
+	if got := storedExpiry(t, a.sessions.b.(*session.Redis), "dev"); got != 7200 {
 		t.Fatalf("stored record's session expiry %d; want the new connection's 7200", got)
 	}
 }
@@ -434,21 +412,7 @@ func TestStaleConnectionEndWritesNothing(t *testing.T) {
 func TestStaleConnectionEndedByItselfWritesNothing(t *testing.T) {
 	a, b := startGatewayPair(t, claimFunc(answered), claimFunc(answered))
 	old := staleOnA(t, a, b, true)
-	held, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	var oldCl atomic.Pointer[mochi.Client]
-	hook := func(cl *mochi.Client) {
-		if cl.ID == "dev" && cl.Properties.Props.SessionExpiryInterval == 3600 {
-			oldCl.Store(cl)
-			once.Do(func() { close(held) })
-			<-release
-		}
-	}
-	testHookDisconnect.Store(&hook)
-	t.Cleanup(func() { testHookDisconnect.Store(nil) })
-	var freeOnce sync.Once
-	free := func() { freeOnce.Do(func() { close(release) }) }
-	t.Cleanup(free)
+	held, free, oldCl := holdOldEnd(t, &testHookDisconnect)
 
 	_ = old.conn.Close() // the old connection ends by itself; its end is held
 	select {
@@ -469,17 +433,7 @@ func TestStaleConnectionEndedByItselfWritesNothing(t *testing.T) {
 	free()
 	waitUntil(t, "the old connection's end", func() bool { return atomic.LoadInt64(&a.mochi.Info.ClientsConnected) == 1 })
 	settled(a)
-	ra := a.sessions.b.(*session.Redis)
-	var rec clientRecord
-	if _, err := ra.TakeClient("dev", func(kind session.Kind, _ string, _, value []byte) error {
-		if kind == session.PutClient {
-			return json.Unmarshal(value, &rec)
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if got := rec.Props.SessionExpiryInterval; got != 7200 {
+	if got := storedExpiry(t, a.sessions.b.(*session.Redis), "dev"); got != 7200 {
 		t.Fatalf("stored record's session expiry %d; want the new connection's 7200", got)
 	}
 }
@@ -583,4 +537,43 @@ func TestStaleResumesAtOnceKeepTheFirstOnesWrites(t *testing.T) {
 	if subs := storedSubs(t, g.Redis, "dev"); !subs["y/#"] {
 		t.Errorf("stored subscriptions %v; want y/# among them", subs)
 	}
+}
+
+// holdOldEnd sets hook (testHookDisconnect, testHookWillSent) to hold the
+// end of the old connection of "dev" (the one with a session expiry of
+// 3600 s) until free is called (at the latest when the test ends). held
+// is closed, and old set, when that end has begun.
+func holdOldEnd(t *testing.T, hook *atomic.Pointer[func(*mochi.Client)]) (held <-chan struct{}, free func(), old *atomic.Pointer[mochi.Client]) {
+	t.Helper()
+	h, release := make(chan struct{}), make(chan struct{})
+	old = new(atomic.Pointer[mochi.Client])
+	var heldOnce, freeOnce sync.Once
+	f := func(cl *mochi.Client) {
+		if cl.ID == "dev" && cl.Properties.Props.SessionExpiryInterval == 3600 {
+			old.Store(cl)
+			heldOnce.Do(func() { close(h) })
+			<-release
+		}
+	}
+	hook.Store(&f)
+	t.Cleanup(func() { hook.Store(nil) })
+	free = func() { freeOnce.Do(func() { close(release) }) }
+	t.Cleanup(free)
+	return h, free, old
+}
+
+// storedExpiry is the session expiry interval in id's stored client
+// record in the shared store, read as a gateway taking it would.
+func storedExpiry(t *testing.T, r *session.Redis, id string) uint32 {
+	t.Helper()
+	var rec clientRecord
+	if _, err := r.TakeClient(id, func(kind session.Kind, _ string, _, value []byte) error {
+		if kind == session.PutClient {
+			return json.Unmarshal(value, &rec)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return rec.Props.SessionExpiryInterval
 }

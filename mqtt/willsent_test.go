@@ -2,12 +2,10 @@ package mqtt
 
 import (
 	"encoding/json"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	mochi "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/tolsey/tolsey/mqtt/session"
@@ -25,18 +23,7 @@ func TestLateWillSentWritesNothingOverNewerConnection(t *testing.T) {
 	var bk session.Backend
 	s, _ := startSessionServer(t, t.TempDir(), func(b session.Backend) session.Backend { bk = b; return b })
 
-	held, release := make(chan struct{}), make(chan struct{})
-	var heldOnce, freeOnce sync.Once
-	free := func() { freeOnce.Do(func() { close(release) }) }
-	t.Cleanup(free)
-	hook := func(cl *mochi.Client) {
-		if cl.ID == "dev" && cl.Properties.Props.SessionExpiryInterval == 3600 {
-			heldOnce.Do(func() { close(held) })
-			<-release
-		}
-	}
-	testHookWillSent.Store(&hook)
-	t.Cleanup(func() { testHookWillSent.Store(nil) })
+	held, free, _ := holdOldEnd(t, &testHookWillSent)
 
 	old := dialRawConn(t, s.Addr(), 5)
 	old.write(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect},

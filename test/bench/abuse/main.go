@@ -43,13 +43,11 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -220,19 +218,8 @@ func main() {
 			}
 		}
 	}
-	cfg, err := gateway.LoadConfig(args, nil, io.Discard)
-	if err != nil {
-		fail(err)
-	}
-	g := gateway.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err := g.Start(context.Background()); err != nil {
-		fail(err)
-	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = g.Stop(ctx)
-	}()
+	g, stop := startGateway(args)
+	defer stop()
 	if maxPacket > 64<<20 {
 		maxPacket = 64 << 20 // the CONNECT vectors need the bytes in this process too
 	}

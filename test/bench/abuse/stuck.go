@@ -35,19 +35,8 @@ func runStuck(n, size, window, rounds int, writeTimeout time.Duration) {
 	args := []string{"--mqtt.listen=127.0.0.1:0", "--admin.listen=127.0.0.1:0", "--amqp.listen=",
 		"--retain.backend=memory", "--data.dir=" + dir, "--node.id=abuse-stuck",
 		"--mqtt.writeTimeout=" + writeTimeout.String()}
-	cfg, err := gateway.LoadConfig(args, nil, io.Discard)
-	if err != nil {
-		fail(err)
-	}
-	g := gateway.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err := g.Start(context.Background()); err != nil {
-		fail(err)
-	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = g.Stop(ctx)
-	}()
+	g, stop := startGateway(args)
+	defer stop()
 	addr := g.MQTTAddr()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -162,4 +151,22 @@ func median(v []float64) float64 {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// startGateway starts an in-process gateway with args (flags), quiet, or
+// ends the program; stop stops it.
+func startGateway(args []string) (*gateway.Gateway, func()) {
+	cfg, err := gateway.LoadConfig(args, nil, io.Discard)
+	if err != nil {
+		fail(err)
+	}
+	g := gateway.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err := g.Start(context.Background()); err != nil {
+		fail(err)
+	}
+	return g, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = g.Stop(ctx)
+	}
 }
