@@ -135,33 +135,41 @@ func (s *Server) claim(cl *mochi.Client) error {
 		return nil
 	}
 	if _, shared := ss.b.(session.Shared); shared && !answered && !ss.isKnown(cl.ID) {
-		return s.refuseBusy(cl)
+		return s.refuseBusy(cl, notLetGo)
 	}
 	if stale, mine := ss.heldStale(cl); stale {
 		// Another gateway took the session since this one last held it:
 		// it may hold it still, as for a session not held here (above).
 		if !answered {
-			return s.refuseBusy(cl)
+			return s.refuseBusy(cl, notLetGo)
 		}
 		if h := testHookStale.Load(); h != nil {
 			(*h)(cl)
 		}
 		s.dropStale(cl.ID, mine)
 	}
+	// One claim of the id at a time reads the store: a second one would
+	// take the session again, with a newer epoch, and its restore replace
+	// the first connection in mochi (docs/cluster.md, "Races fixed").
+	unlock, ok := ss.fetchLock(cl.ID, s.opts.ConnectTimeout)
+	if !ok {
+		return s.refuseBusy(cl, "another connect of the client is still reading its session")
+	}
 	ss.fetch(cl)
+	unlock()
 	return nil
 }
 
 // refuseBusy refuses cl's CONNECT as server busy (MQTT 5 0x89; 3.1.1 0x03
-// Server unavailable): a gateway did not let go of its session in time.
-func (s *Server) refuseBusy(cl *mochi.Client) error {
+// Server unavailable): a gateway did not let go of its session in time,
+// or (why) another connect of the id here did not read it in time.
+func (s *Server) refuseBusy(cl *mochi.Client, why string) error {
 	s.forgetLocal(cl) // refused: mochi calls no OnDisconnect
 	code := packets.ErrServerBusy
 	if cl.Properties.ProtocolVersion < 5 {
 		code = packets.ErrServerUnavailable
 	}
-	s.log.Warn("mqtt connect refused: a gateway did not let go of the client's session in time",
-		"client", cl.ID, "remote", cl.Net.Remote)
+	s.log.Warn("mqtt connect refused: "+why, "client", cl.ID, "remote", cl.Net.Remote)
 	_ = s.mochi.SendConnack(cl, code, false, nil)
 	return code
 }
@@ -380,6 +388,62 @@ func (s *Server) TakenOver(client string, stamp int64, node string, done func(en
 // connection was told and before the session is let go.
 var testHookTakenOver atomic.Pointer[func(client string)]
 
+// notLetGo is why a resume is refused when a claim was not answered.
+const notLetGo = "a gateway did not let go of the client's session in time"
+
+// fetchLock waits until no other claim here is reading id's session from
+// the store and restoring it (fetch), and marks id read by this one until
+// unlock. Two resumes of one id at once on a gateway not holding its
+// session both found it missing in mochi and both took it from the store,
+// each with a newer epoch: the restore finishing last replaced the other
+// connection in mochi (two open connections of the id, the first never
+// told 0x8E), and when it had the older epoch, every later write of the
+// session was refused. The second now waits, then finds the session held
+// in mochi and takes it over as mochi does. Taken in claim with no other
+// lock held; only claims of the same id wait on it (a takeover from
+// another gateway does not). The wait is bounded by wait (the connect's
+// timeout): ok false then, and the connect is refused as server busy.
+func (ss *sessions) fetchLock(id string, wait time.Duration) (unlock func(), ok bool) {
+	var timeout <-chan time.Time
+	for {
+		ss.fetchMu.Lock()
+		busy := ss.fetching[id]
+		if busy == nil {
+			done := make(chan struct{})
+			ss.fetching[id] = done
+			ss.fetchMu.Unlock()
+			return func() {
+				ss.fetchMu.Lock()
+				delete(ss.fetching, id)
+				ss.fetchMu.Unlock()
+				close(done)
+			}, true
+		}
+		ss.fetchMu.Unlock()
+		if h := testHookFetchWait.Load(); h != nil {
+			(*h)(id)
+		}
+		if timeout == nil {
+			t := time.NewTimer(wait)
+			defer t.Stop()
+			timeout = t.C
+		}
+		select {
+		case <-busy:
+		case <-timeout:
+			return nil, false
+		}
+	}
+}
+
+// testHookFetchWait, set by a test only, runs when a claim waits for
+// another claim of the id reading its session (fetchLock).
+var testHookFetchWait atomic.Pointer[func(id string)]
+
+// testHookFetched, set by a test only, runs in fetch between the session's
+// read from the store and its restore into mochi.
+var testHookFetched atomic.Pointer[func(cl *mochi.Client)]
+
 // fetch reads cl's session from a shared store, unless mochi holds it:
 // the session another gateway let go of (TakenOver there). It takes the
 // session with a new epoch (session.Shared): what another gateway still
@@ -426,6 +490,9 @@ func (ss *sessions) fetch(cl *mochi.Client) {
 		ss.s.setEpoch(cl, session.Unfenced)
 		ss.s.log.Error("mqtt session not read from the shared store; the client starts a new one", "client", client, "error", err)
 		return
+	}
+	if h := testHookFetched.Load(); h != nil {
+		(*h)(cl)
 	}
 	ss.s.setEpoch(cl, epoch)
 	r.epochs = map[string]uint64{client: epoch}

@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -576,4 +577,121 @@ func storedExpiry(t *testing.T, r *session.Redis, id string) uint32 {
 		t.Fatal(err)
 	}
 	return rec.Props.SessionExpiryInterval
+}
+
+// Two resumes of dev at once on A, which does not hold dev's session (B
+// does, offline): the first (x) has read the session from the store and
+// is held before its restore while the second (y) connects. y waits for
+// x's restore, then finds the session held in mochi and takes it over
+// locally: of the two connections the one registered last holds the id
+// and the other is sent DISCONNECT 0x8E (or, taken over before its
+// CONNACK went out, closed), and what A writes of the session is
+// accepted. Before, y read the store too, with a newer epoch, and was
+// restored and connected while x was held; x's restore then replaced y in
+// mochi (y never told 0x8E: two open connections of the id) and left A
+// writing the session with x's older epoch: every write was refused.
+func TestResumesAtOnceReadTheStoreOnce(t *testing.T) {
+	a, b := startGatewayPair(t, claimFunc(answered), claimFunc(answered))
+	onB, _ := dialSession(t, b.Addr(), "dev", 5, false)
+	onB.subscribeQoS1(t, "b/#")
+	onB.disconnect(t)
+	waitOffline(t, b, "dev")
+	settled(b)
+
+	entered, second, release := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var fetched atomic.Int32
+	var secondOnce, relOnce sync.Once
+	arrived := func() { secondOnce.Do(func() { close(second) }) }
+	free := func() { relOnce.Do(func() { close(release) }) }
+	t.Cleanup(free)
+	hook := func(cl *mochi.Client) {
+		if cl.ID != "dev" {
+			return
+		}
+		if fetched.Add(1) == 1 {
+			close(entered)
+			<-release
+		}
+	}
+	testHookFetched.Store(&hook)
+	t.Cleanup(func() { testHookFetched.Store(nil) })
+	established := func(cl *mochi.Client) func() {
+		if cl.ID == "dev" {
+			arrived() // before the fix: y read the store too, and connected
+		}
+		return func() {}
+	}
+	testHookEstablished.Store(&established)
+	t.Cleanup(func() { testHookEstablished.Store(nil) })
+	wait := func(id string) {
+		if id == "dev" {
+			arrived() // y waits for x's read
+		}
+	}
+	testHookFetchWait.Store(&wait)
+	t.Cleanup(func() { testHookFetchWait.Store(nil) })
+
+	connect := func(expiry uint32) *rawClient {
+		c := dialRawConn(t, a.Addr(), 5)
+		c.write(t, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect},
+			Connect:    packets.ConnectParams{ProtocolName: []byte("MQTT"), Keepalive: 30, ClientIdentifier: "dev"},
+			Properties: packets.Properties{SessionExpiryInterval: expiry, SessionExpiryIntervalFlag: true}})
+		return c
+	}
+	x := connect(3600)
+	select {
+	case <-entered:
+	case <-time.After(20 * time.Second):
+		t.Fatal("x never read the session from the store")
+	}
+	y := connect(7200)
+	select {
+	case <-second:
+	case <-time.After(20 * time.Second):
+		t.Fatal("y neither waited for x's read nor connected")
+	}
+	free()
+	// The first packet of each: a CONNACK; for the connection taken over
+	// before its CONNACK was out, the DISCONNECT or the connection's end
+	// (mochi, as for two connects of one id at once on one broker).
+	px, ex := x.next()
+	py, ey := y.next()
+	first, errs := []packets.Packet{px, py}, []error{ex, ey}
+	// Both registered before either could be told: the one registered
+	// last holds the id.
+	held, ok := a.mochi.Clients.Get("dev")
+	if !ok || held.Closed() {
+		t.Fatal("A holds no open connection of dev")
+	}
+	s, l := 0, 1
+	if held.Properties.Props.SessionExpiryInterval == 7200 {
+		s, l = 1, 0
+	}
+	survivor, loser := []*rawClient{x, y}[s], []*rawClient{x, y}[l]
+	if ack := first[s]; errs[s] != nil || ack.FixedHeader.Type != packets.Connack || ack.ReasonCode != 0 || !ack.SessionPresent {
+		t.Fatalf("the connection holding the id: want a successful CONNACK with session present, got %v %#x present %v (%v)",
+			packets.PacketNames[ack.FixedHeader.Type], ack.ReasonCode, ack.SessionPresent, errs[s])
+	}
+	survivor.subscribeQoS1(t, "c/#")
+	settled(a)
+	ra := a.sessions.b.(*session.Redis)
+	if n := ra.Refused(); n != 0 {
+		t.Errorf("%d of A's writes of the session refused", n)
+	}
+	if subs := storedSubs(t, ra, "dev"); !subs["b/#"] || !subs["c/#"] {
+		t.Errorf("stored subscriptions %v; want b/# and c/# among them", subs)
+	}
+	// The other one ends: told 0x8E, or closed before its CONNACK. Before
+	// the fix it stayed open (its read timed out).
+	pk, err := first[l], errs[l]
+	if errors.Is(err, io.EOF) {
+		return // closed before its CONNACK
+	}
+	if err == nil && pk.FixedHeader.Type == packets.Connack {
+		pk, err = loser.next()
+	}
+	if err != nil || pk.FixedHeader.Type != packets.Disconnect || pk.ReasonCode != packets.ErrSessionTakenOver.Code {
+		t.Fatalf("the connection not holding the id: want DISCONNECT 0x8E, got %v %#x (%v)",
+			packets.PacketNames[pk.FixedHeader.Type], pk.ReasonCode, err)
+	}
 }

@@ -71,6 +71,12 @@ type sessions struct {
 	// delete, of an older epoch than the connect took, was refused.
 	delMu   sync.Mutex
 	deletes map[string]chan struct{} // guarded by delMu
+
+	// The client ids whose session a claim here is reading from a shared
+	// store and restoring into mochi (fetch), each with a channel closed
+	// once it is: one claim of an id at a time (fetchLock, cluster.go).
+	fetchMu  sync.Mutex
+	fetching map[string]chan struct{} // guarded by fetchMu
 }
 
 type pendingAck struct {
@@ -81,7 +87,8 @@ type pendingAck struct {
 
 func newSessions(s *Server, b session.Backend) *sessions {
 	return &sessions{s: s, b: b, known: map[string]uint64{}, pending: map[*mochi.Client]pendingAck{},
-		held: map[string]map[uint16]struct{}{}, deletes: map[string]chan struct{}{}}
+		held: map[string]map[uint16]struct{}{}, deletes: map[string]chan struct{}{},
+		fetching: map[string]chan struct{}{}}
 }
 
 // beginDelete notes that a delete of id's session is about to be queued
