@@ -155,8 +155,8 @@ func (s *Server) claim(cl *mochi.Client) error {
 	if !ok {
 		return s.refuseBusy(cl, "another connect of the client is still reading its session")
 	}
+	defer unlock()
 	ss.fetch(cl)
-	unlock()
 	return nil
 }
 
