@@ -100,3 +100,24 @@ func TestAppendBareWithToAllocs(t *testing.T) {
 		t.Errorf("changed: %x", w.Written())
 	}
 }
+
+// TestSplitHopNullMessageAnnotations: a message-annotations section whose
+// value is null (no annotations: valid, and Message.Decode takes it)
+// splits, with the bare message after it. SplitHop read the null, then
+// tried to skip a value past it (found by FuzzAppendBareWithTo), so such a
+// message from an AMQP sender could not be passed on to AMQP receivers.
+func TestSplitHopNullMessageAnnotations(t *testing.T) {
+	body := []byte{0x00, 0x53, 0x77, 0xa1, 0x02, 'h', 'i'} // amqp-value "hi"
+	msg := append([]byte{0x00, 0x53, 0x72, 0x40}, body...)
+	var m Message
+	if err := m.Decode(msg); err != nil {
+		t.Fatalf("decode: %v", err)
+	}
+	h, err := SplitHop(msg)
+	if err != nil {
+		t.Fatalf("split: %v", err)
+	}
+	if len(h.MessageAnnotations) != 0 || !bytes.Equal(h.Bare, body) {
+		t.Fatalf("split: annotations %v, bare %x; want none and %x", h.MessageAnnotations, h.Bare, body)
+	}
+}

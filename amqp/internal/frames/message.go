@@ -357,10 +357,9 @@ func SplitHop(b []byte) (Hop, error) {
 				err = encoding.Skip(r)
 			}
 		case codeMessageAnnotations:
+			// IsNull takes a null value (no annotations) itself.
 			if _, err = encoding.ReadDescriptor(r); err == nil && !encoding.IsNull(r) {
 				h.MessageAnnotations, err = encoding.ReadAnnotations(r)
-			} else if err == nil {
-				err = encoding.Skip(r)
 			}
 		default:
 			h.Bare = b[len(b)-r.Len():]
