@@ -112,25 +112,21 @@ var (
 	ErrReceiveMaximum                         = Code{Code: 0x93, Reason: "receive maximum exceeded"}
 	ErrTopicAliasInvalid                      = Code{Code: 0x94, Reason: "topic alias invalid"}
 	ErrPacketTooLarge                         = Code{Code: 0x95, Reason: "packet too large"}
-	// ErrTooManyUserProperties: a packet over the server's limit of user
-	// properties (gateway patch 44), answered as the implementation
-	// specific error it is.
-	ErrTooManyUserProperties               = Code{Code: 0x83, Reason: "too many user properties"}
-	ErrMessageRateTooHigh                  = Code{Code: 0x96, Reason: "message rate too high"}
-	ErrQuotaExceeded                       = Code{Code: 0x97, Reason: "quota exceeded"}
-	ErrPendingClientWritesExceeded         = Code{Code: 0x97, Reason: "too many pending writes"}
-	ErrAdministrativeAction                = Code{Code: 0x98, Reason: "administrative action"}
-	ErrPayloadFormatInvalid                = Code{Code: 0x99, Reason: "payload format invalid"}
-	ErrRetainNotSupported                  = Code{Code: 0x9A, Reason: "retain not supported"}
-	ErrQosNotSupported                     = Code{Code: 0x9B, Reason: "qos not supported"}
-	ErrUseAnotherServer                    = Code{Code: 0x9C, Reason: "use another server"}
-	ErrServerMoved                         = Code{Code: 0x9D, Reason: "server moved"}
-	ErrSharedSubscriptionsNotSupported     = Code{Code: 0x9E, Reason: "shared subscriptions not supported"}
-	ErrConnectionRateExceeded              = Code{Code: 0x9F, Reason: "connection rate exceeded"}
-	ErrMaxConnectTime                      = Code{Code: 0xA0, Reason: "maximum connect time"}
-	ErrSubscriptionIdentifiersNotSupported = Code{Code: 0xA1, Reason: "subscription identifiers not supported"}
-	ErrWildcardSubscriptionsNotSupported   = Code{Code: 0xA2, Reason: "wildcard subscriptions not supported"}
-	ErrInlineSubscriptionHandlerInvalid    = Code{Code: 0xA3, Reason: "inline subscription handler not valid."}
+	ErrMessageRateTooHigh                     = Code{Code: 0x96, Reason: "message rate too high"}
+	ErrQuotaExceeded                          = Code{Code: 0x97, Reason: "quota exceeded"}
+	ErrPendingClientWritesExceeded            = Code{Code: 0x97, Reason: "too many pending writes"}
+	ErrAdministrativeAction                   = Code{Code: 0x98, Reason: "administrative action"}
+	ErrPayloadFormatInvalid                   = Code{Code: 0x99, Reason: "payload format invalid"}
+	ErrRetainNotSupported                     = Code{Code: 0x9A, Reason: "retain not supported"}
+	ErrQosNotSupported                        = Code{Code: 0x9B, Reason: "qos not supported"}
+	ErrUseAnotherServer                       = Code{Code: 0x9C, Reason: "use another server"}
+	ErrServerMoved                            = Code{Code: 0x9D, Reason: "server moved"}
+	ErrSharedSubscriptionsNotSupported        = Code{Code: 0x9E, Reason: "shared subscriptions not supported"}
+	ErrConnectionRateExceeded                 = Code{Code: 0x9F, Reason: "connection rate exceeded"}
+	ErrMaxConnectTime                         = Code{Code: 0xA0, Reason: "maximum connect time"}
+	ErrSubscriptionIdentifiersNotSupported    = Code{Code: 0xA1, Reason: "subscription identifiers not supported"}
+	ErrWildcardSubscriptionsNotSupported      = Code{Code: 0xA2, Reason: "wildcard subscriptions not supported"}
+	ErrInlineSubscriptionHandlerInvalid       = Code{Code: 0xA3, Reason: "inline subscription handler not valid."}
 
 	// MQTTv3 specific bytes.
 	Err3UnsupportedProtocolVersion = Code{Code: 0x01}
@@ -151,3 +147,8 @@ var (
 		ErrBadUsernameOrPassword:      Err3NotAuthorized,
 	}
 )
+
+// ErrTooManyUserProperties: a packet over the server's limit of user
+// properties (gateway patch 44), answered as the implementation specific
+// error it is.
+var ErrTooManyUserProperties = Code{Code: 0x83, Reason: "too many user properties"}
