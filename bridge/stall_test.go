@@ -49,14 +49,7 @@ func TestWriterStallLosesNothing(t *testing.T) {
 	}{{"stall", 5 * time.Second}, {"no stall", -1}} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, _ := startNATS(t)
-			nc := natsConn(t, s)
-			var got atomic.Int64
-			if _, err := nc.Subscribe("st.>", func(*nats.Msg) { got.Add(1) }); err != nil {
-				t.Fatal(err)
-			}
-			if err := nc.Flush(); err != nil {
-				t.Fatal(err)
-			}
+			got := countOn(t, natsConn(t, s), "st.>")
 			router := core.NewRouter(core.RouterOptions{Node: "n1"})
 			b := startBridgeOpts(t, NATSOptions{URLs: []string{s.ClientURL()}, Rules: []Rule{stallRule}, Router: router,
 				QueueLen: 8, WriterStall: tc.stall})
@@ -78,6 +71,20 @@ func TestWriterStallLosesNothing(t *testing.T) {
 			coretest.Eventually(t, "the whole burst at the NATS subscriber", 30*time.Second, func() bool { return got.Load() >= n })
 		})
 	}
+}
+
+// countOn counts the messages nc receives on subject, subscribed (and
+// flushed, so NATS has the subscription) before it returns.
+func countOn(t *testing.T, nc *nats.Conn, subject string) *atomic.Int64 {
+	t.Helper()
+	got := new(atomic.Int64)
+	if _, err := nc.Subscribe(subject, func(*nats.Msg) { got.Add(1) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return got
 }
 
 // queueFull is the bridge's count of messages dropped as queue_full.
@@ -373,14 +380,7 @@ func TestStopBehindStuckConnection(t *testing.T) {
 func TestStopPublishesWhatIsQueued(t *testing.T) {
 	s, _ := startNATS(t)
 	p := startProxy(t, s.Addr().String())
-	nc := natsConn(t, s)
-	var got atomic.Int64
-	if _, err := nc.Subscribe("st.>", func(*nats.Msg) { got.Add(1) }); err != nil {
-		t.Fatal(err)
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	got := countOn(t, natsConn(t, s), "st.>")
 	router := core.NewRouter(core.RouterOptions{Node: "n1"})
 	b := startBridgeOpts(t, NATSOptions{URLs: []string{"nats://" + p.addr()}, Rules: []Rule{stallRule}, Router: router, QueueLen: 1 << 20})
 	t.Cleanup(p.close)

@@ -3,7 +3,6 @@ package bridge
 import (
 	"context"
 	"crypto/tls"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -42,13 +41,7 @@ func TestNATSOverTLSReconnects(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	var got atomic.Int64
-	if _, err := nc.Subscribe("st.>", func(*nats.Msg) { got.Add(1) }); err != nil {
-		t.Fatal(err)
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	got := countOn(t, nc, "st.>")
 
 	p := startProxy(t, s.Addr().String())
 	t.Cleanup(p.close)

@@ -291,12 +291,7 @@ func TestSessionHeldSentBeforeStoredKeepsDup(t *testing.T) {
 	waitOffline(t, s, "dev")
 	stop()
 
-	s, _ = startSessionServer(t, dir, nil)
-	sub, present := dialSession(t, s.Addr(), "dev", 5, false)
-	if !present {
-		t.Fatal("session not present after restart")
-	}
-	sub.expectPublish(t, "one/x", "d", 1, true)
+	resentWithDupAfterRestart(t, dir, "one/x", "d")
 }
 
 // TestSessionSentMarkBeforeStop: the store write that marks a held
@@ -339,12 +334,20 @@ func TestSessionSentMarkBeforeStop(t *testing.T) {
 	stop()
 	releaseOnce.Do(func() { close(release) })
 
-	s, _ = startSessionServer(t, dir, nil)
+	resentWithDupAfterRestart(t, dir, "one/x", "d")
+}
+
+// resentWithDupAfterRestart starts the front-end again on dir, resumes
+// "dev"'s session and wants topic's payload resent first, with DUP
+// [MQTT-3.3.1-1]: it had been sent and not acknowledged.
+func resentWithDupAfterRestart(t *testing.T, dir, topic, payload string) {
+	t.Helper()
+	s, _ := startSessionServer(t, dir, nil)
 	sub, present := dialSession(t, s.Addr(), "dev", 5, false)
 	if !present {
 		t.Fatal("session not present after restart")
 	}
-	sub.expectPublish(t, "one/x", "d", 1, true)
+	sub.expectPublish(t, topic, payload, 1, true)
 }
 
 // dialReceiveMaximum1 connects "dev" as MQTT 5 with a clean start, a
@@ -468,16 +471,7 @@ func TestSessionExpiredIsRemovedFromStore(t *testing.T) {
 func TestSessionHeldThenSentResentWithDup(t *testing.T) {
 	dir := t.TempDir()
 	s, stop := startSessionServer(t, dir, nil)
-	sub := dialRawConn(t, s.Addr(), 5)
-	sub.write(t, packets.Packet{
-		FixedHeader: packets.FixedHeader{Type: packets.Connect},
-		Connect:     packets.ConnectParams{ProtocolName: []byte("MQTT"), Clean: true, Keepalive: 30, ClientIdentifier: "dev"},
-		Properties: packets.Properties{SessionExpiryInterval: 3600, SessionExpiryIntervalFlag: true,
-			ReceiveMaximum: 1},
-	})
-	if pk := sub.read(t); pk.FixedHeader.Type != packets.Connack || pk.ReasonCode != 0 {
-		t.Fatalf("want CONNACK 0, got %v %#x", packets.PacketNames[pk.FixedHeader.Type], pk.ReasonCode)
-	}
+	sub := dialReceiveMaximum1(t, s.Addr())
 	sub.subscribeQoS1(t, "h/#")
 	pub := dialRaw(t, s.Addr(), "pub", 0)
 	pub.publishWait(t, "h/1", "first", 1, 1)
@@ -490,12 +484,7 @@ func TestSessionHeldThenSentResentWithDup(t *testing.T) {
 	waitOffline(t, s, "dev")
 	stop()
 
-	s, _ = startSessionServer(t, dir, nil)
-	sub, present := dialSession(t, s.Addr(), "dev", 5, false)
-	if !present {
-		t.Fatal("session not present after restart")
-	}
-	sub.expectPublish(t, "h/2", "held", 1, true)
+	resentWithDupAfterRestart(t, dir, "h/2", "held")
 }
 
 // TestSessionDelayedWillAfterRestart: a persistent session's will with a
