@@ -2,18 +2,23 @@
 // publish → store → consume → ack, and compares it with RabbitMQ in the
 // same run (docs/queues.md, "Performance"):
 //
-//	go run ./test/bench/queueload [-n 20000 -pubs 4 -subs 4 -size 1024 -window 64] [-no-redis] [-no-rabbitmq] [-profile dir [-profile-for 3s]]
+//	go run ./test/bench/queueload [-n 20000 -pubs 4 -subs 4 -size 1024 -window 64] [-client lean|goamqp] [-no-redis] [-no-rabbitmq] [-profile dir [-profile-for 3s]]
 //
 // Targets, each a fresh server process with one durable queue "load":
 // the gateway binary with queues.backend=embedded (fsync'd group commits),
 // the gateway with queues.backend=redis (a redis-server without
 // persistence), and RabbitMQ 3.10 (Debian's rabbitmq-server, a private node
 // with the rabbitmq_amqp1_0 plugin: a durable classic queue, address
-// /queue/load). The same go-amqp clients for all: S receivers attach first
+// /queue/load). The same clients for all: S receivers attach first
 // (credit 256 topped up by 128 after every 128 accepted, by the program
 // rather than go-amqp: see runTarget), then P senders send n messages in
 // all, durable and unsettled (at least once), each keeping -window sends
-// in flight and counting only accepted ones. A message's latency is from
+// in flight and counting only accepted ones; each receiver accepts every
+// message with a disposition of its own. The clients are
+// test/internal/amqplean's (-client lean, the default), which put the
+// same frames on the wire as go-amqp's but cost a fraction of their CPU
+// (on a 2-core box the clients' CPU is taken from the server), or go-amqp
+// (-client goamqp). A message's latency is from
 // its send to its receipt (the send time is in the payload; one clock).
 // The server's CPU (the gateway's; RabbitMQ's Erlang VM, by its pid file)
 // and its read and write syscalls are read from /proc; the clients' CPU
@@ -46,11 +51,13 @@ import (
 	goamqp "github.com/Azure/go-amqp"
 
 	"github.com/tolsey/tolsey/test/bench/internal/rig"
+	"github.com/tolsey/tolsey/test/internal/amqplean"
 	"github.com/tolsey/tolsey/test/internal/rabbitnode"
 )
 
 type config struct {
 	n, pubs, subs, size, window int
+	client                      string        // -client: lean or goamqp
 	profile                     string        // -profile: where the gateway's CPU and allocation profiles go
 	profileFor                  time.Duration // -profile-for: the CPU profile's length
 }
@@ -61,7 +68,7 @@ type result struct {
 	elapsed  time.Duration
 	p50, p99 time.Duration
 	cpu      time.Duration // server CPU, 0 when not measured
-	client   time.Duration // this program's CPU (the senders and receivers, go-amqp)
+	client   time.Duration // this program's CPU (the senders and receivers)
 	syscalls int64         // server read and write syscalls (pwrite and fdatasync's writes too), 0 when not measured
 	stalled  bool          // deliveries stopped before every message arrived
 }
@@ -77,12 +84,16 @@ func main() {
 	flag.IntVar(&c.subs, "subs", 4, "receivers")
 	flag.IntVar(&c.size, "size", 1024, "payload bytes (at least 8: the send time)")
 	flag.IntVar(&c.window, "window", 64, "unsettled sends in flight per sender")
+	flag.StringVar(&c.client, "client", "lean", "the load clients: lean (test/internal/amqplean) or goamqp (go-amqp)")
 	flag.StringVar(&c.profile, "profile", "", "write each gateway's CPU profile (admin /debug/pprof/profile, while its senders run), and this program's (the clients', <target>.client.pprof), to this directory")
 	flag.DurationVar(&c.profileFor, "profile-for", 3*time.Second, "the CPU profile's length (-profile)")
 	skipRabbit := flag.Bool("no-rabbitmq", false, "leave RabbitMQ out")
 	skipRedis := flag.Bool("no-redis", false, "leave the gateway with the Redis backend out")
 	flag.Parse()
 	c.size = max(c.size, 8)
+	if c.client != "lean" && c.client != "goamqp" {
+		fatal(fmt.Errorf("-client %q: lean or goamqp", c.client))
+	}
 
 	r, err := rig.New()
 	if err != nil {
@@ -93,8 +104,8 @@ func main() {
 	if err != nil {
 		r.Fatal(err)
 	}
-	fmt.Printf("%d messages of %d B per target: %d senders (%d in flight each) → queue → %d receivers, durable, unsettled\n",
-		c.n, c.size, c.pubs, c.window, c.subs)
+	fmt.Printf("%d messages of %d B per target: %d senders (%d in flight each) → queue → %d receivers, durable, unsettled; %s clients\n",
+		c.n, c.size, c.pubs, c.window, c.subs, c.client)
 
 	gateway := func(name string, args ...string) (string, *rig.Child) {
 		g, err := r.StartGateway(name, bin, append([]string{"--amqp.listen=127.0.0.1:0", "--retain.backend=memory",
@@ -231,7 +242,21 @@ func runTarget(c config, name, addr, target string, g *rig.Child) (result, error
 	rctx, rcancel := context.WithCancel(ctx)
 	defer rcancel()
 	var wg sync.WaitGroup
+	var leanRcvs []*amqplean.Conn
 	for range c.subs {
+		if c.client == "lean" {
+			rcv, err := leanReceiver(ctx, addr, target, func() {
+				if got.Add(1) == int64(c.n) {
+					close(done)
+				}
+			}, &mu, &lats, &last)
+			if err != nil {
+				return result{}, err
+			}
+			defer rcv.Close()
+			leanRcvs = append(leanRcvs, rcv)
+			continue
+		}
 		conn, s, err := dial()
 		if err != nil {
 			return result{}, err
@@ -286,7 +311,20 @@ func runTarget(c config, name, addr, target string, g *rig.Child) (result, error
 		}()
 	}
 	senders := make([]*goamqp.Sender, c.pubs)
+	leanSnds := make([]*amqplean.Conn, c.pubs)
 	for i := range senders {
+		if c.client == "lean" {
+			snd, err := amqplean.Dial(ctx, addr, amqplean.Options{})
+			if err != nil {
+				return result{}, err
+			}
+			defer snd.Close()
+			if err := snd.AttachSender(ctx, target, c.window); err != nil {
+				return result{}, fmt.Errorf("sender %s: %w", target, err)
+			}
+			leanSnds[i] = snd
+			continue
+		}
 		conn, s, err := dial()
 		if err != nil {
 			return result{}, err
@@ -326,6 +364,10 @@ func runTarget(c config, name, addr, target string, g *rig.Child) (result, error
 		if i < c.n%c.pubs {
 			per++
 		}
+		if c.client == "lean" {
+			go func() { errs <- leanSend(ctx, leanSnds[i], per, c) }()
+			continue
+		}
 		go func() { errs <- send(ctx, snd, per, c) }()
 	}
 	for range senders {
@@ -351,6 +393,11 @@ func runTarget(c config, name, addr, target string, g *rig.Child) (result, error
 	}
 	rcancel()
 	wg.Wait()
+	for _, rcv := range leanRcvs {
+		if err := rcv.Err(); err != nil && stalled {
+			return result{}, fmt.Errorf("receiver: %w", err)
+		}
+	}
 	if err := <-profiled; err != nil {
 		return result{}, fmt.Errorf("profile: %w", err)
 	}
@@ -408,6 +455,59 @@ func send(ctx context.Context, snd *goamqp.Sender, n int, c config) error {
 	return nil
 }
 
+// leanReceiver attaches an amqplean receiver with the policy of the
+// go-amqp ones (credit 256, 128 more after every 128 accepted, a
+// disposition per message): its handler, on the connection's reader
+// goroutine, records the latency, accepts and calls arrived.
+func leanReceiver(ctx context.Context, addr, target string, arrived func(), mu *sync.Mutex, lats *[]time.Duration, last *atomic.Int64) (*amqplean.Conn, error) {
+	rcv, err := amqplean.Dial(ctx, addr, amqplean.Options{})
+	if err != nil {
+		return nil, err
+	}
+	accepted := 0 // the reader goroutine's
+	err = rcv.AttachReceiver(ctx, target, func(d *amqplean.Delivery) {
+		now := time.Now()
+		if len(d.Data) >= 8 {
+			mu.Lock()
+			*lats = append(*lats, now.Sub(time.Unix(0, int64(binary.BigEndian.Uint64(d.Data)))))
+			mu.Unlock()
+		}
+		rcv.Accept(d.ID)
+		last.Store(time.Now().UnixNano())
+		arrived()
+		if accepted++; accepted == topUp {
+			accepted = 0
+			rcv.IssueCredit(topUp)
+		}
+	})
+	if err != nil {
+		rcv.Close()
+		return nil, fmt.Errorf("receiver %s: %w", target, err)
+	}
+	rcv.IssueCredit(credit)
+	return rcv, nil
+}
+
+// leanSend is send with an amqplean sender (attached with -window in
+// flight): the same messages, the same window; an outcome other than
+// accepted ends the connection, and Send or Wait returns it.
+func leanSend(ctx context.Context, snd *amqplean.Conn, n int, c config) error {
+	payload := make([]byte, c.size)
+	for range n {
+		binary.BigEndian.PutUint64(payload, uint64(time.Now().UnixNano()))
+		if err := snd.Send(payload); err != nil {
+			return err
+		}
+	}
+	if err := snd.Wait(ctx); err != nil {
+		return err
+	}
+	if a := snd.Accepted(); a != int64(n) {
+		return fmt.Errorf("%d of %d sends accepted", a, n)
+	}
+	return nil
+}
+
 // profile fetches /debug/pprof/<which> from the gateway's admin API at
 // admin into path: a CPU profile of -profile-for from the run's start (a
 // run of -n 100000 or so lasts longer), or the allocations at its end.
@@ -435,7 +535,7 @@ func profile(ctx context.Context, admin, which, path string) error {
 	return f.Close()
 }
 
-// clientProfile writes this program's CPU profile (the clients: go-amqp's
+// clientProfile writes this program's CPU profile (the clients: the
 // senders and receivers) for d, or until stop, to path.
 func clientProfile(path string, d time.Duration) (stop func(), err error) {
 	f, err := os.Create(path)
