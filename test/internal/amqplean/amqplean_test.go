@@ -18,13 +18,14 @@ import (
 )
 
 // startGateway runs an in-process gateway on free ports with durable
-// queues "load" and "big" (the embedded backend, on disk) and returns its
+// queues "load", "big", "frames1" and "frames2" (the embedded backend, on
+// disk) and returns its
 // AMQP address; it stops when the test ends.
 func startGateway(t *testing.T) string {
 	t.Helper()
 	cfg, err := gateway.LoadConfig([]string{"--mqtt.listen=127.0.0.1:0", "--mqtt.ws.listen=127.0.0.1:0", "--admin.listen=127.0.0.1:0", "--amqp.listen=127.0.0.1:0",
 		"--retain.backend=memory", "--data.dir=" + t.TempDir(), "--node.id=" + t.Name(),
-		`--queues.declare=[{"name":"load"},{"name":"big"}]`}, nil, io.Discard)
+		`--queues.declare=[{"name":"load"},{"name":"big"},{"name":"frames1"},{"name":"frames2"}]`}, nil, io.Discard)
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}
@@ -216,7 +217,7 @@ func TestRefusalNamesCondition(t *testing.T) {
 // RabbitMQ 3.10 with its AMQP 1.0 plugin (test/internal/rabbitnode; as
 // test/e2e, it needs Debian's rabbitmq-server, which test/run installs):
 // SASL PLAIN as guest, a durable queue at /queue/lean, every message
-// accepted and received intact, in order.
+// accepted and received intact, in order; the same frames as go-amqp.
 func TestRabbitMQ(t *testing.T) {
 	node, err := rabbitnode.Start(t.TempDir())
 	if err != nil {
@@ -230,6 +231,10 @@ func TestRabbitMQ(t *testing.T) {
 		t.Fatalf("sender: %v", err)
 	}
 	col.wait(n)
+
+	// The same frames as go-amqp's for the same load, as against the
+	// gateway (TestSameFramesAsGoAMQP).
+	t.Run("SameFramesAsGoAMQP", func(t *testing.T) { sameFrames(t, node.Addr, "/queue/frames", o) })
 
 	// A wrong password is refused at the SASL outcome.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
