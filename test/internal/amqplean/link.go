@@ -91,7 +91,9 @@ func (c *Conn) attach(ctx context.Context, receiver bool, source, target string)
 func (c *Conn) Send(body []byte) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for c.err == nil && (c.unsettled >= c.inFlight || c.credit == 0 || c.remoteIncomingWindow == 0) {
+	// Every frame of a transfer takes one of the session's window.
+	frames := uint32((msgLen(body) + c.chunk() - 1) / c.chunk())
+	for c.err == nil && (c.unsettled >= c.inFlight || c.credit == 0 || c.remoteIncomingWindow < frames) {
 		c.cond.Wait()
 	}
 	if c.err != nil {
@@ -110,12 +112,7 @@ func (c *Conn) Send(body []byte) error {
 // peer's max-frame-size as go-amqp splits them (66 bytes left for the
 // performative). Called with mu held.
 func (c *Conn) appendTransfer(b []byte, body []byte) []byte {
-	const header = 66 // go-amqp's maxTransferFrameHeader
-	msgLen := 12 + 3 + 3 + 5 + len(body)
-	if len(body) < 256 {
-		msgLen -= 3
-	}
-	chunk := int(c.peerMax) - header
+	msgLen, chunk := msgLen(body), c.chunk()
 	first := true
 	sent := 0
 	var tag [8]byte
@@ -152,6 +149,19 @@ func (c *Conn) appendTransfer(b []byte, body []byte) []byte {
 	}
 	return b
 }
+
+// msgLen is the size of the encoded message with body (appendMessage).
+func msgLen(body []byte) int {
+	if len(body) < 256 {
+		return 12 + 3 + 3 + 2 + len(body)
+	}
+	return 12 + 3 + 3 + 5 + len(body)
+}
+
+// chunk is how much of a message goes in one transfer frame: go-amqp
+// leaves 66 bytes of the peer's max-frame-size for the frame header and
+// the performative (maxTransferFrameHeader).
+func (c *Conn) chunk() int { return int(c.peerMax) - 66 }
 
 // appendMessage appends bytes [from, from+n) of the encoded message
 // header{durable: true, priority: 0}, data(body), without encoding it
