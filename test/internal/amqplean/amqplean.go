@@ -66,11 +66,12 @@ type Conn struct {
 
 	// Owned by the reader goroutine.
 	r         *bufio.Reader
-	frame     []byte // the frame being read, reused
-	payload   []byte // the last frame's payload, in frame
-	partial   []byte // a multi-frame transfer's payload so far
-	partialOn bool   // a multi-frame transfer is being read
-	partID    uint32 // the delivery-id of the transfer being read
+	hdr       [8]byte // a frame header being read (a local would escape through io.ReadFull)
+	frame     []byte  // the frame being read, reused
+	payload   []byte  // the last frame's payload, in frame
+	partial   []byte  // a multi-frame transfer's payload so far
+	partialOn bool    // a multi-frame transfer is being read
+	partID    uint32  // the delivery-id of the transfer being read
 	onMsg     func(*Delivery)
 	d         Delivery // handed to onMsg, reused
 
@@ -340,11 +341,11 @@ func (c *Conn) readHeader(id byte) error {
 // transfer's) is in c.payload until the next read.
 func (c *Conn) readFrame() (uint64, fields, error) {
 	for {
-		var h [8]byte
-		if _, err := io.ReadFull(c.r, h[:]); err != nil {
+		h := c.hdr[:]
+		if _, err := io.ReadFull(c.r, h); err != nil {
 			return 0, fields{}, err
 		}
-		size := binary.BigEndian.Uint32(h[:])
+		size := binary.BigEndian.Uint32(h)
 		doff := int(h[4]) * 4
 		// The size is bounded by the max-frame-size we announced before
 		// anything is read into the buffer (a peer announcing 4 GiB gets

@@ -1,0 +1,5 @@
+//go:build !race
+
+package amqplean
+
+const raceEnabled = false
