@@ -8,16 +8,18 @@
 // client burns is taken from the server.
 //
 // What it puts on the wire is what go-amqp puts there for the same work,
-// frame for frame and byte for byte (encode.go, the frame count test):
-// one transfer per message (header{durable} and a data section), the
-// sender's settlement left to the receiver's disposition, one disposition
-// (accepted, settled) per message received, link credit in the flows the
-// caller asks for, and a session flow every half window of transfers
-// received, as go-amqp's session does. Only the client's own cost
-// changes: frames are encoded straight into one write buffer, a writer
-// goroutine writes everything queued in one write when it is woken, one
-// reader goroutine reads through a 64 KiB buffer and calls the receiver's
-// handler in place, with the body a slice of its frame buffer.
+// frame for frame, and byte for byte for transfers and dispositions
+// (codec.go; TestSameFramesAsGoAMQP): one transfer per message (a header
+// {durable, priority 0} and a data section), the sender's settlement left
+// to the receiver's disposition, one disposition (accepted, settled) per
+// message received, link credit in the flows the caller asks for, and a
+// session flow every half window of transfers received, as go-amqp's
+// session does. What changes is the client's own cost, and how its bytes
+// reach the server: frames are encoded straight into one write buffer, a
+// writer goroutine writes everything queued in one write when it is woken
+// (go-amqp writes each frame on its own), one reader goroutine reads
+// through a 64 KiB buffer and calls the receiver's handler in place, with
+// the body a slice of its frame buffer.
 //
 // It speaks SASL ANONYMOUS and PLAIN, open, begin, attach, flow,
 // transfer (multi-frame ones reassembled), disposition (ranges

@@ -108,7 +108,7 @@ func (c *Conn) Send(body []byte) error {
 }
 
 // appendTransfer appends the transfer of one message: go-amqp's layout,
-// list32 performatives and sections (encode.go), split into frames of the
+// list32 performatives and sections (codec.go), split into frames of the
 // peer's max-frame-size as go-amqp splits them (66 bytes left for the
 // performative). Called with mu held.
 func (c *Conn) appendTransfer(b []byte, body []byte) []byte {
