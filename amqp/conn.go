@@ -42,6 +42,10 @@ type conn struct {
 	idle        time.Duration // our idle time-out: the read deadline
 	links       int           // attached links of every session (Options.MaxLinksPerConnection)
 	refusing    int           // links refused at attach whose detach the peer has yet to answer
+	// peerDisps are the peer's dispositions of deliveries we sent, read
+	// since they last went to the writer (sendDispositions): a burst of
+	// them is one item on out, not one each.
+	peerDisps []peerDisp
 
 	// Between the reader and the writer.
 	out   chan outItem  // the write queue; only the reader sends on it
@@ -89,6 +93,11 @@ type conn struct {
 	heldSlots  chan struct{}
 	answeredMu sync.Mutex
 	answered   []heldOutcome
+
+	// dispSpare is the list of the peer's dispositions the writer applied
+	// last, emptied, for the reader to fill next (peerDisps).
+	dispMu    sync.Mutex
+	dispSpare []peerDisp
 
 	// Queue consumers of this connection's links, added by the reader at
 	// attach, removed by whoever closes them (the writer, with their link
@@ -242,6 +251,9 @@ func (c *conn) serve() {
 				err = errContainerInUse // container.go: the close follows the open at once
 			} else {
 				err = c.loop()
+				// The outcomes read before the end are applied before
+				// the consumers close (finish).
+				_ = c.sendDispositions()
 			}
 		}
 	} else {
@@ -281,6 +293,9 @@ func (c *conn) loop() error {
 		if !c.r.FrameBuffered() {
 			// About to block on the socket: send what the burst of
 			// frames just handled produced, in as few frames as possible.
+			if err := c.sendDispositions(); err != nil {
+				return err
+			}
 			if err := c.flushPending(); err != nil {
 				return err
 			}
@@ -394,6 +409,17 @@ func (c *conn) handleMax() uint32 {
 // send queues work for the writer, waiting while the queue is full: a
 // peer that does not read its socket stops us reading ours.
 func (c *conn) send(it outItem) error {
+	if len(c.peerDisps) > 0 {
+		// Dispositions read before it are applied before it (a detach
+		// after the peer's last outcomes: those stay settled).
+		if err := c.sendDispositions(); err != nil {
+			return err
+		}
+	}
+	return c.sendItem(it)
+}
+
+func (c *conn) sendItem(it outItem) error {
 	select {
 	case c.out <- it:
 		return nil

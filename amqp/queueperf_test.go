@@ -75,3 +75,59 @@ func TestQueueSendDispositionRanges(t *testing.T) {
 		t.Fatalf("queue holds %d messages, want %d", got, n)
 	}
 }
+
+// TestQueueDispositionBurstThenDetach: the peer's dispositions read in
+// one burst go to the writer together (conn.sendDispositions), and a
+// detach read after them in the same burst is applied after them: what
+// the receiver accepted (one by one and as a range) is acknowledged, what
+// it released goes back uncounted, and only what it left unsettled is
+// delivered again with a failed delivery counted.
+func TestQueueDispositionBurstThenDetach(t *testing.T) {
+	e := startDurableServer(t)
+	q := e.declare(t, queue.Config{Name: "burst"})
+	sendN(t, newSender(t, e.session(t), "queue://burst", nil), "m", 10)
+	c := rawDial(t, e.addr)
+	c.open(nil)
+	c.begin(0)
+	c.send(0, attachReceiver("r", 0, "queue://burst"), nil)
+	expectFrame[*frames.Attach](c)
+	c.send(0, &frames.Flow{NextIncomingID: ptr(uint32(0)), IncomingWindow: 100, OutgoingWindow: 100,
+		Handle: ptr(uint32(0)), DeliveryCount: ptr(uint32(0)), LinkCredit: ptr(uint32(10))}, nil)
+	for i := range 10 {
+		if tr := expectFrame[*frames.Transfer](c); tr.Settled || tr.DeliveryID == nil || *tr.DeliveryID != uint32(i) {
+			t.Fatalf("transfer %d: %+v", i, tr)
+		}
+	}
+	var b buffer.Buffer
+	add := func(p frames.Performative) {
+		if err := frames.AppendFrame(&b, frames.TypeAMQP, 0, p, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range uint32(4) { // 0..3 one by one
+		add(&frames.Disposition{Role: frames.RoleReceiver, First: i, Settled: true, State: &frames.Accepted{}})
+	}
+	add(&frames.Disposition{Role: frames.RoleReceiver, First: 4, Last: ptr(uint32(6)), Settled: true, State: &frames.Accepted{}})
+	add(&frames.Disposition{Role: frames.RoleReceiver, First: 7, Settled: true, State: &frames.Released{}})
+	add(&frames.Detach{Handle: 0, Closed: true})
+	c.writeRaw(b.Written())
+	expectFrame[*frames.Detach](c)
+	info := q.Info()
+	if info.Counters.Acked != 7 || info.Messages != 3 || info.Consumers != 0 {
+		t.Fatalf("after the burst: %d acked, %d held, %d consumers; want 7, 3, 0", info.Counters.Acked, info.Messages, info.Consumers)
+	}
+	r := newReceiver(t, e.session(t), "queue://burst", nil)
+	want := map[string]uint32{"m7": 0, "m8": 1, "m9": 1} // released: uncounted; left unsettled: one failure
+	for range 3 {
+		m := next(t, r)
+		body := string(m.GetData())
+		count, _ := hdr(m)
+		if wc, ok := want[body]; !ok || wc != count {
+			t.Fatalf("redelivered %q with delivery-count %d; want one of %v", body, count, want)
+		}
+		delete(want, body)
+		if err := r.AcceptMessage(context.Background(), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

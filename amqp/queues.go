@@ -237,6 +237,16 @@ func (l *outLink) queueSettled() bool {
 	return l.browse || l.sndMode == frames.SenderSettleModeSettled
 }
 
+// accepts reports whether the peer's state of a queue delivery accepts
+// it (settleQueued's Ack).
+func accepts(st frames.DeliveryState) bool {
+	switch st.(type) {
+	case nil, *frames.Accepted:
+		return true
+	}
+	return false
+}
+
 // settleQueued applies the peer's outcome of a queue delivery [3.4].
 func settleQueued(qc *queue.Consumer, id uint64, st frames.DeliveryState) {
 	switch st := st.(type) {

@@ -270,6 +270,41 @@ func (c *Consumer) Ack(id uint64) {
 	}
 }
 
+// AckAll is Ack of each of ids, under one lock and with one removal from
+// the Log: a front-end that is told of several acceptances at once (an
+// AMQP disposition range, a burst of dispositions read together) pays
+// for the queue's lock and the Log's queue once, not per message. IDs
+// that are not this consumer's are skipped, as Ack skips them. AckAll
+// may overwrite ids (it packs the IDs it removes); it does not keep it.
+func (c *Consumer) AckAll(ids []uint64) {
+	if len(ids) == 1 {
+		c.Ack(ids[0])
+		return
+	}
+	q := c.q
+	q.mu.Lock()
+	n := 0
+	for _, id := range ids {
+		e := c.settleLocked(id)
+		if e == nil {
+			continue
+		}
+		q.removeLocked(e)
+		q.counters.Acked++
+		ids[n] = id
+		n++
+	}
+	refill := n > 0 && q.more && !q.loading
+	q.mu.Unlock()
+	if n == 0 {
+		return
+	}
+	q.log.Remove(ids[:n]...)
+	if refill {
+		q.fill()
+	}
+}
+
 // Release makes a delivered message available again without counting a
 // failed delivery (AMQP released).
 func (c *Consumer) Release(id uint64) { c.requeue(id, false, false) }

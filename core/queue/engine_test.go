@@ -617,3 +617,38 @@ func TestUndeliverableHerePastTheNamedCap(t *testing.T) {
 		defer c.Close()
 	}
 }
+
+// TestAckAll: AckAll removes the deliveries it names that are this
+// consumer's, from the queue and from its Log (gone after a restart), and
+// skips the others: another consumer's, one settled already, an unknown
+// ID.
+func TestAckAll(t *testing.T) {
+	b := NewMemory() // outlives the engines, as a store on disk does
+	r := core.NewRouter(core.RouterOptions{})
+	e1, err := New(ctx, Options{Backend: b, Router: r})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := declare(t, e1, Config{Name: "a", Subscriptions: []string{"a/#"}})
+	for i := range 5 {
+		publish(r, "a/x", fmt.Sprint(i))
+	}
+	c, w := consumer(t, q, false)
+	other, ow := consumer(t, q, false)
+	d0, d1, d2 := next(t, c, w), next(t, c, w), next(t, c, w)
+	o := next(t, other, ow)
+	c.Ack(d2.ID)
+	c.AckAll([]uint64{d0.ID, o.ID, d2.ID, 999, d1.ID})
+	info := q.Info()
+	if info.Messages != 2 || info.Counters.Acked != 3 || info.InFlight != 1 {
+		t.Fatalf("after AckAll: %d messages, %d acked, %d in flight; want 2, 3, 1", info.Messages, info.Counters.Acked, info.InFlight)
+	}
+	other.Ack(o.ID) // still the other's to settle
+	e1.Close()
+	e2, _ := newEngine(t, Options{Backend: b, Router: r})
+	q2, _ := e2.Queue("a")
+	c2, w2 := consumer(t, q2, false)
+	if got := take(t, c2, w2, 1); got != "[4]" {
+		t.Fatalf("after a restart: %s, want [4] (the rest was acknowledged)", got)
+	}
+}
