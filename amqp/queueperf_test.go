@@ -1,9 +1,12 @@
 package amqp
 
 import (
+	"bytes"
 	"context"
 	"path/filepath"
 	"testing"
+
+	goamqp "github.com/Azure/go-amqp"
 
 	"github.com/tolsey/tolsey/amqp/internal/buffer"
 	"github.com/tolsey/tolsey/amqp/internal/frames"
@@ -128,6 +131,62 @@ func TestQueueDispositionBurstThenDetach(t *testing.T) {
 		delete(want, body)
 		if err := r.AcceptMessage(context.Background(), m); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// TestQueueWindowClosesMidMessage: the writer takes several deliveries
+// from a queue at once (queue.Consumer.NextN); when the peer's session
+// window closes in the middle of one of them, those it took and did not
+// start go back unchanged (Unget), and reach the peer once the window
+// opens as first deliveries: delivery-count 0, first-acquirer, in order.
+func TestQueueWindowClosesMidMessage(t *testing.T) {
+	e := startDurableServer(t)
+	e.declare(t, queue.Config{Name: "win"})
+	snd := newSender(t, e.session(t), "queue://win", nil)
+	for i := range 3 {
+		send(t, snd, goamqp.NewMessage(bytes.Repeat([]byte{byte('a' + i)}, 1000)))
+	}
+	c := rawDial(t, e.addr)
+	c.open(&frames.Open{ContainerID: "raw", MaxFrameSize: 512})
+	c.send(0, &frames.Begin{NextOutgoingID: 0, IncomingWindow: 2, OutgoingWindow: 1000}, nil)
+	expectFrame[*frames.Begin](c)
+	c.send(0, attachReceiver("r", 0, "queue://win"), nil)
+	expectFrame[*frames.Attach](c)
+	c.send(0, &frames.Flow{NextIncomingID: ptr(uint32(0)), IncomingWindow: 2, OutgoingWindow: 1000,
+		Handle: ptr(uint32(0)), DeliveryCount: ptr(uint32(0)), LinkCredit: ptr(uint32(10))}, nil)
+	received := uint32(0) // transfers, for our next-incoming-id
+	var body []byte
+	for want := range 3 {
+		for {
+			if received%2 == 0 && received > 0 {
+				// The window used up: open it by two more transfers.
+				c.send(0, &frames.Flow{NextIncomingID: ptr(received), IncomingWindow: 2, OutgoingWindow: 1000}, nil)
+			}
+			_, p, payload := c.next()
+			tr, ok := p.(*frames.Transfer)
+			if !ok {
+				t.Fatalf("got %T %+v, want a transfer", p, p)
+			}
+			received++
+			if tr.DeliveryID != nil && *tr.DeliveryID != uint32(want) {
+				t.Fatalf("transfer of delivery %d, want %d", *tr.DeliveryID, want)
+			}
+			body = append(body, payload...)
+			if !tr.More {
+				break
+			}
+		}
+		var m frames.Message
+		if err := m.Decode(body); err != nil {
+			t.Fatal(err)
+		}
+		body = body[:0]
+		if len(m.Data) != 1 || !bytes.Equal(m.Data[0], bytes.Repeat([]byte{byte('a' + want)}, 1000)) {
+			t.Fatalf("delivery %d: %d data sections, want 1000 × %q", want, len(m.Data), rune('a'+want))
+		}
+		if m.Header == nil || m.Header.DeliveryCount != 0 || !m.Header.FirstAcquirer {
+			t.Fatalf("delivery %d header %+v, want delivery-count 0 and first-acquirer", want, m.Header)
 		}
 	}
 }

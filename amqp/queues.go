@@ -218,16 +218,16 @@ func (l *outLink) queueDeleted() {
 	l.wake()
 }
 
-// nextQueued takes the next delivery from l's consumer. Called by the
-// writer.
-func (l *outLink) nextQueued() (queue.Delivery, bool) {
+// nextQueued appends up to n deliveries from l's consumer to ds. Called
+// by the writer.
+func (l *outLink) nextQueued(ds []queue.Delivery, n int) []queue.Delivery {
 	l.mu.Lock()
 	closed := l.closed
 	l.mu.Unlock()
 	if closed {
-		return queue.Delivery{}, false // detached by the peer: the writer hears of it next
+		return ds // detached by the peer: the writer hears of it next
 	}
-	return l.qc.Next()
+	return l.qc.NextN(ds, n)
 }
 
 // queueSettled says whether l's deliveries go out settled: a browser's

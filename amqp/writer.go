@@ -50,7 +50,14 @@ type writer struct {
 	ackQC  *queue.Consumer
 	ackIDs []uint64
 	freed  []*outLink
+	// While pump sends from a queue: the deliveries taken from its
+	// consumer, qbuf[qnext:] not sent yet.
+	qbuf  []queue.Delivery
+	qnext int
 }
+
+// maxTakeQueued bounds the deliveries pump takes from a queue at once.
+const maxTakeQueued = 64
 
 // transferOverhead bounds the frame header plus a transfer performative
 // with every field we set (see TestTransferOverhead).
@@ -573,11 +580,18 @@ func (w *writer) pump(l *outLink) {
 			break
 		}
 		if l.qc != nil {
-			d, ok := l.nextQueued()
-			if !ok {
-				empty = true
-				break
+			if w.qnext == len(w.qbuf) {
+				// As many as credit, the unsettled bound and the session
+				// window let go out, under one lock of the queue.
+				n := min(l.credit, uint32(maxUnsettled-l.unsettled), s.w.remoteIncomingWindow, maxTakeQueued)
+				w.qbuf, w.qnext = l.nextQueued(w.qbuf[:0], int(n)), 0
+				if len(w.qbuf) == 0 {
+					empty = true
+					break
+				}
 			}
+			d := w.qbuf[w.qnext]
+			w.qnext++
 			if l.skipUnreadable(l.qc, d) {
 				continue
 			}
@@ -606,6 +620,13 @@ func (w *writer) pump(l *outLink) {
 		}
 		w.sendDelivery(l, q, nil, nil)
 	}
+	if l.qc != nil && w.qnext < len(w.qbuf) {
+		// Taken, not sent (the window closed mid-message): back as they
+		// were, for the next pump.
+		l.qc.Unget(w.qbuf[w.qnext:])
+	}
+	clear(w.qbuf) // the messages are not kept alive by the writer
+	w.qbuf, w.qnext = w.qbuf[:0], 0
 	if l.qc == nil {
 		empty = l.queuedLen() == 0 && (len(l.alts) == 0 || altEmpty)
 	}
