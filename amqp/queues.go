@@ -327,7 +327,14 @@ func (c *conn) closeQueues() {
 // delivery once the queue holds it durably (or refused it).
 func (l *inLink) putQueue(name string, m *core.Message) {
 	eng := l.sess.c.s.opts.Queues
-	m.Topic = queueTopic + name
+	if name != l.queue {
+		m.Topic = queueTopic + name // an anonymous relay's "to"
+	} else {
+		if l.qtopic == "" {
+			l.qtopic = queueTopic + name
+		}
+		m.Topic = l.qtopic // one string for all the link's messages
+	}
 	m.Retain = false // a queue keeps every message; retaining is a topic's
 	if l.second {
 		// Our outcome goes in s.second, the reader's: wait for it.
