@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tolsey/tolsey/amqp/internal/buffer"
 	"github.com/tolsey/tolsey/amqp/internal/encoding"
 	"github.com/tolsey/tolsey/amqp/internal/frames"
 	"github.com/tolsey/tolsey/core/auth"
@@ -32,6 +33,7 @@ type conn struct {
 
 	// Owned by the reader goroutine.
 	r           *frames.Reader
+	body        buffer.Buffer // decodes each frame's body (loop)
 	ident       auth.Identity // who SASL authenticated; the zero Identity when anonymous
 	containerID string
 	sessions    map[uint16]*session // by channel (ours mirrors the peer's)
@@ -313,7 +315,7 @@ func (c *conn) loop() error {
 		if f.Header.Type != frames.TypeAMQP {
 			return connErr(frames.ErrCondFramingError, "SASL frame after open")
 		}
-		p, payload, err := frames.DecodeBody(f.Body)
+		p, payload, err := frames.DecodeBodyWith(f.Body, &c.body)
 		if err != nil {
 			return connErr(frames.ErrCondDecodeError, "%v", err)
 		}
