@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tolsey/tolsey/amqp/internal/buffer"
 	"github.com/tolsey/tolsey/amqp/internal/encoding"
 	"github.com/tolsey/tolsey/amqp/internal/frames"
 	"github.com/tolsey/tolsey/core/auth"
@@ -32,6 +33,7 @@ type conn struct {
 
 	// Owned by the reader goroutine.
 	r           *frames.Reader
+	body        buffer.Buffer // decodes each frame's body (loop)
 	ident       auth.Identity // who SASL authenticated; the zero Identity when anonymous
 	containerID string
 	sessions    map[uint16]*session // by channel (ours mirrors the peer's)
@@ -42,6 +44,10 @@ type conn struct {
 	idle        time.Duration // our idle time-out: the read deadline
 	links       int           // attached links of every session (Options.MaxLinksPerConnection)
 	refusing    int           // links refused at attach whose detach the peer has yet to answer
+	// peerDisps are the peer's dispositions of deliveries we sent, read
+	// since they last went to the writer (sendDispositions): a burst of
+	// them is one item on out, not one each.
+	peerDisps []peerDisp
 
 	// Between the reader and the writer.
 	out   chan outItem  // the write queue; only the reader sends on it
@@ -89,6 +95,11 @@ type conn struct {
 	heldSlots  chan struct{}
 	answeredMu sync.Mutex
 	answered   []heldOutcome
+
+	// dispSpare is the list of the peer's dispositions the writer applied
+	// last, emptied, for the reader to fill next (peerDisps).
+	dispMu    sync.Mutex
+	dispSpare []peerDisp
 
 	// Queue consumers of this connection's links, added by the reader at
 	// attach, removed by whoever closes them (the writer, with their link
@@ -242,6 +253,9 @@ func (c *conn) serve() {
 				err = errContainerInUse // container.go: the close follows the open at once
 			} else {
 				err = c.loop()
+				// The outcomes read before the end are applied before
+				// the consumers close (finish).
+				_ = c.sendDispositions()
 			}
 		}
 	} else {
@@ -281,6 +295,9 @@ func (c *conn) loop() error {
 		if !c.r.FrameBuffered() {
 			// About to block on the socket: send what the burst of
 			// frames just handled produced, in as few frames as possible.
+			if err := c.sendDispositions(); err != nil {
+				return err
+			}
 			if err := c.flushPending(); err != nil {
 				return err
 			}
@@ -298,7 +315,7 @@ func (c *conn) loop() error {
 		if f.Header.Type != frames.TypeAMQP {
 			return connErr(frames.ErrCondFramingError, "SASL frame after open")
 		}
-		p, payload, err := frames.DecodeBody(f.Body)
+		p, payload, err := frames.DecodeBodyWith(f.Body, &c.body)
 		if err != nil {
 			return connErr(frames.ErrCondDecodeError, "%v", err)
 		}
@@ -394,6 +411,17 @@ func (c *conn) handleMax() uint32 {
 // send queues work for the writer, waiting while the queue is full: a
 // peer that does not read its socket stops us reading ours.
 func (c *conn) send(it outItem) error {
+	if len(c.peerDisps) > 0 {
+		// Dispositions read before it are applied before it (a detach
+		// after the peer's last outcomes: those stay settled).
+		if err := c.sendDispositions(); err != nil {
+			return err
+		}
+	}
+	return c.sendItem(it)
+}
+
+func (c *conn) sendItem(it outItem) error {
 	select {
 	case c.out <- it:
 		return nil

@@ -361,8 +361,10 @@ type encoder struct {
 	data  [1][]byte
 	seq   [1][]any
 	mid   messageID
-	// fields: the properties' fields of a native message (encodeNative)
-	fields [][]byte
+	// What encodeNative reuses from one message to the next: the split
+	// of the stored message, the rewrite of its properties.
+	hop  frames.HopScratch
+	bare frames.BareScratch
 }
 
 // deliveryHeader is what the header says about one delivery of a queued

@@ -442,7 +442,7 @@ func jsonValue(d *json.Decoder, tok json.Token, depth int) (any, error) {
 // message annotations with the gateway's own (x-opt-jms-dest,
 // x-opt-retain) put in place of the sender's.
 func (e *encoder) encodeNative(w *buffer.Buffer, m *core.Message, retained bool, dest int8, dh deliveryHeader, now time.Time) error {
-	h, err := frames.SplitHop(m.Native.Bytes)
+	h, err := frames.SplitHopWith(m.Native.Bytes, &e.hop)
 	if err != nil {
 		return err // toCore decoded these bytes: not reached
 	}
@@ -491,8 +491,7 @@ func (e *encoder) encodeNative(w *buffer.Buffer, m *core.Message, retained bool,
 	if q, ok := strings.CutPrefix(to, queueTopic); ok {
 		to = prefixQueue + q // put straight into a queue: its address
 	}
-	e.fields, err = frames.AppendBareWithTo(w, h.Bare, to, e.fields)
-	return err
+	return frames.AppendBareWithTo(w, h.Bare, to, &e.bare)
 }
 
 // nativeOf keeps payload (the transfer payload am was decoded from, which

@@ -218,16 +218,16 @@ func (l *outLink) queueDeleted() {
 	l.wake()
 }
 
-// nextQueued takes the next delivery from l's consumer. Called by the
-// writer.
-func (l *outLink) nextQueued() (queue.Delivery, bool) {
+// nextQueued appends up to n deliveries from l's consumer to ds. Called
+// by the writer.
+func (l *outLink) nextQueued(ds []queue.Delivery, n int) []queue.Delivery {
 	l.mu.Lock()
 	closed := l.closed
 	l.mu.Unlock()
 	if closed {
-		return queue.Delivery{}, false // detached by the peer: the writer hears of it next
+		return ds // detached by the peer: the writer hears of it next
 	}
-	return l.qc.Next()
+	return l.qc.NextN(ds, n)
 }
 
 // queueSettled says whether l's deliveries go out settled: a browser's
@@ -235,6 +235,16 @@ func (l *outLink) nextQueued() (queue.Delivery, bool) {
 // settled (acknowledged as they are sent: at most once).
 func (l *outLink) queueSettled() bool {
 	return l.browse || l.sndMode == frames.SenderSettleModeSettled
+}
+
+// accepts reports whether the peer's state of a queue delivery accepts
+// it (settleQueued's Ack).
+func accepts(st frames.DeliveryState) bool {
+	switch st.(type) {
+	case nil, *frames.Accepted:
+		return true
+	}
+	return false
 }
 
 // settleQueued applies the peer's outcome of a queue delivery [3.4].
@@ -317,7 +327,14 @@ func (c *conn) closeQueues() {
 // delivery once the queue holds it durably (or refused it).
 func (l *inLink) putQueue(name string, m *core.Message) {
 	eng := l.sess.c.s.opts.Queues
-	m.Topic = queueTopic + name
+	if name != l.queue {
+		m.Topic = queueTopic + name // an anonymous relay's "to"
+	} else {
+		if l.qtopic == "" {
+			l.qtopic = queueTopic + name
+		}
+		m.Topic = l.qtopic // one string for all the link's messages
+	}
 	m.Retain = false // a queue keeps every message; retaining is a topic's
 	if l.second {
 		// Our outcome goes in s.second, the reader's: wait for it.

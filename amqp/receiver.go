@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tolsey/tolsey/amqp/internal/buffer"
 	"github.com/tolsey/tolsey/amqp/internal/frames"
 	"github.com/tolsey/tolsey/core"
 	"github.com/tolsey/tolsey/core/auth"
@@ -39,6 +40,9 @@ type inLink struct {
 	curTooBig  bool
 	curTxn     []byte // the transaction the delivery is sent in (txn.go), or nil
 	buf        frames.PayloadBuffer
+
+	rd     buffer.Buffer // decodes each message (deliver): one reader for all
+	qtopic string        // queueTopic+queue, the topic of what goes into queue
 }
 
 var _ endpoint = (*inLink)(nil)
@@ -268,7 +272,10 @@ func (l *inLink) deliver(payload []byte) {
 	opts := &c.s.opts
 	now := time.Now()
 	var am frames.Message
-	if err := am.Decode(payload); err != nil {
+	l.rd.ResetBytes(payload)
+	err := am.UnmarshalAMQP(&l.rd)
+	l.rd.ResetBytes(nil) // the read buffer is the reader's again
+	if err != nil {
 		l.outcome(&frames.Rejected{Error: wireError(frames.ErrCondDecodeError, "malformed message: "+err.Error())})
 		return
 	}

@@ -364,8 +364,11 @@ func (s *session) flow(f *frames.Flow) error {
 
 func (s *session) disposition(d *frames.Disposition) error {
 	if d.Role == frames.RoleReceiver {
-		// About deliveries we sent: the writer owns those.
-		return s.c.send(outItem{sess: s, do: func(w *writer) { w.peerDisposition(s, d) }})
+		// About deliveries we sent: the writer owns those. They go to it
+		// together, before the next item or the next blocking read
+		// (conn.sendDispositions).
+		s.c.peerDisps = append(s.c.peerDisps, peerDisp{s: s, d: d})
+		return nil
 	}
 	// About deliveries we received and answered without settling
 	// (rcv-settle-mode second): the peer settles, we forget them.

@@ -44,7 +44,20 @@ type writer struct {
 	// answeredSpare is the answered list the writer sent last, emptied,
 	// for the holders to fill next (no allocation per pass).
 	answeredSpare []heldOutcome
+	// While dispositions are applied (peerDispositions): the queue
+	// deliveries accepted, of consumer ackQC, not acknowledged yet, and
+	// the links that left their unsettled bound.
+	ackQC  *queue.Consumer
+	ackIDs []uint64
+	freed  []*outLink
+	// While pump sends from a queue: the deliveries taken from its
+	// consumer, qbuf[qnext:] not sent yet.
+	qbuf  []queue.Delivery
+	qnext int
 }
+
+// maxTakeQueued bounds the deliveries pump takes from a queue at once.
+const maxTakeQueued = 64
 
 // transferOverhead bounds the frame header plus a transfer performative
 // with every field we set (see TestTransferOverhead).
@@ -406,8 +419,78 @@ func remoteWindow(nextIn, window, nextOut uint32) uint32 {
 	return window - inFlight
 }
 
-// peerDisposition applies the peer's disposition of deliveries we sent.
-func (w *writer) peerDisposition(s *session, d *frames.Disposition) {
+// peerDisp is a disposition the peer sent about deliveries we sent, on
+// its way from the reader to the writer.
+type peerDisp struct {
+	s *session
+	d *frames.Disposition
+}
+
+// sendDispositions hands the peer's dispositions read so far to the
+// writer as one item: one channel operation, and one wake of the writer,
+// for a burst of them (a receiver that accepts each message sends one
+// disposition each), and the writer acknowledges the queue deliveries
+// they accept together (queue.Consumer.AckAll). On the reader.
+func (c *conn) sendDispositions() error {
+	list := c.peerDisps
+	if len(list) == 0 {
+		return nil
+	}
+	c.dispMu.Lock()
+	c.peerDisps, c.dispSpare = c.dispSpare, nil
+	c.dispMu.Unlock()
+	return c.sendItem(outItem{do: func(w *writer) { w.peerDispositions(list) }})
+}
+
+// peerDispositions applies the peer's dispositions in the order it sent
+// them, then gives the list back to the reader.
+func (w *writer) peerDispositions(list []peerDisp) {
+	for _, pd := range list {
+		w.applyDisposition(pd.s, pd.d)
+	}
+	w.endDispositions()
+	clear(list)
+	c := w.c
+	c.dispMu.Lock()
+	c.dispSpare = list[:0]
+	c.dispMu.Unlock()
+}
+
+// ackQueued notes the acceptance of queue delivery id of qc; the
+// acceptances of one consumer in a row are acknowledged together
+// (flushAcks).
+func (w *writer) ackQueued(qc *queue.Consumer, id uint64) {
+	if qc != w.ackQC {
+		w.flushAcks()
+		w.ackQC = qc
+	}
+	w.ackIDs = append(w.ackIDs, id)
+}
+
+// flushAcks acknowledges the acceptances noted by ackQueued.
+func (w *writer) flushAcks() {
+	if len(w.ackIDs) > 0 {
+		w.ackQC.AckAll(w.ackIDs)
+	}
+	w.ackQC, w.ackIDs = nil, w.ackIDs[:0]
+}
+
+// endDispositions finishes applying dispositions: the acceptances noted
+// are acknowledged, then the links that had reached their unsettled
+// bound send again.
+func (w *writer) endDispositions() {
+	w.flushAcks()
+	freed := w.freed
+	for i, l := range freed {
+		w.pump(l)
+		freed[i] = nil
+	}
+	w.freed = freed[:0]
+}
+
+// applyDisposition applies one disposition of the peer; the acceptances
+// of queue deliveries and the links to pump wait for endDispositions.
+func (w *writer) applyDisposition(s *session, d *frames.Disposition) {
 	if s.w.ended {
 		return
 	}
@@ -416,7 +499,6 @@ func (w *writer) peerDisposition(s *session, d *frames.Disposition) {
 		last = *d.Last
 	}
 	var settleBack bool
-	var freed []*outLink
 	var alive *outLink // the last blocking topic link settled on: told once per run
 	ts, inTxn := d.State.(*frames.TransactionalState)
 	eachID(d.First, last, s.w.unsettled, func(id uint32, p pending) {
@@ -430,7 +512,7 @@ func (w *writer) peerDisposition(s *session, d *frames.Disposition) {
 		settleBack = settleBack || !d.Settled
 		delete(s.w.unsettled, id)
 		if l.unsettled == w.c.s.opts.LinkBuffer {
-			freed = append(freed, l)
+			w.freed = append(w.freed, l)
 		}
 		l.unsettled--
 		if inTxn {
@@ -438,6 +520,10 @@ func (w *writer) peerDisposition(s *session, d *frames.Disposition) {
 			return
 		}
 		if p.qc != nil {
+			if accepts(d.State) {
+				w.ackQueued(p.qc, p.qid)
+				return
+			}
 			settleQueued(p.qc, p.qid, d.State)
 			return
 		}
@@ -451,9 +537,6 @@ func (w *writer) peerDisposition(s *session, d *frames.Disposition) {
 		// rcv-settle-mode second: the peer told its outcome; now we
 		// settle, and it settles after us [2.6.12].
 		w.write(s.ch, &frames.Disposition{Role: frames.RoleSender, First: d.First, Last: d.Last, Settled: true, State: d.State}, nil)
-	}
-	for _, l := range freed {
-		w.pump(l)
 	}
 }
 
@@ -497,11 +580,18 @@ func (w *writer) pump(l *outLink) {
 			break
 		}
 		if l.qc != nil {
-			d, ok := l.nextQueued()
-			if !ok {
-				empty = true
-				break
+			if w.qnext == len(w.qbuf) {
+				// As many as credit, the unsettled bound and the session
+				// window let go out, under one lock of the queue.
+				n := min(l.credit, uint32(maxUnsettled-l.unsettled), s.w.remoteIncomingWindow, maxTakeQueued)
+				w.qbuf, w.qnext = l.nextQueued(w.qbuf[:0], int(n)), 0
+				if len(w.qbuf) == 0 {
+					empty = true
+					break
+				}
 			}
+			d := w.qbuf[w.qnext]
+			w.qnext++
 			if l.skipUnreadable(l.qc, d) {
 				continue
 			}
@@ -530,6 +620,13 @@ func (w *writer) pump(l *outLink) {
 		}
 		w.sendDelivery(l, q, nil, nil)
 	}
+	if l.qc != nil && w.qnext < len(w.qbuf) {
+		// Taken, not sent (the window closed mid-message): back as they
+		// were, for the next pump.
+		l.qc.Unget(w.qbuf[w.qnext:])
+	}
+	clear(w.qbuf) // the messages are not kept alive by the writer
+	w.qbuf, w.qnext = w.qbuf[:0], 0
 	if l.qc == nil {
 		empty = l.queuedLen() == 0 && (len(l.alts) == 0 || altEmpty)
 	}

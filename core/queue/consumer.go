@@ -150,20 +150,37 @@ func (c *Consumer) notify() { c.opts.Notify() }
 // consumer may receive (the active one of an exclusive queue). Expired
 // messages are removed on the way.
 func (c *Consumer) Next() (Delivery, bool) {
+	var one [1]Delivery
+	if ds := c.NextN(one[:0], 1); len(ds) == 1 {
+		return ds[0], true
+	}
+	return Delivery{}, false
+}
+
+// NextN is Next for a front-end that may send several: it appends up to
+// max deliveries to ds, taken under one lock, in the order Next would
+// give them. What the front-end then cannot send goes back with Unget.
+func (c *Consumer) NextN(ds []Delivery, max int) []Delivery {
+	if max <= 0 {
+		return ds
+	}
 	if c.opts.Browse {
-		return c.browse()
+		if d, ok := c.browse(); ok {
+			ds = append(ds, d)
+		}
+		return ds
 	}
 	q := c.q
 	now := q.e.opts.Now()
 	q.mu.Lock()
 	if c.closed || (q.config.Access == Exclusive && !c.opts.selective() && q.activeLocked() != c) {
 		q.mu.Unlock()
-		return Delivery{}, false
+		return ds
 	}
 	var skipped []*entry
-	var got *entry
 	var expired []uint64
-	for q.ready.Len() > 0 {
+	taken := 0
+	for taken < max && q.ready.Len() > 0 {
 		e := heap.Pop(&q.ready).(*entry)
 		if !e.expires.IsZero() && !now.Before(e.expires) {
 			q.removeLocked(e)
@@ -175,23 +192,19 @@ func (c *Consumer) Next() (Delivery, bool) {
 			skipped = append(skipped, e)
 			continue
 		}
-		got = e
-		break
-	}
-	for _, e := range skipped {
-		heap.Push(&q.ready, e)
-	}
-	var d Delivery
-	if got != nil {
-		got.owner = c
-		c.inflight[got.rec.ID] = got
+		e.owner = c
+		c.inflight[e.rec.ID] = e
 		q.counters.Out++
-		redelivered := got.delivered
-		got.delivered = true
+		redelivered := e.delivered
+		e.delivered = true
 		if redelivered {
 			q.counters.Redelivered++
 		}
-		d = Delivery{ID: got.rec.ID, Msg: got.rec.Msg, DeliveryCount: got.count, Redelivered: redelivered}
+		ds = append(ds, Delivery{ID: e.rec.ID, Msg: e.rec.Msg, DeliveryCount: e.count, Redelivered: redelivered})
+		taken++
+	}
+	for _, e := range skipped {
+		heap.Push(&q.ready, e)
 	}
 	refill := q.more && len(q.entries) < q.e.opts.Window/2
 	q.mu.Unlock()
@@ -201,7 +214,34 @@ func (c *Consumer) Next() (Delivery, bool) {
 	if refill {
 		q.fill()
 	}
-	return d, got != nil
+	return ds
+}
+
+// Unget gives back deliveries NextN took that the front-end did not
+// send (its peer's window closed first): they are ready again as they
+// were, neither counted as delivered nor marked redelivered, ahead of
+// the newer ones of their priority.
+func (c *Consumer) Unget(ds []Delivery) {
+	if len(ds) == 0 || c.opts.Browse {
+		return // a browser took nothing
+	}
+	q := c.q
+	q.mu.Lock()
+	for _, d := range ds {
+		e := c.settleLocked(d.ID)
+		if e == nil || q.deleted {
+			continue
+		}
+		e.delivered = d.Redelivered
+		q.counters.Out--
+		if d.Redelivered {
+			q.counters.Redelivered--
+		}
+		heap.Push(&q.ready, e)
+	}
+	wake := q.wakeLocked()
+	q.mu.Unlock()
+	notify(wake)
 }
 
 // browse returns the next stored message after the last one seen, from
@@ -265,6 +305,41 @@ func (c *Consumer) Ack(id uint64) {
 	refill := q.more && !q.loading
 	q.mu.Unlock()
 	q.log.Remove(id)
+	if refill {
+		q.fill()
+	}
+}
+
+// AckAll is Ack of each of ids, under one lock and with one removal from
+// the Log: a front-end that is told of several acceptances at once (an
+// AMQP disposition range, a burst of dispositions read together) pays
+// for the queue's lock and the Log's queue once, not per message. IDs
+// that are not this consumer's are skipped, as Ack skips them. AckAll
+// may overwrite ids (it packs the IDs it removes); it does not keep it.
+func (c *Consumer) AckAll(ids []uint64) {
+	if len(ids) == 1 {
+		c.Ack(ids[0])
+		return
+	}
+	q := c.q
+	q.mu.Lock()
+	n := 0
+	for _, id := range ids {
+		e := c.settleLocked(id)
+		if e == nil {
+			continue
+		}
+		q.removeLocked(e)
+		q.counters.Acked++
+		ids[n] = id
+		n++
+	}
+	refill := n > 0 && q.more && !q.loading
+	q.mu.Unlock()
+	if n == 0 {
+		return
+	}
+	q.log.Remove(ids[:n]...)
 	if refill {
 		q.fill()
 	}

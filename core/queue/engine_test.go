@@ -617,3 +617,73 @@ func TestUndeliverableHerePastTheNamedCap(t *testing.T) {
 		defer c.Close()
 	}
 }
+
+// TestAckAll: AckAll removes the deliveries it names that are this
+// consumer's, from the queue and from its Log (gone after a restart), and
+// skips the others: another consumer's, one settled already, an unknown
+// ID.
+func TestAckAll(t *testing.T) {
+	b := NewMemory() // outlives the engines, as a store on disk does
+	r := core.NewRouter(core.RouterOptions{})
+	e1, err := New(ctx, Options{Backend: b, Router: r})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := declare(t, e1, Config{Name: "a", Subscriptions: []string{"a/#"}})
+	for i := range 5 {
+		publish(r, "a/x", fmt.Sprint(i))
+	}
+	c, w := consumer(t, q, false)
+	other, ow := consumer(t, q, false)
+	d0, d1, d2 := next(t, c, w), next(t, c, w), next(t, c, w)
+	o := next(t, other, ow)
+	c.Ack(d2.ID)
+	c.AckAll([]uint64{d0.ID, o.ID, d2.ID, 999, d1.ID})
+	info := q.Info()
+	if info.Messages != 2 || info.Counters.Acked != 3 || info.InFlight != 1 {
+		t.Fatalf("after AckAll: %d messages, %d acked, %d in flight; want 2, 3, 1", info.Messages, info.Counters.Acked, info.InFlight)
+	}
+	other.Ack(o.ID) // still the other's to settle
+	e1.Close()
+	e2, _ := newEngine(t, Options{Backend: b, Router: r})
+	q2, _ := e2.Queue("a")
+	c2, w2 := consumer(t, q2, false)
+	if got := take(t, c2, w2, 1); got != "[4]" {
+		t.Fatalf("after a restart: %s, want [4] (the rest was acknowledged)", got)
+	}
+}
+
+// TestNextNAndUnget: NextN takes several deliveries at once, in Next's
+// order, and Unget puts those not sent back as they were: first in line
+// again, not counted as delivered, not marked redelivered; a redelivered
+// one stays marked.
+func TestNextNAndUnget(t *testing.T) {
+	e, r := newEngine(t, Options{Backend: NewMemory()})
+	q := declare(t, e, Config{Name: "n", Subscriptions: []string{"n/#"}})
+	for i := range 5 {
+		publish(r, "n/x", fmt.Sprint(i))
+	}
+	c, w := consumer(t, q, false)
+	first := next(t, c, w) // "0"
+	c.Release(first.ID)    // back: redelivered next time
+	ds := c.NextN(nil, 3)
+	if len(ds) != 3 || string(ds[0].Msg.Payload) != "0" || !ds[0].Redelivered ||
+		string(ds[1].Msg.Payload) != "1" || ds[1].Redelivered || string(ds[2].Msg.Payload) != "2" {
+		t.Fatalf("NextN(3): %+v", ds)
+	}
+	c.Unget(ds[:2]) // "0" and "1" were not sent
+	if info := q.Info(); info.InFlight != 1 || info.Counters.Out != 2 || info.Counters.Redelivered != 0 {
+		t.Fatalf("after Unget: %d in flight, out %d, redelivered %d; want 1, 2, 0", info.InFlight, info.Counters.Out, info.Counters.Redelivered)
+	}
+	ds = c.NextN(ds[:0], 10)
+	var got []string
+	for _, d := range ds {
+		got = append(got, fmt.Sprintf("%s:%v", d.Msg.Payload, d.Redelivered))
+	}
+	if fmt.Sprint(got) != "[0:true 1:false 3:false 4:false]" {
+		t.Fatalf("after Unget, NextN: %v", got)
+	}
+	if ds := c.NextN(nil, 0); len(ds) != 0 {
+		t.Fatalf("NextN(0) took %d", len(ds))
+	}
+}

@@ -102,4 +102,15 @@ func TestTransferAllocationBudget(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() { DecodeBody(body) }); n > 2 {
 		t.Errorf("decoding a transfer allocates %v times, want <= 2", n)
 	}
+	// A connection's reader keeps its cursor: the Transfer alone.
+	var r buffer.Buffer
+	if n := testing.AllocsPerRun(100, func() { DecodeBodyWith(body, &r) }); n != 1 {
+		t.Errorf("decoding a transfer with a kept cursor allocates %v times, want 1", n)
+	}
+	var dw buffer.Buffer
+	AppendFrame(&dw, TypeAMQP, 0, &Disposition{Role: RoleReceiver, First: 7, Settled: true, State: &Accepted{}}, nil)
+	disp := bytes.Clone(dw.Written()[HeaderSize:])
+	if n := testing.AllocsPerRun(100, func() { DecodeBodyWith(disp, &r) }); n != 1 {
+		t.Errorf("decoding an accepting disposition with a kept cursor allocates %v times, want 1", n)
+	}
 }

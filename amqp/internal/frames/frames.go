@@ -153,14 +153,22 @@ func ParseProtocolHeader(b []byte) (ProtocolHeader, error) {
 // heartbeat and returns a nil performative.
 //
 // A transfer costs one allocation (the Transfer with storage for its
-// delivery-id and message-format), plus one for the read cursor.
+// delivery-id and message-format), plus one for the read cursor
+// (DecodeBodyWith reuses the caller's).
 func DecodeBody(body []byte) (Performative, []byte, error) {
+	return DecodeBodyWith(body, new(buffer.Buffer))
+}
+
+// DecodeBodyWith is DecodeBody reading through r, which a connection's
+// reader keeps from one frame to the next: the cursor escapes (it goes
+// through the performatives' UnmarshalAMQP), so DecodeBody allocates one
+// per frame. r is left reading body.
+func DecodeBodyWith(body []byte, r *buffer.Buffer) (Performative, []byte, error) {
 	if len(body) == 0 {
 		return nil, nil, nil
 	}
-	var r buffer.Buffer
 	r.ResetBytes(body)
-	code, err := encoding.PeekDescriptor(&r)
+	code, err := encoding.PeekDescriptor(r)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -171,7 +179,7 @@ func DecodeBody(body []byte) (Performative, []byte, error) {
 			t                 Transfer
 			id, messageFormat uint32
 		})
-		if err := box.t.unmarshal(&r, &box.id, &box.messageFormat); err != nil {
+		if err := box.t.unmarshal(r, &box.id, &box.messageFormat); err != nil {
 			return nil, nil, err
 		}
 		return &box.t, r.Bytes(), nil
@@ -204,7 +212,7 @@ func DecodeBody(body []byte) (Performative, []byte, error) {
 	default:
 		return nil, nil, fmt.Errorf("amqp frames: unknown performative %#02x", code)
 	}
-	if err := p.UnmarshalAMQP(&r); err != nil {
+	if err := p.UnmarshalAMQP(r); err != nil {
 		return nil, nil, err
 	}
 	if r.Len() != 0 {

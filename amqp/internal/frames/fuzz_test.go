@@ -157,7 +157,7 @@ func FuzzAppendBareWithTo(f *testing.F) {
 			t.Fatalf("decodes but does not split: %v", err)
 		}
 		var w buffer.Buffer
-		if _, err := AppendBareWithTo(&w, h.Bare, "a/b", nil); err != nil {
+		if err := AppendBareWithTo(&w, h.Bare, "a/b", nil); err != nil {
 			t.Fatalf("%x decodes but its to cannot be set: %v", h.Bare, err)
 		}
 		var got Message

@@ -341,8 +341,23 @@ type Hop struct {
 
 // SplitHop splits an encoded message for sending it on unchanged.
 func SplitHop(b []byte) (Hop, error) {
+	return SplitHopWith(b, new(HopScratch))
+}
+
+// HopScratch is what SplitHopWith reuses from one message to the next: a
+// Hop's Header points into it, so it holds until the next split.
+type HopScratch struct {
+	r   buffer.Buffer
+	hdr MessageHeader
+}
+
+// SplitHopWith is SplitHop without allocating the reader or the header
+// (a connection's writer splits every message it passes on): the Hop's
+// Header is sc's, valid until sc's next use.
+func SplitHopWith(b []byte, sc *HopScratch) (Hop, error) {
 	var h Hop
-	r := buffer.New(b)
+	r := &sc.r
+	r.ResetBytes(b)
 	for r.Len() > 0 {
 		code, err := encoding.PeekDescriptor(r)
 		if err != nil {
@@ -350,7 +365,8 @@ func SplitHop(b []byte) (Hop, error) {
 		}
 		switch code {
 		case codeHeader:
-			h.Header = new(MessageHeader)
+			sc.hdr = MessageHeader{}
+			h.Header = &sc.hdr
 			err = h.Header.UnmarshalAMQP(r)
 		case codeDeliveryAnnotations:
 			if _, err = encoding.ReadDescriptor(r); err == nil {
@@ -381,43 +397,62 @@ const propTo = 2
 // set to to when the sender left it out (null, an empty string, or no
 // properties section at all: one is written before the rest). Every other
 // field and section goes out byte for byte; a bare message whose `to` is
-// set goes out unchanged, and so does any when to is empty. scratch is reused for the properties' fields and
-// returned for the next call.
-func AppendBareWithTo(w *buffer.Buffer, bare []byte, to string, scratch [][]byte) ([][]byte, error) {
-	fields, rest := scratch[:0], bare
+// set goes out unchanged, and so does any when to is empty. What it
+// needs besides is kept in scratch for the next call (nil: nothing kept).
+func AppendBareWithTo(w *buffer.Buffer, bare []byte, to string, scratch *BareScratch) error {
+	if scratch == nil {
+		scratch = new(BareScratch)
+	}
 	if to == "" {
 		w.Append(bare) // nothing to name
-		return fields, nil
+		return nil
 	}
-	r := buffer.New(bare)
+	fields, rest := scratch.fields[:0], bare
+	r := &scratch.r
+	r.ResetBytes(bare)
 	if code, err := encoding.PeekDescriptor(r); err == nil && code == codeProperties {
 		if _, err := encoding.ReadDescriptor(r); err != nil {
-			return fields, err
+			return err
 		}
-		if fields, err = encoding.ReadListRaw(r, fields); err != nil {
-			return fields, err
+		fields, err = encoding.ReadListRaw(r, fields)
+		scratch.fields = fields
+		if err != nil {
+			return err
 		}
 		if len(fields) > propTo && !absentTo(fields[propTo]) {
 			w.Append(bare)
-			return fields, nil
+			return nil
 		}
 		rest = bare[r.Offset():]
 	}
 	for len(fields) <= propTo {
-		fields = append(fields, []byte{0x40}) // null
+		fields = append(fields, nullField)
 	}
-	var s buffer.Buffer
-	if err := encoding.WriteString(&s, to); err != nil {
-		return fields, err
+	scratch.fields = fields
+	s := &scratch.to
+	s.Reset()
+	if err := encoding.WriteString(s, to); err != nil {
+		return err
 	}
 	fields[propTo] = s.Written()
 	encoding.WriteDescriptor(w, codeProperties)
 	if err := encoding.WriteRawList(w, fields); err != nil {
-		return fields, err
+		return err
 	}
 	w.Append(rest)
-	return fields, nil
+	return nil
 }
+
+// BareScratch is what AppendBareWithTo reuses from one message to the
+// next: the properties' fields, the reader, the encoded `to`.
+type BareScratch struct {
+	fields [][]byte
+	r      buffer.Buffer
+	to     buffer.Buffer
+}
+
+// nullField is an encoded null, a properties field left out. Only read.
+var nullField = []byte{0x40}
 
 // absentTo reports whether the encoded `to` field b says nothing: a null
 // or an empty string. Anything else (a value that is not a string
