@@ -544,7 +544,8 @@ func (h *hook) Reaches(m *core.Message) bool {
 // injected through mochi's inline client, so mochi matches it against MQTT
 // subscriptions and handles QoS, sessions and offline queues as for its own.
 func (h *hook) Deliver(m *core.Message, d core.Delivery) error {
-	if m.Expired(time.Now()) {
+	now := time.Now() // one clock read per message: the expiry check and the packet's
+	if m.Expired(now) {
 		return nil
 	}
 	if d.Share == "" && !h.reachesAny(m.Topic) {
@@ -554,8 +555,12 @@ func (h *hook) Deliver(m *core.Message, d core.Delivery) error {
 	if cl == nil {
 		return errors.New("mqtt front-end stopped")
 	}
-	pk := toPacket(m, m.Retain, time.Now())
+	pk := toPacket(m, m.Retain, now)
 	pk.Expiry = 0 // processPublish derives it from the interval
+	// A published core.Message is never changed (core.Message), so the
+	// subscribers' copies share its payload instead of copying it each
+	// (mochi patch 45).
+	pk.Mods.FixedPayload = true
 	if !h.markShare(&pk, m, d) {
 		return core.ErrNoMember // the cluster hands it to another gateway
 	}

@@ -188,3 +188,41 @@ func TestPacketHookTypes(t *testing.T) {
 	require.Equal(t, []byte{packets.Puback}, typed.read)
 	require.Equal(t, []byte{packets.Puback}, typed.processed)
 }
+
+// TestInjectFixedPayloadShared (patch 45): an injected PUBLISH whose
+// caller marks its payload fixed (Mods.FixedPayload) reaches the
+// subscribers' copies without a copy of the payload each, as a PUBLISH a
+// client sent does; unmarked, each copy has its own, as upstream. The
+// mark is the injector's promise alone: the copies do not carry it.
+func TestInjectFixedPayloadShared(t *testing.T) {
+	s := newServer()
+	s.Options.InlineClient = true
+	s.inlineClient = s.NewClient(nil, LocalListener, InlineClientId, true)
+	s.Clients.Add(s.inlineClient)
+	var subs []*Client
+	for _, id := range []string{"a", "b"} {
+		cl := s.NewClient(nil, "t", id, false)
+		cl.Properties.ProtocolVersion = 5
+		s.Clients.Add(cl)
+		s.Topics.Subscribe(id, packets.Subscription{Filter: "f/#", Qos: 1})
+		subs = append(subs, cl)
+	}
+
+	for _, fixed := range []bool{true, false} {
+		payload := []byte("the payload")
+		pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, TopicName: "f/g", Payload: payload, PacketID: 1}
+		pk.Mods.FixedPayload = fixed
+		require.NoError(t, s.InjectPacket(s.inlineClient, pk))
+		for _, cl := range subs {
+			got := cl.State.Inflight.GetAll(false)
+			require.Len(t, got, 1, cl.ID)
+			require.Equal(t, "the payload", string(got[0].Payload), cl.ID)
+			require.Equal(t, fixed, &got[0].Payload[0] == &payload[0], "%s: payload shared, fixed %v", cl.ID, fixed)
+			if fixed {
+				require.Equal(t, len(got[0].Payload), cap(got[0].Payload), "%s: an append to a copy reallocates", cl.ID)
+			}
+			require.False(t, got[0].Mods.FixedPayload, cl.ID)
+			cl.State.Inflight.Delete(got[0].PacketID)
+		}
+	}
+}

@@ -1286,8 +1286,12 @@ func (s *Server) publishToSubscribers(pk packets.Packet) {
 // sent: its reader may wait SlowSubscriberStall for a subscriber's full
 // queue (gateway patch 22), unless cl is the inline client, whose callers
 // (the gateway's other front-ends) must never wait on an MQTT socket.
+//
+// Gateway patch 45: an injected PUBLISH whose caller set Mods.FixedPayload
+// shares its payload with the subscribers' copies, as one read from a
+// client does; other injected ones are copied per subscriber.
 func (s *Server) publishToSubscribersFrom(cl *Client, pk packets.Packet) {
-	s.publishToSubscribersShared(pk, !cl.Net.Inline && s.Options.SlowSubscriberStall > 0, !cl.Net.Inline)
+	s.publishToSubscribersShared(pk, !cl.Net.Inline && s.Options.SlowSubscriberStall > 0, !cl.Net.Inline || pk.Mods.FixedPayload)
 }
 
 func (s *Server) publishToSubscribersStall(pk packets.Packet, stall bool) {
@@ -1297,9 +1301,10 @@ func (s *Server) publishToSubscribersStall(pk packets.Packet, stall bool) {
 // publishToSubscribersShared is publishToSubscribersStall; with
 // readPayload, pk's payload is a buffer read for it alone from a client
 // (ReadPacket), which nothing changes, and the subscribers' copies share
-// it (gateway patch 33). Anything else (the inline client's payloads are
-// its caller's, a will's, a retained message's) is copied per subscriber
-// as upstream does.
+// it (gateway patch 33), as does an injected one marked
+// Mods.FixedPayload (patch 45). Anything else (the inline client's other
+// payloads are its caller's, a will's, a retained message's) is copied
+// per subscriber as upstream does.
 func (s *Server) publishToSubscribersShared(pk packets.Packet, stall, readPayload bool) {
 	if pk.Ignore {
 		return
