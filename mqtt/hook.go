@@ -215,6 +215,9 @@ func (h *hook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet, e
 	if name, ok := queueName(pk.TopicName); ok {
 		return h.publishQueueValue(cl, pk, name)
 	}
+	if !pk.FixedHeader.Retain && pk.FixedHeader.Qos == 0 {
+		return h.publishQoS0Value(cl, pk)
+	}
 	if !pk.FixedHeader.Retain && !h.s.opts.Router.Wants(pk.TopicName, core.ProtocolMQTT) {
 		// MQTT-only traffic: mochi fans it out, nothing else to do but
 		// count its topic (the router counts those it publishes).
@@ -239,6 +242,25 @@ func (h *hook) refuseUnauthorizedValue(cl *mochi.Client, pk packets.Packet) (pac
 func (h *hook) publishQueueValue(cl *mochi.Client, pk packets.Packet, name string) (packets.Packet, error) {
 	err := h.publishQueue(cl, &pk, name) // sets pk.Ignore: before pk is returned
 	return pk, err
+}
+
+// publishQoS0Value is Wants then publishRouted for a QoS 0 publish that
+// is not retained, in one walk of the router's subscriptions
+// (PublishWanted): no second walk for a message another front-end or the
+// bridge wants, and still no message made for one nobody else wants.
+func (h *hook) publishQoS0Value(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
+	r := h.s.opts.Router
+	res, wanted := r.PublishWanted(context.Background(), pk.TopicName, core.ProtocolMQTT, func() *core.Message {
+		return toMessage(&pk, cl.ID, h.s.opts.Node, time.Now())
+	})
+	if !wanted {
+		// MQTT-only traffic: mochi fans it out, nothing else to do but
+		// count its topic (the router counts those it publishes).
+		r.ObserveTopic(pk.TopicName, pk.Created)
+		return pk, nil
+	}
+	h.ackFor(cl, pk.TopicName, 0, res) // no ack: a refusal is counted where it happened
+	return pk, nil
 }
 
 func (h *hook) publishRoutedValue(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
