@@ -227,6 +227,13 @@ func (h *hook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet, e
 	return h.publishRoutedValue(cl, pk)
 }
 
+// OnPublishInline tells mochi (patch 48, asked once) that OnPublish passes
+// the inline client's PUBLISHes through: Deliver injects a message the
+// router has routed already, and mochi skips the hook chain for it.
+func (h *hook) OnPublishInline() bool { return false }
+
+var _ mochi.InlinePublishHook = (*hook)(nil)
+
 // The ...Value helpers take pk by value and its address only in their own
 // frame: when OnPublish itself took &pk, the whole packet (~900 B) moved to
 // the heap on every call, the MQTT-only fast path's included.

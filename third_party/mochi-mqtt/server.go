@@ -1168,24 +1168,29 @@ func (s *Server) processPublish(cl *Client, pk packets.Packet) error {
 		pk.FixedHeader.Qos = s.Options.Capabilities.MaximumQos // [MQTT-3.2.2-9] Reduce qos based on server max qos capability
 	}
 
-	pkx, err := s.hooks.OnPublish(cl, pk)
-	deferred := cl.State.acks.takeDeferred() // gateway patch 12: the hook answers the ack later
-	if deferred != nil && err != nil {
-		cl.State.acks.drop(deferred) // refused after all: mochi's own answer below
-		deferred = nil
-	}
-	if err == nil {
-		pk = pkx
-	} else if errors.Is(err, packets.ErrRejectPacket) {
-		return nil
-	} else if errors.Is(err, packets.CodeSuccessIgnore) {
-		pk.Ignore = true
-	} else if cl.Properties.ProtocolVersion == 5 && pk.FixedHeader.Qos > 0 && errors.As(err, new(packets.Code)) {
-		err = cl.writeAck(nil, s.buildAck(pk.PacketID, packets.Puback, 0, pk.Properties, err.(packets.Code)), false) // gateway patch 12
-		if err != nil {
-			return err
+	var deferred *PendingAck
+	// gateway patch 48: an injected PUBLISH that no hook takes
+	// (InlinePublishHook) skips the hook chain and its copies.
+	if !cl.Net.Inline || len(s.hooks.publishers(cl)) > 0 {
+		pkx, err := s.hooks.OnPublish(cl, pk)
+		deferred = cl.State.acks.takeDeferred() // gateway patch 12: the hook answers the ack later
+		if deferred != nil && err != nil {
+			cl.State.acks.drop(deferred) // refused after all: mochi's own answer below
+			deferred = nil
 		}
-		return nil
+		if err == nil {
+			pk = pkx
+		} else if errors.Is(err, packets.ErrRejectPacket) {
+			return nil
+		} else if errors.Is(err, packets.CodeSuccessIgnore) {
+			pk.Ignore = true
+		} else if cl.Properties.ProtocolVersion == 5 && pk.FixedHeader.Qos > 0 && errors.As(err, new(packets.Code)) {
+			err = cl.writeAck(nil, s.buildAck(pk.PacketID, packets.Puback, 0, pk.Properties, err.(packets.Code)), false) // gateway patch 12
+			if err != nil {
+				return err
+			}
+			return nil
+		}
 	}
 
 	if pk.FixedHeader.Retain { // [MQTT-3.3.1-5] ![MQTT-3.3.1-8]
@@ -1247,7 +1252,7 @@ func (s *Server) processPublish(cl *Client, pk packets.Packet) error {
 		}
 	}
 
-	err = cl.writeReaderAck(ack) // gateway patch 26: with the rest of the reader's burst
+	err := cl.writeReaderAck(ack) // gateway patch 26: with the rest of the reader's burst
 	if err != nil {
 		return err
 	}
