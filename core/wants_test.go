@@ -165,6 +165,11 @@ func TestPublishWanted(t *testing.T) {
 	if _, ok := r.PublishWanted(t.Context(), "a/b", ProtocolMQTT, mk("a/b", 0, false)); ok || made != 0 || mqttSide.count() != 0 {
 		t.Fatalf("only a SkipOrigin=mqtt subscriber: wanted %v, %d messages made, %d delivered", ok, made, mqttSide.count())
 	}
+	ctx, nobody := t.Context(), mk("x/y", 0, false)
+	mustSubscribe(t, r, "z/#", &nopSub{}, SubOptions{}) // a walk to make: not every subscription skips MQTT
+	if n := testing.AllocsPerRun(100, func() { r.PublishWanted(ctx, "x/y", ProtocolMQTT, nobody) }); n != 0 && !raceEnabled {
+		t.Fatalf("PublishWanted of a message nobody wants allocates %v times", n)
+	}
 
 	plain, noLocal := &recorder{}, &recorder{}
 	mustSubscribe(t, r, "a/+", plain, SubOptions{})
