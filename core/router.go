@@ -497,6 +497,16 @@ func (r *Router) publish(ctx context.Context, m *Message, acks *Acks) PublishRes
 // publishTo is publish; a target ($share/g/f, PublishShare) restricts it
 // to that shared group.
 func (r *Router) publishTo(ctx context.Context, m *Message, acks *Acks, target string) PublishResult {
+	res := r.prepare(ctx, m, target)
+	r.matching(m.Topic, true, func(matches []*Subscription) {
+		r.fanOut(m, acks, target, matches, &res)
+	})
+	return res
+}
+
+// prepare is what a publish does before its fan-out: m's defaults, the
+// counts, and the retained store.
+func (r *Router) prepare(ctx context.Context, m *Message, target string) PublishResult {
 	var res PublishResult
 	if m.Created.IsZero() {
 		m.Created = r.opts.Now()
@@ -522,49 +532,53 @@ func (r *Router) publishTo(ctx context.Context, m *Message, acks *Acks, target s
 	} else if m.Retain && m.Origin.Node != r.opts.Node && target == "" {
 		r.noteRemoteRetained(m) // before the fan-out (remoteretained.go)
 	}
+	return res
+}
+
+// fanOut hands m to the subscribers of matches (a matching walk's, with
+// shared groups picked), adding to res what happened; refusals are kept
+// in res.Err.
+func (r *Router) fanOut(m *Message, acks *Acks, target string, matches []*Subscription, res *PublishResult) {
 	var errs []error
-	r.matching(m.Topic, true, func(matches []*Subscription) {
-		// Fallback subscriptions are rare: a publish that matches none pays
-		// one pass over its matches for them.
-		matches = fallbacks(matches, m, r.opts.Node)
-		// Drop suppressed subscriptions before merging overlaps, so that a
-		// subscriber whose highest-QoS match is suppressed still gets the
-		// message through another of its matching subscriptions.
-		if target != "" {
-			// Chosen for this gateway by the cluster: whatever its
-			// origin, the group takes it here (shared.go).
-			matches = shareCandidates(matches)
-		} else {
-			matches = eligible(matches, m, r.opts.Node)
+	// Fallback subscriptions are rare: a publish that matches none pays
+	// one pass over its matches for them.
+	matches = fallbacks(matches, m, r.opts.Node)
+	// Drop suppressed subscriptions before merging overlaps, so that a
+	// subscriber whose highest-QoS match is suppressed still gets the
+	// message through another of its matching subscriptions.
+	if target != "" {
+		// Chosen for this gateway by the cluster: whatever its
+		// origin, the group takes it here (shared.go).
+		matches = shareCandidates(matches)
+	} else {
+		matches = eligible(matches, m, r.opts.Node)
+	}
+	for _, sub := range dedupe(matches) {
+		share := ""
+		if sub.group != nil {
+			if r.skipsGroupSub(m, sub, target) {
+				continue // another gateway's member, or another group (shared.go)
+			}
+		} else if target != "" {
+			if _, fs := sub.Subscriber.(FilterSource); !fs {
+				continue
+			}
+			share = target
 		}
-		for _, sub := range dedupe(matches) {
-			share := ""
-			if sub.group != nil {
-				if r.skipsGroupSub(m, sub, target) {
-					continue // another gateway's member, or another group (shared.go)
-				}
-			} else if target != "" {
-				if _, fs := sub.Subscriber.(FilterSource); !fs {
-					continue
-				}
-				share = target
-			}
-			qos := m.QoS
-			if sub.Options.QoS < qos {
-				qos = sub.Options.QoS
-			}
-			res.Matched++
-			if err := sub.Subscriber.Deliver(m, Delivery{Sub: sub, QoS: qos, Acks: acks, Share: share}); err != nil {
-				res.Failed++
-				errs = append(errs, err)
-			}
+		qos := m.QoS
+		if sub.Options.QoS < qos {
+			qos = sub.Options.QoS
 		}
-	})
+		res.Matched++
+		if err := sub.Subscriber.Deliver(m, Delivery{Sub: sub, QoS: qos, Acks: acks, Share: share}); err != nil {
+			res.Failed++
+			errs = append(errs, err)
+		}
+	}
 	r.delivered.Add(uint64(res.Matched - res.Failed))
 	if len(errs) > 0 {
 		res.Err = errors.Join(errs...)
 	}
-	return res
 }
 
 // ObserveTopic counts a message published on topic at unix (seconds) in
@@ -598,6 +612,51 @@ func (r *Router) Wants(topic string, origin Protocol) bool {
 		}
 	})
 	return wanted
+}
+
+// PublishWanted is Wants, then Publish of the message mk makes when the
+// answer is yes, with one walk of the subscriptions instead of two: for a
+// front-end that fans out its own protocol itself (the MQTT front-end's
+// QoS 0 publishes), so that a message nobody else wants costs that walk
+// and no allocation, and one somebody wants costs no second walk. ok
+// reports whether it was wanted; mk is called only then, at most once,
+// and must make a message on topic that the caller will not modify.
+//
+// The walk is Wants' (every member of a shared group, no turn taken).
+// Without a shared group among the matches it is also what Publish's
+// walk finds, and the message is fanned out to them. With one, or for a
+// retained or QoS 1/2 message from mk (its retained write comes before
+// the fan-out; a QoS 1/2 waits for the acknowledgements), the message is
+// published as Publish does, after a second walk: the same answer and the
+// same deliveries as Wants then Publish.
+func (r *Router) PublishWanted(ctx context.Context, topic string, origin Protocol, mk func() *Message) (res PublishResult, ok bool) {
+	if r.view.Load().nobodyFor(origin) {
+		return res, false
+	}
+	var later *Message
+	r.matching(topic, false, func(matches []*Subscription) {
+		groups := false
+		for _, sub := range matches {
+			if !sub.Options.skips(Origin{Protocol: origin, Node: r.opts.Node}, r.opts.Node) {
+				ok = true
+			}
+			groups = groups || sub.group != nil
+		}
+		if !ok {
+			return
+		}
+		m := mk()
+		if groups || m.Retain || m.QoS > 0 || m.Topic != topic {
+			later = m
+			return
+		}
+		res = r.prepare(ctx, m, "")
+		r.fanOut(m, nil, "", matches, &res)
+	})
+	if later != nil {
+		res = r.Publish(ctx, later)
+	}
+	return res, ok
 }
 
 // matching calls fn with the subscriptions matching topic, in a pooled slice

@@ -1,6 +1,11 @@
 package core
 
-import "testing"
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
 
 type nopSub struct{}
 
@@ -133,5 +138,89 @@ func BenchmarkRouterWants(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// PublishWanted answers as Wants and delivers as Publish, in one walk
+// where it can: nobody wanting the message makes none (mk not called); a
+// wanted one reaches every eligible subscriber once, with the counts and
+// the topic table Publish keeps; shared groups keep their turns; a
+// retained one is stored; a refusal is in the result.
+func TestPublishWanted(t *testing.T) {
+	var stored []string
+	topics := NewTopicTable(16)
+	r := NewRouter(RouterOptions{Node: "n", Topics: topics, Retainer: retainerFunc(func(_ context.Context, m *Message) error {
+		stored = append(stored, m.Topic)
+		return nil
+	})})
+	mqttSide := &recorder{}
+	mustSubscribe(t, r, "#", mqttSide, SubOptions{SkipOrigin: ProtocolMQTT})
+	made := 0
+	mk := func(topic string, qos byte, retain bool) func() *Message {
+		return func() *Message {
+			made++
+			return &Message{Topic: topic, QoS: qos, Retain: retain, Origin: Origin{Protocol: ProtocolMQTT, Client: "c"}}
+		}
+	}
+	if _, ok := r.PublishWanted(t.Context(), "a/b", ProtocolMQTT, mk("a/b", 0, false)); ok || made != 0 || mqttSide.count() != 0 {
+		t.Fatalf("only a SkipOrigin=mqtt subscriber: wanted %v, %d messages made, %d delivered", ok, made, mqttSide.count())
+	}
+	ctx, nobody := t.Context(), mk("x/y", 0, false)
+	mustSubscribe(t, r, "z/#", &nopSub{}, SubOptions{}) // a walk to make: not every subscription skips MQTT
+	if n := testing.AllocsPerRun(100, func() { r.PublishWanted(ctx, "x/y", ProtocolMQTT, nobody) }); n != 0 && !raceEnabled {
+		t.Fatalf("PublishWanted of a message nobody wants allocates %v times", n)
+	}
+
+	plain, noLocal := &recorder{}, &recorder{}
+	mustSubscribe(t, r, "a/+", plain, SubOptions{})
+	mustSubscribe(t, r, "a/#", plain, SubOptions{QoS: 1}) // overlapping: once
+	mustSubscribe(t, r, "a/b", noLocal, SubOptions{NoLocal: true, Client: "c"})
+	for _, topic := range []string{"x/y", "$SYS/a"} {
+		if _, ok := r.PublishWanted(t.Context(), topic, ProtocolMQTT, mk(topic, 0, false)); ok || made != 0 {
+			t.Fatalf("%s: wanted %v, %d messages made", topic, ok, made)
+		}
+	}
+	pub0, del0 := r.Counts()
+	res, ok := r.PublishWanted(t.Context(), "a/b", ProtocolMQTT, mk("a/b", 0, false))
+	if !ok || made != 1 || res.Matched != 1 || res.Failed != 0 {
+		t.Fatalf("a/b: wanted %v, %d made, result %+v; want wanted, 1 made, 1 matched", ok, made, res)
+	}
+	if plain.count() != 1 || noLocal.count() != 0 || mqttSide.count() != 0 {
+		t.Fatalf("deliveries: plain %d (want 1), no-local %d (want 0), skip-origin %d (want 0)", plain.count(), noLocal.count(), mqttSide.count())
+	}
+	if pub, del := r.Counts(); pub != pub0+1 || del != del0+1 {
+		t.Fatalf("counts: published +%d, delivered +%d; want +1 and +1", pub-pub0, del-del0)
+	}
+	if got := topics.Topics("#", time.Now(), time.Minute); len(got) != 1 || got[0].Topic != "a/b" || got[0].Messages != 1 {
+		t.Fatalf("topic table: %+v, want a/b once", got)
+	}
+
+	// Retained: stored, as Publish stores it, before its fan-out.
+	res, ok = r.PublishWanted(t.Context(), "a/r", ProtocolMQTT, mk("a/r", 0, true))
+	if !ok || !res.Retained || len(stored) != 1 || stored[0] != "a/r" || plain.count() != 2 {
+		t.Fatalf("retained: wanted %v, result %+v, stored %v, delivered %d", ok, res, stored, plain.count())
+	}
+
+	// A refusal is in the result.
+	refuse := subscriberFunc(func(*Message, Delivery) error { return ErrNoMember })
+	mustSubscribe(t, r, "e/#", &refuse, SubOptions{})
+	if res, ok := r.PublishWanted(t.Context(), "e/x", ProtocolMQTT, mk("e/x", 0, false)); !ok || res.Failed != 1 || !errors.Is(res.Err, ErrNoMember) {
+		t.Fatalf("refused: wanted %v, result %+v", ok, res)
+	}
+
+	// Shared groups: every message to one member, turns kept.
+	a, b := &countSub{}, &countSub{}
+	for _, s := range []*countSub{a, b} {
+		if _, err := r.Subscribe("$share/g/s/#", s, SubOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 10 {
+		if _, ok := r.PublishWanted(t.Context(), "s/x", ProtocolMQTT, mk("s/x", 0, false)); !ok {
+			t.Fatal("a shared group wants the message")
+		}
+	}
+	if a.n != 5 || b.n != 5 {
+		t.Fatalf("round robin: %d and %d, want 5 and 5", a.n, b.n)
 	}
 }

@@ -215,6 +215,9 @@ func (h *hook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet, e
 	if name, ok := queueName(pk.TopicName); ok {
 		return h.publishQueueValue(cl, pk, name)
 	}
+	if !pk.FixedHeader.Retain && pk.FixedHeader.Qos == 0 {
+		return h.publishQoS0Value(cl, pk)
+	}
 	if !pk.FixedHeader.Retain && !h.s.opts.Router.Wants(pk.TopicName, core.ProtocolMQTT) {
 		// MQTT-only traffic: mochi fans it out, nothing else to do but
 		// count its topic (the router counts those it publishes).
@@ -223,6 +226,13 @@ func (h *hook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet, e
 	}
 	return h.publishRoutedValue(cl, pk)
 }
+
+// OnPublishInline tells mochi (patch 48, asked once) that OnPublish passes
+// the inline client's PUBLISHes through: Deliver injects a message the
+// router has routed already, and mochi skips the hook chain for it.
+func (h *hook) OnPublishInline() bool { return false }
+
+var _ mochi.InlinePublishHook = (*hook)(nil)
 
 // The ...Value helpers take pk by value and its address only in their own
 // frame: when OnPublish itself took &pk, the whole packet (~900 B) moved to
@@ -239,6 +249,25 @@ func (h *hook) refuseUnauthorizedValue(cl *mochi.Client, pk packets.Packet) (pac
 func (h *hook) publishQueueValue(cl *mochi.Client, pk packets.Packet, name string) (packets.Packet, error) {
 	err := h.publishQueue(cl, &pk, name) // sets pk.Ignore: before pk is returned
 	return pk, err
+}
+
+// publishQoS0Value is Wants then publishRouted for a QoS 0 publish that
+// is not retained, in one walk of the router's subscriptions
+// (PublishWanted): no second walk for a message another front-end or the
+// bridge wants, and still no message made for one nobody else wants.
+func (h *hook) publishQoS0Value(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
+	r := h.s.opts.Router
+	res, wanted := r.PublishWanted(context.Background(), pk.TopicName, core.ProtocolMQTT, func() *core.Message {
+		return toMessage(&pk, cl.ID, h.s.opts.Node, time.Now())
+	})
+	if !wanted {
+		// MQTT-only traffic: mochi fans it out, nothing else to do but
+		// count its topic (the router counts those it publishes).
+		r.ObserveTopic(pk.TopicName, pk.Created)
+		return pk, nil
+	}
+	h.ackFor(cl, pk.TopicName, 0, res) // no ack: a refusal is counted where it happened
+	return pk, nil
 }
 
 func (h *hook) publishRoutedValue(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
@@ -544,7 +573,8 @@ func (h *hook) Reaches(m *core.Message) bool {
 // injected through mochi's inline client, so mochi matches it against MQTT
 // subscriptions and handles QoS, sessions and offline queues as for its own.
 func (h *hook) Deliver(m *core.Message, d core.Delivery) error {
-	if m.Expired(time.Now()) {
+	now := time.Now() // one clock read per message: the expiry check and the packet's
+	if m.Expired(now) {
 		return nil
 	}
 	if d.Share == "" && !h.reachesAny(m.Topic) {
@@ -554,8 +584,12 @@ func (h *hook) Deliver(m *core.Message, d core.Delivery) error {
 	if cl == nil {
 		return errors.New("mqtt front-end stopped")
 	}
-	pk := toPacket(m, m.Retain, time.Now())
+	pk := toPacket(m, m.Retain, now)
 	pk.Expiry = 0 // processPublish derives it from the interval
+	// A published core.Message is never changed (core.Message), so the
+	// subscribers' copies share its payload instead of copying it each
+	// (mochi patch 45).
+	pk.Mods.FixedPayload = true
 	if !h.markShare(&pk, m, d) {
 		return core.ErrNoMember // the cluster hands it to another gateway
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/tolsey/tolsey/core"
+	"github.com/tolsey/tolsey/core/coretest"
 	"github.com/tolsey/tolsey/core/metrics"
 	"github.com/tolsey/tolsey/retain"
 	"github.com/tolsey/tolsey/retain/memory"
@@ -276,4 +277,61 @@ func BenchmarkReachesAny(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkMochiPublishRouted is a client's QoS 0 PUBLISH through mochi's
+// inbound path that another part wants (a core subscriber, as a NATS
+// bridge rule's), and no MQTT subscriber: the MQTT → NATS path up to the
+// bridge's queue (docs/bridge.md, "Performance: the QoS 0 goal").
+func BenchmarkMochiPublishRouted(b *testing.B) {
+	s := benchServer(b)
+	taker := new(benchTaker)
+	if _, err := s.opts.Router.Subscribe("out/#", taker, core.SubOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	pub := s.mochi.NewClient(discardConn{}, "t", "pub", false)
+	pub.Properties.ProtocolVersion = 4
+	pub.State.Inflight.ResetReceiveQuota(1024)
+	s.mochi.Clients.Add(pub)
+	pk := benchPublish("out/p0/s0")
+	pk.ProtocolVersion = 4
+	b.ReportAllocs()
+	cpu := processCPU()
+	for b.Loop() {
+		if err := s.mochi.InjectPacket(pub, pk); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(processCPU()-cpu)/float64(b.N), "cpu-ns/op")
+	if taker.n.Load() == 0 {
+		b.Fatal("nothing routed")
+	}
+}
+
+// BenchmarkRouterPublishToMQTT is a message from another part (a NATS
+// bridge's inbound one) routed to one MQTT subscriber: Deliver, mochi's
+// fan-out through the inline client, and the subscriber's writer, whose
+// connection discards what it writes: the NATS → MQTT path after the
+// bridge.
+func BenchmarkRouterPublishToMQTT(b *testing.B) {
+	s := benchServer(b)
+	if s.inline() == nil {
+		b.Fatal("no inline client")
+	}
+	benchSubscriber(b, s.mochi, "sub")
+	m := &core.Message{Topic: "load/p0/s0", Payload: make([]byte, 64), Origin: core.Origin{Protocol: core.ProtocolNATS}}
+	ctx := context.Background()
+	b.ReportAllocs()
+	cpu := processCPU()
+	for b.Loop() {
+		s.opts.Router.Publish(ctx, m)
+	}
+	b.StopTimer()
+	// Once the subscriber's writer has written them all: its CPU counts.
+	want := int64(b.N) - atomic.LoadInt64(&s.mochi.Info.MessagesDropped)
+	coretest.Eventually(b, "every message written", 30*time.Second, func() bool {
+		return atomic.LoadInt64(&s.mochi.Info.MessagesSent) >= want
+	})
+	b.ReportMetric(float64(processCPU()-cpu)/float64(b.N), "cpu-ns/op")
+	b.ReportMetric(float64(s.mochi.Info.MessagesDropped)/float64(b.N), "drops/op")
 }

@@ -187,11 +187,19 @@ func TestSubscribeDuringRoutedStreamMissesNothing(t *testing.T) {
 
 	// started counts publishes begun (a message's payload is its number);
 	// window bounds how far the publisher runs ahead of what the
-	// subscriber has read once it is subscribed (its SUBACK came), so
-	// that no QoS 0 copy is dropped for a full write queue.
+	// subscriber has read from the moment it sends its SUBSCRIBE, so that
+	// no QoS 0 copy is dropped for a full write queue. Paced only from
+	// the SUBACK, a publisher on a loaded machine filled the queue (8,192)
+	// before the test read the SUBACK, the copies begun after it were
+	// dropped, and reader and publisher waited for each other until the
+	// read timed out. read only moves forward.
 	const window = 256
 	var started, read atomic.Int64
 	var subscribed atomic.Bool
+	advance := func(n int64) {
+		for o := read.Load(); n > o && !read.CompareAndSwap(o, n); o = read.Load() {
+		}
+	}
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
@@ -226,6 +234,8 @@ func TestSubscribeDuringRoutedStreamMissesNothing(t *testing.T) {
 	const rounds, after = 20, 100
 	for round := range rounds {
 		id := uint16(2*round + 1)
+		advance(started.Load())
+		subscribed.Store(true)
 		c.write(t, packets.Packet{
 			FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1},
 			PacketID:    id,
@@ -237,11 +247,12 @@ func TestSubscribeDuringRoutedStreamMissesNothing(t *testing.T) {
 			pk := c.read(t)
 			if pk.FixedHeader.Type == packets.Suback && pk.PacketID == id {
 				subacked = started.Load()
-				read.Store(subacked)
-				subscribed.Store(true)
+				advance(subacked)
 				break
 			}
-			got[seq(pk)] = true // the subscription is in mochi's index before its SUBACK is written
+			n := seq(pk)
+			got[n] = true // the subscription is in mochi's index before its SUBACK is written
+			advance(n)
 		}
 		last := subacked
 		for last < subacked+after {
@@ -251,7 +262,7 @@ func TestSubscribeDuringRoutedStreamMissesNothing(t *testing.T) {
 				t.Fatalf("round %d: message %d twice", round, last)
 			}
 			got[last] = true
-			read.Store(last)
+			advance(last)
 		}
 		for n := subacked + 1; n <= last; n++ {
 			if !got[n] {

@@ -598,6 +598,12 @@ func (ss *sessions) OnPacketProcessed(cl *mochi.Client, pk packets.Packet, err e
 	}
 }
 
+// OnPublishInline tells mochi (patch 48) that OnPublish passes the inline
+// client's PUBLISHes through: they have no ack to defer.
+func (ss *sessions) OnPublishInline() bool { return false }
+
+var _ mochi.InlinePublishHook = (*sessions)(nil)
+
 // OnPublish defers the ack of a QoS 1/2 PUBLISH while any session is
 // stored: its fan-out may reach one (OnPublished answers it).
 func (ss *sessions) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {

@@ -498,7 +498,7 @@ func (cl *Client) writeLoop() {
 //
 //go:noinline
 func (cl *Client) writeQueued(pk *packets.Packet) {
-	if err := cl.WritePacket(*pk); err != nil {
+	if err := cl.writeQueuedPacket(pk); err != nil {
 		// TODO : Figure out what to do with error
 		cl.ops.log.Debug("failed publishing packet", "error", err, "client", cl.ID, "packet", pk)
 		// gateway patch: a packet refused before it was written (too
@@ -517,6 +517,24 @@ func (cl *Client) writeQueued(pk *packets.Packet) {
 	cl.ackWritten(pk) // gateway patch 12
 	atomic.AddInt32(&cl.State.outboundQty, -1)
 	releaseShared(pk) // gateway patch 27; last: pk may be the shared encoding's own packet
+}
+
+// writeQueuedPacket is WritePacket(*pk) for a packet taken off the write
+// queue; one whose encoding is shared (patch 27) is written from pk, not
+// from two copies of it made on the way (gateway patch 47: 816 bytes each,
+// for every delivered copy of a fan-out).
+func (cl *Client) writeQueuedPacket(pk *packets.Packet) error {
+	sp := pk.Mods.Shared
+	if sp == nil {
+		return cl.WritePacket(*pk)
+	}
+	if cl.Closed() || cl.refused(pk.FixedHeader.Type) {
+		return ErrConnectionClosed
+	}
+	if cl.Net.Conn == nil {
+		return nil
+	}
+	return cl.writeShared(pk, sp.Bytes())
 }
 
 // ParseConnect parses the connect parameters and properties for a client.

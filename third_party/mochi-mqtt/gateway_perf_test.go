@@ -2,6 +2,7 @@ package mqtt
 
 import (
 	"net"
+	"sync/atomic"
 	"testing"
 
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -187,4 +188,105 @@ func TestPacketHookTypes(t *testing.T) {
 	require.Equal(t, want, plain.processed)
 	require.Equal(t, []byte{packets.Puback}, typed.read)
 	require.Equal(t, []byte{packets.Puback}, typed.processed)
+}
+
+// TestInjectFixedPayloadShared (patch 45): an injected PUBLISH whose
+// caller marks its payload fixed (Mods.FixedPayload) reaches the
+// subscribers' copies without a copy of the payload each, as a PUBLISH a
+// client sent does; unmarked, each copy has its own, as upstream. The
+// mark is the injector's promise alone: the copies do not carry it.
+func TestInjectFixedPayloadShared(t *testing.T) {
+	s := newServer()
+	s.Options.InlineClient = true
+	s.inlineClient = s.NewClient(nil, LocalListener, InlineClientId, true)
+	s.Clients.Add(s.inlineClient)
+	var subs []*Client
+	for _, id := range []string{"a", "b"} {
+		cl := s.NewClient(nil, "t", id, false)
+		cl.Properties.ProtocolVersion = 5
+		s.Clients.Add(cl)
+		s.Topics.Subscribe(id, packets.Subscription{Filter: "f/#", Qos: 1})
+		subs = append(subs, cl)
+	}
+
+	for _, fixed := range []bool{true, false} {
+		payload := []byte("the payload")
+		pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, TopicName: "f/g", Payload: payload, PacketID: 1}
+		pk.Mods.FixedPayload = fixed
+		require.NoError(t, s.InjectPacket(s.inlineClient, pk))
+		for _, cl := range subs {
+			got := cl.State.Inflight.GetAll(false)
+			require.Len(t, got, 1, cl.ID)
+			require.Equal(t, "the payload", string(got[0].Payload), cl.ID)
+			require.Equal(t, fixed, &got[0].Payload[0] == &payload[0], "%s: payload shared, fixed %v", cl.ID, fixed)
+			if fixed {
+				require.Equal(t, len(got[0].Payload), cap(got[0].Payload), "%s: an append to a copy reallocates", cl.ID)
+			}
+			require.False(t, got[0].Mods.FixedPayload, cl.ID)
+			cl.State.Inflight.Delete(got[0].PacketID)
+		}
+	}
+}
+
+// publishCounter counts the PUBLISHes its OnPublish is called for, by
+// the inline client and by others; with skipInline it is an
+// InlinePublishHook that wants none of the inline client's.
+type publishCounter struct {
+	HookBase
+	id             string
+	inline, others atomic.Int32
+}
+
+func (h *publishCounter) ID() string           { return h.id }
+func (h *publishCounter) Provides(b byte) bool { return b == OnPublish }
+func (h *publishCounter) OnPublish(cl *Client, pk packets.Packet) (packets.Packet, error) {
+	if cl.Net.Inline {
+		h.inline.Add(1)
+	} else {
+		h.others.Add(1)
+	}
+	return pk, nil
+}
+
+type inlineSkipper struct{ publishCounter }
+
+func (h *inlineSkipper) OnPublishInline() bool { return false }
+
+// TestInlinePublishHook (patch 48): a hook that says it passes the inline
+// client's PUBLISHes through (InlinePublishHook, false) is not called for
+// them, and is for a client's; a hook that does not say so is called for
+// both, as upstream; with only skipping hooks the injected PUBLISH still
+// reaches its subscriber.
+func TestInlinePublishHook(t *testing.T) {
+	s := newServer()
+	s.Options.InlineClient = true
+	s.inlineClient = s.NewClient(nil, LocalListener, InlineClientId, true)
+	s.Clients.Add(s.inlineClient)
+	skip := &inlineSkipper{publishCounter{id: "skip"}}
+	require.NoError(t, s.AddHook(skip, nil))
+	var got atomic.Int32
+	require.NoError(t, s.Subscribe("f/#", 1, func(*Client, packets.Subscription, packets.Packet) { got.Add(1) }))
+	pub := s.NewClient(nil, "t", "pub", false)
+	pub.Properties.ProtocolVersion = 5
+	pub.State.Inflight.ResetReceiveQuota(16)
+	s.Clients.Add(pub)
+
+	publish := func(cl *Client) {
+		pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish}, TopicName: "f/g", Payload: []byte("p")}
+		require.NoError(t, s.processPublish(cl, pk))
+	}
+	delivered := func() int { return int(got.Swap(0)) }
+	publish(s.inlineClient)
+	require.Equal(t, int32(0), skip.inline.Load(), "a skipping hook got an injected PUBLISH")
+	require.Equal(t, 1, delivered(), "the injected PUBLISH reaches its subscriber")
+	publish(pub)
+	require.Equal(t, int32(1), skip.others.Load(), "a skipping hook gets a client's PUBLISH")
+	require.Equal(t, 1, delivered())
+
+	all := &publishCounter{id: "all"}
+	require.NoError(t, s.AddHook(all, nil))
+	publish(s.inlineClient)
+	require.Equal(t, int32(1), all.inline.Load(), "a hook that does not skip gets an injected PUBLISH")
+	require.Equal(t, int32(0), skip.inline.Load(), "the skipping hook still does not")
+	require.Equal(t, 1, delivered())
 }

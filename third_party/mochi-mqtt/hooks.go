@@ -145,6 +145,9 @@ type hookTable struct {
 	// packets is, for OnPacketRead (0) and OnPacketProcessed (1), the
 	// hooks that provide it for each packet type (patch 36).
 	packets [2][16][]Hook
+	// inlinePublish is the OnPublish hooks that take the inline client's
+	// PUBLISHes (patch 48).
+	inlinePublish []Hook
 }
 
 // PacketHook is a hook whose OnPacketRead and OnPacketProcessed act on
@@ -167,6 +170,18 @@ type EncodeInPlaceHook interface {
 	OnPacketEncodeInPlace(cl *Client, pk *packets.Packet)
 }
 
+// InlinePublishHook is a hook whose OnPublish may pass the inline
+// client's PUBLISHes through unchanged (gateway patch 48):
+// OnPublishInline reports whether it wants them, asked once, when the hook
+// is added. mochi does not call OnPublish on it for an injected PUBLISH
+// (InjectPacket, Publish) when it answers false, and with no hook left to
+// call skips the hook chain and its copies of the packet (~800 B, by
+// value, several times). A hook that is not an InlinePublishHook gets
+// every PUBLISH, as upstream.
+type InlinePublishHook interface {
+	OnPublishInline() bool
+}
+
 // packetEvent is ev's index in hookTable.packets; -1 for other events.
 func packetEvent(ev byte) int {
 	switch ev {
@@ -187,6 +202,11 @@ func newHookTable(hooks []Hook) *hookTable {
 				continue
 			}
 			t.events[ev] = append(t.events[ev], hk)
+			if byte(ev) == OnPublish {
+				if ih, ok := hk.(InlinePublishHook); !ok || ih.OnPublishInline() {
+					t.inlinePublish = append(t.inlinePublish, hk)
+				}
+			}
 			pe := packetEvent(byte(ev))
 			if pe < 0 {
 				continue
@@ -222,6 +242,18 @@ func (h *Hooks) packetProviders(ev, typ byte) []Hook {
 // packetProvided reports whether a hook provides event ev for packets of
 // type typ (gateway patch 36).
 func (h *Hooks) packetProvided(ev, typ byte) bool { return len(h.packetProviders(ev, typ)) > 0 }
+
+// publishers is the OnPublish hooks for a PUBLISH from cl: for the
+// inline client, those that take its PUBLISHes (gateway patch 48).
+func (h *Hooks) publishers(cl *Client) []Hook {
+	if cl == nil || !cl.Net.Inline {
+		return h.providers(OnPublish)
+	}
+	if t := h.byEvent.Load(); t != nil {
+		return t.inlinePublish
+	}
+	return nil
+}
 
 // provided reports whether a hook provides event ev (gateway patch 34).
 func (h *Hooks) provided(ev byte) bool { return len(h.providers(ev)) > 0 }
@@ -509,7 +541,7 @@ func (h *Hooks) OnUnsubscribed(cl *Client, pk packets.Packet) {
 // The return values of the hook methods are passed-through in the order the hooks were attached.
 func (h *Hooks) OnPublish(cl *Client, pk packets.Packet) (pkx packets.Packet, err error) {
 	pkx = pk
-	for _, hook := range h.providers(OnPublish) { // gateway patch 34
+	for _, hook := range h.publishers(cl) { // gateway patches 34, 48
 		npk, err := hook.OnPublish(cl, pkx)
 		if err != nil {
 			if errors.Is(err, packets.ErrRejectPacket) {

@@ -1142,7 +1142,11 @@ func (s *Server) processPublish(cl *Client, pk packets.Packet) error {
 		pk.Expiry = pk.Created + expiry
 	}
 
-	if !cl.Net.Inline {
+	// gateway patch 46: a QoS 0 PUBLISH has no packet id (PacketID 0, which
+	// no inflight entry has [MQTT-2.2.1-3]), so there is nothing to look
+	// up: Get's lock, map read and the empty packet it returns cost 4% of
+	// the gateway's CPU per message from MQTT publishers.
+	if !cl.Net.Inline && pk.FixedHeader.Qos > 0 {
 		if pki, ok := cl.State.Inflight.Get(pk.PacketID); ok {
 			if pki.FixedHeader.Type == packets.Pubrec { // [MQTT-4.3.3-10]
 				// gateway patch 12: also while the first PUBREC is deferred,
@@ -1164,24 +1168,29 @@ func (s *Server) processPublish(cl *Client, pk packets.Packet) error {
 		pk.FixedHeader.Qos = s.Options.Capabilities.MaximumQos // [MQTT-3.2.2-9] Reduce qos based on server max qos capability
 	}
 
-	pkx, err := s.hooks.OnPublish(cl, pk)
-	deferred := cl.State.acks.takeDeferred() // gateway patch 12: the hook answers the ack later
-	if deferred != nil && err != nil {
-		cl.State.acks.drop(deferred) // refused after all: mochi's own answer below
-		deferred = nil
-	}
-	if err == nil {
-		pk = pkx
-	} else if errors.Is(err, packets.ErrRejectPacket) {
-		return nil
-	} else if errors.Is(err, packets.CodeSuccessIgnore) {
-		pk.Ignore = true
-	} else if cl.Properties.ProtocolVersion == 5 && pk.FixedHeader.Qos > 0 && errors.As(err, new(packets.Code)) {
-		err = cl.writeAck(nil, s.buildAck(pk.PacketID, packets.Puback, 0, pk.Properties, err.(packets.Code)), false) // gateway patch 12
-		if err != nil {
-			return err
+	var deferred *PendingAck
+	// gateway patch 48: an injected PUBLISH that no hook takes
+	// (InlinePublishHook) skips the hook chain and its copies.
+	if !cl.Net.Inline || len(s.hooks.publishers(cl)) > 0 {
+		pkx, err := s.hooks.OnPublish(cl, pk)
+		deferred = cl.State.acks.takeDeferred() // gateway patch 12: the hook answers the ack later
+		if deferred != nil && err != nil {
+			cl.State.acks.drop(deferred) // refused after all: mochi's own answer below
+			deferred = nil
 		}
-		return nil
+		if err == nil {
+			pk = pkx
+		} else if errors.Is(err, packets.ErrRejectPacket) {
+			return nil
+		} else if errors.Is(err, packets.CodeSuccessIgnore) {
+			pk.Ignore = true
+		} else if cl.Properties.ProtocolVersion == 5 && pk.FixedHeader.Qos > 0 && errors.As(err, new(packets.Code)) {
+			err = cl.writeAck(nil, s.buildAck(pk.PacketID, packets.Puback, 0, pk.Properties, err.(packets.Code)), false) // gateway patch 12
+			if err != nil {
+				return err
+			}
+			return nil
+		}
 	}
 
 	if pk.FixedHeader.Retain { // [MQTT-3.3.1-5] ![MQTT-3.3.1-8]
@@ -1243,7 +1252,7 @@ func (s *Server) processPublish(cl *Client, pk packets.Packet) error {
 		}
 	}
 
-	err = cl.writeReaderAck(ack) // gateway patch 26: with the rest of the reader's burst
+	err := cl.writeReaderAck(ack) // gateway patch 26: with the rest of the reader's burst
 	if err != nil {
 		return err
 	}
@@ -1286,8 +1295,12 @@ func (s *Server) publishToSubscribers(pk packets.Packet) {
 // sent: its reader may wait SlowSubscriberStall for a subscriber's full
 // queue (gateway patch 22), unless cl is the inline client, whose callers
 // (the gateway's other front-ends) must never wait on an MQTT socket.
+//
+// Gateway patch 45: an injected PUBLISH whose caller set Mods.FixedPayload
+// shares its payload with the subscribers' copies, as one read from a
+// client does; other injected ones are copied per subscriber.
 func (s *Server) publishToSubscribersFrom(cl *Client, pk packets.Packet) {
-	s.publishToSubscribersShared(pk, !cl.Net.Inline && s.Options.SlowSubscriberStall > 0, !cl.Net.Inline)
+	s.publishToSubscribersShared(pk, !cl.Net.Inline && s.Options.SlowSubscriberStall > 0, !cl.Net.Inline || pk.Mods.FixedPayload)
 }
 
 func (s *Server) publishToSubscribersStall(pk packets.Packet, stall bool) {
@@ -1297,9 +1310,10 @@ func (s *Server) publishToSubscribersStall(pk packets.Packet, stall bool) {
 // publishToSubscribersShared is publishToSubscribersStall; with
 // readPayload, pk's payload is a buffer read for it alone from a client
 // (ReadPacket), which nothing changes, and the subscribers' copies share
-// it (gateway patch 33). Anything else (the inline client's payloads are
-// its caller's, a will's, a retained message's) is copied per subscriber
-// as upstream does.
+// it (gateway patch 33), as does an injected one marked
+// Mods.FixedPayload (patch 45). Anything else (the inline client's other
+// payloads are its caller's, a will's, a retained message's) is copied
+// per subscriber as upstream does.
 func (s *Server) publishToSubscribersShared(pk packets.Packet, stall, readPayload bool) {
 	if pk.Ignore {
 		return

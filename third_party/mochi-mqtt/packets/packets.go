@@ -148,6 +148,13 @@ type Mods struct {
 	// SharedOnly: the packet is for a shared group's member only; with no
 	// shared group matching its topic it goes to nobody (gateway patch 30).
 	SharedOnly bool
+	// FixedPayload: nothing changes the payload of this PUBLISH for as long
+	// as anything holds it, so the copies mochi makes of it for its
+	// subscribers share it instead of copying it each (gateway patch 45).
+	// Set by a caller of InjectPacket whose payloads are immutable once
+	// injected; a PUBLISH read from a client shares its payload already
+	// (patch 33). Copy leaves it out.
+	FixedPayload bool
 	// Shared is set on a PUBLISH encoded once for several clients (gateway
 	// patch 27): the writer writes its bytes instead of encoding pk. Copy
 	// leaves it out.
