@@ -96,7 +96,8 @@ type Conn struct {
 	wb   []byte // frames queued for the writer
 	err  error  // why the connection ended (set once, by fail)
 
-	nextOutgoingID       uint32 // session (§2.5.6)
+	nextOutgoingID       uint32 // session (§2.5.6): the next transfer frame's transfer-id
+	nextDeliveryID       uint32 // session: the next message's delivery-id
 	nextIncomingID       uint32
 	remoteIncomingWindow uint32
 	needFlow             uint32 // transfers received since our last session flow

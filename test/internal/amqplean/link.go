@@ -110,7 +110,9 @@ func (c *Conn) Send(body []byte) error {
 // appendTransfer appends the transfer of one message: go-amqp's layout,
 // list32 performatives and sections (codec.go), split into frames of the
 // peer's max-frame-size as go-amqp splits them (66 bytes left for the
-// performative). Called with mu held.
+// performative). Each frame takes a transfer-id (next-outgoing-id), the
+// message one delivery-id (§2.6.12: deliveries are numbered one by one,
+// whatever number of frames each takes). Called with mu held.
 func (c *Conn) appendTransfer(b []byte, body []byte) []byte {
 	msgLen, chunk := msgLen(body), c.chunk()
 	first := true
@@ -125,15 +127,16 @@ func (c *Conn) appendTransfer(b []byte, body []byte) []byte {
 		b, at = beginFrame(b, 0)
 		b, l = beginList(b, descTransfer)
 		b = appendUint(b, 0) // handle
-		count := uint32(4)
+		count := uint32(1)
 		if first {
-			b = appendUint(b, c.nextOutgoingID) // delivery-id
+			b = appendUint(b, c.nextDeliveryID) // delivery-id
 			b = appendBinary(b, tag[:])         // delivery-tag
 			b = appendUint(b, 0)                // message-format
-		} else {
-			b = append(b, codeNull)
-			b = appendBinary(b, tag[:])
-			b = appendUint(b, 0)
+			count = 4
+		} else if more {
+			// The first frame's fields only (§2.7.5), as go-amqp leaves
+			// them out of the frames after it.
+			b = append(b, codeNull, codeNull, codeNull)
 		}
 		if more {
 			b = append(b, codeNull, codeTrue) // settled (omitted), more
@@ -147,6 +150,7 @@ func (c *Conn) appendTransfer(b []byte, body []byte) []byte {
 		sent += n
 		first = false
 	}
+	c.nextDeliveryID++
 	return b
 }
 
