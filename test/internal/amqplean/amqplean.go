@@ -110,6 +110,9 @@ type Conn struct {
 	inFlight     int    // sender: the most unsettled transfers (Send waits)
 	tag          uint64 // sender: the next delivery tag
 	accepted     int64  // sender: settled with accepted
+
+	watched context.Context // sender: the context whose end wakes Ready (its last one)
+	unwatch func() bool     // and how to stop that
 }
 
 // Delivery is a message a receiver got. Its slices are valid only during
@@ -493,6 +496,9 @@ func (c *Conn) Close() error {
 		_, err = c.nc.Write(c.wb)
 		c.wb = c.wb[:0]
 	}
+	if c.unwatch != nil {
+		c.unwatch()
+	}
 	c.mu.Unlock()
 	c.wmu.Unlock()
 	c.fail(errors.New("amqplean: closed"))
@@ -515,14 +521,17 @@ func (c *Conn) readLoop() {
 	}
 }
 
+// wakeWaiters wakes every waiter (a context ended).
+func (c *Conn) wakeWaiters() {
+	c.mu.Lock()
+	c.cond.Broadcast()
+	c.mu.Unlock()
+}
+
 // waitFor waits until ok (called with mu held) is true or the connection
 // ends, at most until ctx ends.
 func (c *Conn) waitFor(ctx context.Context, ok func() bool) error {
-	stop := context.AfterFunc(ctx, func() {
-		c.mu.Lock()
-		c.cond.Broadcast()
-		c.mu.Unlock()
-	})
+	stop := context.AfterFunc(ctx, c.wakeWaiters)
 	defer stop()
 	c.mu.Lock()
 	defer c.mu.Unlock()

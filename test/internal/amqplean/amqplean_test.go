@@ -148,6 +148,9 @@ func send(t *testing.T, addr, target string, o Options, s, n, size, inFlight int
 		return err
 	}
 	for seq := range n {
+		if err := c.Ready(ctx, size); err != nil {
+			return err
+		}
 		if err := c.Send(body(s, seq, size)); err != nil {
 			return err
 		}
