@@ -139,11 +139,17 @@ func (col *collector) wait(n int) {
 }
 
 // send sends n messages of sender s with inFlight unsettled at most and
-// waits for their outcomes: every one accepted.
+// waits for their outcomes: every one accepted. It may run on a goroutine
+// of its own, so it returns its errors (t.Fatal there would end only that
+// goroutine, and the test would wait for ever for its result).
 func send(t *testing.T, addr, target string, o Options, s, n, size, inFlight int) error {
-	c := dial(t, addr, o)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	c, err := Dial(ctx, addr, o)
+	if err != nil {
+		return err
+	}
+	t.Cleanup(func() { c.Close() })
 	if err := c.AttachSender(ctx, target, inFlight); err != nil {
 		return err
 	}
