@@ -483,9 +483,15 @@ func (c *Conn) writeLoop() {
 	}
 }
 
+// closeWrite bounds Close's write of the close frame, and ends a write
+// the writer is stuck in (a peer that reads no more) so that Close does
+// not wait behind it for ever.
+const closeWrite = 2 * time.Second
+
 // Close sends close and closes the socket (without waiting for the peer's
 // close), and ends the reader and the writer.
 func (c *Conn) Close() error {
+	_ = c.nc.SetWriteDeadline(time.Now().Add(closeWrite))
 	c.wmu.Lock()
 	c.mu.Lock()
 	var err error

@@ -3,7 +3,6 @@ package amqplean
 import (
 	"context"
 	"errors"
-	"io"
 	"net"
 	"sync"
 	"testing"
@@ -11,9 +10,9 @@ import (
 )
 
 // holder is a TCP proxy in front of a server that forwards everything
-// until hold is called; from then on it forwards nothing more from the
-// server (a server that stops answering, as a stuck or overloaded one
-// does).
+// until hold is called; from then on it forwards nothing more either way,
+// and reads nothing more from the client (a server that stops answering
+// and reading, as a stuck or overloaded one does).
 type holder struct {
 	addr string
 	once sync.Once
@@ -51,7 +50,25 @@ func holdingProxy(t *testing.T, server string) *holder {
 			mu.Lock()
 			conns = append(conns, cc, sc)
 			mu.Unlock()
-			go func() { _, _ = io.Copy(sc, cc) }()
+			go func() {
+				buf := make([]byte, 64<<10)
+				for {
+					select {
+					case <-h.held: // read no more: the client's writes fill the socket's buffers
+						return
+					default:
+					}
+					n, err := cc.Read(buf)
+					if n > 0 {
+						if _, err := sc.Write(buf[:n]); err != nil {
+							return
+						}
+					}
+					if err != nil {
+						return
+					}
+				}
+			}()
 			go func() {
 				buf := make([]byte, 64<<10)
 				for {
@@ -109,5 +126,38 @@ func TestReadyEndsWithItsContext(t *testing.T) {
 	c.Close()
 	if err := c.Ready(ctx, 1024); err == nil || errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("ready on a closed connection: %v, want the connection's end", err)
+	}
+}
+
+// Close returns when the server reads nothing any more: with a send's
+// frames filling the socket's buffers the writer is stuck in a write,
+// and Close, which writes the close frame, must not wait behind it for
+// ever.
+func TestCloseWithAServerThatDoesNotRead(t *testing.T) {
+	p := holdingProxy(t, startGateway(t))
+	c := dial(t, p.addr, Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.AttachSender(ctx, "queue://load", 64); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Ready(ctx, 1<<20); err != nil {
+		t.Fatalf("ready before any send: %v", err)
+	}
+	p.hold()
+	// 64 MiB queued: far more than the sockets on both sides of the
+	// proxy buffer.
+	msg := make([]byte, 1<<20)
+	for range 64 {
+		if err := c.Send(msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- c.Close() }()
+	select {
+	case <-closed:
+	case <-time.After(time.Minute):
+		t.Fatal("Close has not returned after a minute")
 	}
 }
