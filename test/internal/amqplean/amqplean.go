@@ -9,7 +9,8 @@
 //
 // What it puts on the wire is what go-amqp puts there for the same work,
 // frame for frame, and byte for byte for transfers and dispositions
-// (codec.go; TestSameFramesAsGoAMQP): one transfer per message (a header
+// (codec.go; TestSameFramesAsGoAMQP, and TestSameMultiFrameTransfersAsGoAMQP
+// for messages larger than a frame): one transfer per message (a header
 // {durable, priority 0} and a data section), the sender's settlement left
 // to the receiver's disposition, one disposition (accepted, settled) per
 // message received, link credit in the flows the caller asks for, and a
