@@ -490,10 +490,17 @@ func leanReceiver(ctx context.Context, addr, target string, arrived func(), mu *
 
 // leanSend is send with an amqplean sender (attached with -window in
 // flight): the same messages, the same window; an outcome other than
-// accepted ends the connection, and Send or Wait returns it.
+// accepted ends the connection, and Ready, Send or Wait returns it. A
+// message is stamped once it can go out (Ready), as send stamps after
+// waiting for a place in the window: its latency starts at its send, not
+// at the wait for the window, and a server that stops answering ends the
+// run with ctx rather than hanging it.
 func leanSend(ctx context.Context, snd *amqplean.Conn, n int, c config) error {
 	payload := make([]byte, c.size)
 	for range n {
+		if err := snd.Ready(ctx, len(payload)); err != nil {
+			return err
+		}
 		binary.BigEndian.PutUint64(payload, uint64(time.Now().UnixNano()))
 		if err := snd.Send(payload); err != nil {
 			return err

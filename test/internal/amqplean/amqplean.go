@@ -9,7 +9,8 @@
 //
 // What it puts on the wire is what go-amqp puts there for the same work,
 // frame for frame, and byte for byte for transfers and dispositions
-// (codec.go; TestSameFramesAsGoAMQP): one transfer per message (a header
+// (codec.go; TestSameFramesAsGoAMQP, and TestSameMultiFrameTransfersAsGoAMQP
+// for messages larger than a frame): one transfer per message (a header
 // {durable, priority 0} and a data section), the sender's settlement left
 // to the receiver's disposition, one disposition (accepted, settled) per
 // message received, link credit in the flows the caller asks for, and a
@@ -96,7 +97,8 @@ type Conn struct {
 	wb   []byte // frames queued for the writer
 	err  error  // why the connection ended (set once, by fail)
 
-	nextOutgoingID       uint32 // session (§2.5.6)
+	nextOutgoingID       uint32 // session (§2.5.6): the next transfer frame's transfer-id
+	nextDeliveryID       uint32 // session: the next message's delivery-id
 	nextIncomingID       uint32
 	remoteIncomingWindow uint32
 	needFlow             uint32 // transfers received since our last session flow
@@ -109,6 +111,9 @@ type Conn struct {
 	inFlight     int    // sender: the most unsettled transfers (Send waits)
 	tag          uint64 // sender: the next delivery tag
 	accepted     int64  // sender: settled with accepted
+
+	watched context.Context // sender: the context whose end wakes Ready (its last one)
+	unwatch func() bool     // and how to stop that
 }
 
 // Delivery is a message a receiver got. Its slices are valid only during
@@ -479,9 +484,15 @@ func (c *Conn) writeLoop() {
 	}
 }
 
+// closeWrite bounds Close's write of the close frame, and ends a write
+// the writer is stuck in (a peer that reads no more) so that Close does
+// not wait behind it for ever.
+const closeWrite = 2 * time.Second
+
 // Close sends close and closes the socket (without waiting for the peer's
 // close), and ends the reader and the writer.
 func (c *Conn) Close() error {
+	_ = c.nc.SetWriteDeadline(time.Now().Add(closeWrite))
 	c.wmu.Lock()
 	c.mu.Lock()
 	var err error
@@ -491,6 +502,9 @@ func (c *Conn) Close() error {
 		c.wb = endFrame(endList(b, l, 0), at)
 		_, err = c.nc.Write(c.wb)
 		c.wb = c.wb[:0]
+	}
+	if c.unwatch != nil {
+		c.unwatch()
 	}
 	c.mu.Unlock()
 	c.wmu.Unlock()
@@ -514,14 +528,17 @@ func (c *Conn) readLoop() {
 	}
 }
 
+// wakeWaiters wakes every waiter (a context ended).
+func (c *Conn) wakeWaiters() {
+	c.mu.Lock()
+	c.cond.Broadcast()
+	c.mu.Unlock()
+}
+
 // waitFor waits until ok (called with mu held) is true or the connection
 // ends, at most until ctx ends.
 func (c *Conn) waitFor(ctx context.Context, ok func() bool) error {
-	stop := context.AfterFunc(ctx, func() {
-		c.mu.Lock()
-		c.cond.Broadcast()
-		c.mu.Unlock()
-	})
+	stop := context.AfterFunc(ctx, c.wakeWaiters)
 	defer stop()
 	c.mu.Lock()
 	defer c.mu.Unlock()

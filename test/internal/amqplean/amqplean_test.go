@@ -18,14 +18,14 @@ import (
 )
 
 // startGateway runs an in-process gateway on free ports with durable
-// queues "load", "big", "frames1" and "frames2" (the embedded backend, on
-// disk) and returns its
-// AMQP address; it stops when the test ends.
+// queues "load", "big", "frames1", "frames2", "bigframes1" and
+// "bigframes2" (the embedded backend, on disk) and returns its AMQP
+// address; it stops when the test ends.
 func startGateway(t *testing.T) string {
 	t.Helper()
 	cfg, err := gateway.LoadConfig([]string{"--mqtt.listen=127.0.0.1:0", "--mqtt.ws.listen=127.0.0.1:0", "--admin.listen=127.0.0.1:0", "--amqp.listen=127.0.0.1:0",
 		"--retain.backend=memory", "--data.dir=" + t.TempDir(), "--node.id=" + t.Name(),
-		`--queues.declare=[{"name":"load"},{"name":"big"},{"name":"frames1"},{"name":"frames2"}]`}, nil, io.Discard)
+		`--queues.declare=[{"name":"load"},{"name":"big"},{"name":"frames1"},{"name":"frames2"},{"name":"bigframes1"},{"name":"bigframes2"}]`}, nil, io.Discard)
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}
@@ -139,15 +139,24 @@ func (col *collector) wait(n int) {
 }
 
 // send sends n messages of sender s with inFlight unsettled at most and
-// waits for their outcomes: every one accepted.
+// waits for their outcomes: every one accepted. It may run on a goroutine
+// of its own, so it returns its errors (t.Fatal there would end only that
+// goroutine, and the test would wait for ever for its result).
 func send(t *testing.T, addr, target string, o Options, s, n, size, inFlight int) error {
-	c := dial(t, addr, o)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	c, err := Dial(ctx, addr, o)
+	if err != nil {
+		return err
+	}
+	t.Cleanup(func() { c.Close() })
 	if err := c.AttachSender(ctx, target, inFlight); err != nil {
 		return err
 	}
 	for seq := range n {
+		if err := c.Ready(ctx, size); err != nil {
+			return err
+		}
 		if err := c.Send(body(s, seq, size)); err != nil {
 			return err
 		}
@@ -234,7 +243,7 @@ func TestRabbitMQ(t *testing.T) {
 
 	// The same frames as go-amqp's for the same load, as against the
 	// gateway (TestSameFramesAsGoAMQP).
-	t.Run("SameFramesAsGoAMQP", func(t *testing.T) { sameFrames(t, node.Addr, "/queue/frames", o) })
+	t.Run("SameFramesAsGoAMQP", func(t *testing.T) { sameFrames(t, node.Addr, "/queue/frames", o, 3000, 1024) })
 
 	// A wrong password is refused at the SASL outcome.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -23,6 +23,10 @@ type counter struct {
 	mu     sync.Mutex
 	frames map[byte]int
 	bytes  map[byte]int
+	// gaps are the transfers whose delivery-id was not the one after the
+	// connection's previous delivery-id (a session numbers its deliveries
+	// one by one, §2.6.12, whatever number of frames each takes).
+	gaps []string
 }
 
 func countFrames(t *testing.T, server string) *counter {
@@ -55,6 +59,8 @@ func countFrames(t *testing.T, server string) *counter {
 // count forwards what a client writes, counting the frames of type 0
 // (AMQP) by descriptor; protocol headers and SASL frames pass uncounted.
 func (p *counter) count(r *bufio.Reader, w io.Writer) {
+	var prev uint32
+	seen := false
 	for {
 		h := make([]byte, 8)
 		if _, err := io.ReadFull(r, h); err != nil {
@@ -77,6 +83,21 @@ func (p *counter) count(r *bufio.Reader, w io.Writer) {
 			p.frames[body[2]]++
 			p.bytes[body[2]] += int(size)
 			p.mu.Unlock()
+			if body[2] == descTransfer {
+				if desc, f, _, err := performative(body); err == nil && desc == descTransfer {
+					_, _, _ = f.next() // handle
+					if code, v, err := f.next(); err == nil {
+						if id, ok := uintOf(code, v); ok {
+							if seen && id != prev+1 {
+								p.mu.Lock()
+								p.gaps = append(p.gaps, fmt.Sprintf("delivery-id %d after %d", id, prev))
+								p.mu.Unlock()
+							}
+							prev, seen = id, true
+						}
+					}
+				}
+			}
 		}
 		if _, err := w.Write(f); err != nil {
 			return
@@ -95,6 +116,7 @@ func (p *counter) reset() {
 	defer p.mu.Unlock()
 	clear(p.frames)
 	clear(p.bytes)
+	p.gaps = nil
 }
 
 // The lean client puts the same protocol work on the server as the go-amqp
@@ -106,7 +128,15 @@ func (p *counter) reset() {
 // transfers had arrived when the credit was topped up, and a count under
 // 256 takes 2 bytes, one over it 5.)
 func TestSameFramesAsGoAMQP(t *testing.T) {
-	sameFrames(t, startGateway(t), "queue://frames", Options{})
+	sameFrames(t, startGateway(t), "queue://frames", Options{}, 3000, 1024)
+}
+
+// Messages of three frames and more (200 KiB; the gateway's max-frame-size
+// is 64 KiB) as go-amqp sends them: the same frames and bytes, a
+// delivery-id on the first frame of each, numbered one per message, and
+// the continuation frames carrying no delivery-id, tag or format.
+func TestSameMultiFrameTransfersAsGoAMQP(t *testing.T) {
+	sameFrames(t, startGateway(t), "queue://bigframes", Options{}, 12, 200<<10)
 }
 
 // sameFrames runs the load of TestSameFramesAsGoAMQP with each client
@@ -114,10 +144,12 @@ func TestSameFramesAsGoAMQP(t *testing.T) {
 // go-amqp on target+"2" (a queue of its own: a server may still count the
 // lean receiver, closed, among the first queue's consumers for a while,
 // and hand it a share of go-amqp's messages).
-func sameFrames(t *testing.T, addr, target string, o Options) {
+func sameFrames(t *testing.T, addr, target string, o Options, n, size int) {
 	p := countFrames(t, addr)
-	const n, size = 3000, 1024
-	type tally struct{ transfers, tBytes, dispositions, dBytes, flows, fBytes int }
+	type tally struct {
+		transfers, tBytes, dispositions, dBytes, flows, fBytes int
+		gaps                                                   []string
+	}
 	measure := func(run func()) tally {
 		p.reset()
 		run()
@@ -129,6 +161,9 @@ func sameFrames(t *testing.T, addr, target string, o Options) {
 		x.transfers, x.tBytes = p.get(descTransfer)
 		x.dispositions, x.dBytes = p.get(descDisposition)
 		x.flows, x.fBytes = p.get(descFlow)
+		p.mu.Lock()
+		x.gaps = p.gaps
+		p.mu.Unlock()
 		return x
 	}
 
@@ -149,7 +184,13 @@ func sameFrames(t *testing.T, addr, target string, o Options) {
 	t.Logf("go-amqp: %+v", goamqpRun)
 	// The receiver's flows: the credit at attach, one per 128 accepted,
 	// and go-amqp's session flow every 2,500 transfers received.
-	want := tally{transfers: n, dispositions: n, flows: 1 + n/128 + n/2500}
+	// Each message in frames of the server's max-frame-size less go-amqp's
+	// 66 bytes for the frame header and the performative.
+	msgFrames := 1
+	if size > 1024 {
+		msgFrames = goamqpRun.transfers / n
+	}
+	want := tally{transfers: n * msgFrames, dispositions: n, flows: 1 + n/128 + n/2500}
 	for _, x := range []struct {
 		name string
 		got  tally
@@ -158,6 +199,12 @@ func sameFrames(t *testing.T, addr, target string, o Options) {
 			t.Errorf("%s: %d transfers, %d dispositions, %d flows; want %d, %d, %d", x.name,
 				x.got.transfers, x.got.dispositions, x.got.flows, want.transfers, want.dispositions, want.flows)
 		}
+		if len(x.got.gaps) > 0 {
+			t.Errorf("%s: deliveries not numbered one by one: %v", x.name, x.got.gaps[:min(len(x.got.gaps), 5)])
+		}
+	}
+	if size > 1024 && msgFrames < 3 {
+		t.Errorf("go-amqp sent %d transfers for %d messages of %d bytes: want 3 frames or more each", goamqpRun.transfers, n, size)
 	}
 	if lean.tBytes != goamqpRun.tBytes || lean.dBytes != goamqpRun.dBytes {
 		t.Errorf("bytes of transfers %d (lean) and %d (go-amqp), of dispositions %d and %d", lean.tBytes, goamqpRun.tBytes, lean.dBytes, goamqpRun.dBytes)

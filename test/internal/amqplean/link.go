@@ -85,15 +85,14 @@ func (c *Conn) attach(ctx context.Context, receiver bool, source, target string)
 // Send sends one message, durable, unsettled, with body as its one data
 // section (go-amqp's NewMessage(body) with Header{Durable: true}), after
 // waiting until fewer than inFlight sends are unsettled and the peer has
-// given credit and session window. body is copied before Send returns.
-// An outcome other than accepted ends the connection: Send, Wait and Err
-// return it.
+// given credit and session window. That wait has no bound but the
+// connection's end: call Ready first to bound it (and to stamp a message
+// once it can go out). body is copied before Send returns. An outcome
+// other than accepted ends the connection: Send, Wait and Err return it.
 func (c *Conn) Send(body []byte) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	// Every frame of a transfer takes one of the session's window.
-	frames := uint32((msgLen(body) + c.chunk() - 1) / c.chunk())
-	for c.err == nil && (c.unsettled >= c.inFlight || c.credit == 0 || c.remoteIncomingWindow < frames) {
+	for c.err == nil && !c.sendable(len(body)) {
 		c.cond.Wait()
 	}
 	if c.err != nil {
@@ -107,12 +106,45 @@ func (c *Conn) Send(body []byte) error {
 	return nil
 }
 
+// Ready waits until a Send of a body of size bytes would go out at once
+// (fewer than inFlight sends unsettled, credit, session window for its
+// frames), at most until ctx ends; it says why not. With one goroutine
+// sending on the connection, the Send that follows does not wait.
+func (c *Conn) Ready(ctx context.Context, size int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for c.err == nil && !c.sendable(size) {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		// ctx's end wakes the waiters; registered once per context, not
+		// per wait (a sender waits for the window once a message).
+		if ctx.Done() != nil && ctx != c.watched {
+			if c.unwatch != nil {
+				c.unwatch()
+			}
+			c.watched, c.unwatch = ctx, context.AfterFunc(ctx, c.wakeWaiters)
+		}
+		c.cond.Wait()
+	}
+	return c.err
+}
+
+// sendable says whether a body of size bytes may be sent now; mu held.
+func (c *Conn) sendable(size int) bool {
+	// Every frame of a transfer takes one of the session's window.
+	frames := uint32((msgLen(size) + c.chunk() - 1) / c.chunk())
+	return c.unsettled < c.inFlight && c.credit > 0 && c.remoteIncomingWindow >= frames
+}
+
 // appendTransfer appends the transfer of one message: go-amqp's layout,
 // list32 performatives and sections (codec.go), split into frames of the
 // peer's max-frame-size as go-amqp splits them (66 bytes left for the
-// performative). Called with mu held.
+// performative). Each frame takes a transfer-id (next-outgoing-id), the
+// message one delivery-id (§2.6.12: deliveries are numbered one by one,
+// whatever number of frames each takes). Called with mu held.
 func (c *Conn) appendTransfer(b []byte, body []byte) []byte {
-	msgLen, chunk := msgLen(body), c.chunk()
+	msgLen, chunk := msgLen(len(body)), c.chunk()
 	first := true
 	sent := 0
 	var tag [8]byte
@@ -125,15 +157,16 @@ func (c *Conn) appendTransfer(b []byte, body []byte) []byte {
 		b, at = beginFrame(b, 0)
 		b, l = beginList(b, descTransfer)
 		b = appendUint(b, 0) // handle
-		count := uint32(4)
+		count := uint32(1)
 		if first {
-			b = appendUint(b, c.nextOutgoingID) // delivery-id
+			b = appendUint(b, c.nextDeliveryID) // delivery-id
 			b = appendBinary(b, tag[:])         // delivery-tag
 			b = appendUint(b, 0)                // message-format
-		} else {
-			b = append(b, codeNull)
-			b = appendBinary(b, tag[:])
-			b = appendUint(b, 0)
+			count = 4
+		} else if more {
+			// The first frame's fields only (§2.7.5), as go-amqp leaves
+			// them out of the frames after it.
+			b = append(b, codeNull, codeNull, codeNull)
 		}
 		if more {
 			b = append(b, codeNull, codeTrue) // settled (omitted), more
@@ -147,15 +180,17 @@ func (c *Conn) appendTransfer(b []byte, body []byte) []byte {
 		sent += n
 		first = false
 	}
+	c.nextDeliveryID++
 	return b
 }
 
-// msgLen is the size of the encoded message with body (appendMessage).
-func msgLen(body []byte) int {
-	if len(body) < 256 {
-		return 12 + 3 + 3 + 2 + len(body)
+// msgLen is the size of the encoded message with a body of size bytes
+// (appendMessage).
+func msgLen(size int) int {
+	if size < 256 {
+		return 12 + 3 + 3 + 2 + size
 	}
-	return 12 + 3 + 3 + 5 + len(body)
+	return 12 + 3 + 3 + 5 + size
 }
 
 // chunk is how much of a message goes in one transfer frame: go-amqp
