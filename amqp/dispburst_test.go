@@ -1,13 +1,16 @@
 package amqp
 
 import (
+	"bytes"
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/tolsey/tolsey/amqp/internal/buffer"
 	"github.com/tolsey/tolsey/amqp/internal/frames"
 	"github.com/tolsey/tolsey/core"
+	"github.com/tolsey/tolsey/core/queue"
 )
 
 // TestDispositionBeforeBlockedPublish: a client that consumes and
@@ -86,5 +89,69 @@ func TestDispositionBeforeBlockedPublish(t *testing.T) {
 	}
 	if d := e.dropped("slow_consumer"); d != 0 {
 		t.Fatalf("%v dropped", d)
+	}
+}
+
+// TestTxnAckOutlivesReadBuffer: the txn-id of a transactional
+// disposition is read by the writer, after the reader has handed it on
+// and read further frames into the same buffer. Here the writer is held
+// (in an encode) while the reader reads the disposition and then enough
+// heartbeats to go round its whole read buffer: the acknowledgement must
+// still count in its transaction, and the commit remove the message.
+func TestTxnAckOutlivesReadBuffer(t *testing.T) {
+	var armed atomic.Bool
+	entered, release := make(chan struct{}), make(chan struct{})
+	encodeHook = func() {
+		if armed.CompareAndSwap(true, false) {
+			entered <- struct{}{}
+			<-release
+		}
+	}
+	t.Cleanup(func() { encodeHook = nil })
+	e, q, _ := filled(t, queue.Config{Name: "txbuf"}, 1)
+	before := map[*conn]bool{}
+	e.srv.mu.Lock()
+	for sc := range e.srv.conns {
+		before[sc] = true
+	}
+	e.srv.mu.Unlock()
+	c := txnDial(t, e)
+	var sc *conn
+	e.srv.mu.Lock()
+	for x := range e.srv.conns {
+		if !before[x] {
+			sc = x
+		}
+	}
+	e.srv.mu.Unlock()
+	if sc == nil {
+		t.Fatal("the client's connection not found")
+	}
+	c.receiver(1, "queue://txbuf", 10)
+	d0, _ := c.delivery()
+	id := c.declare()
+
+	beats := func(n int) int {
+		b := bytes.Repeat([]byte{0, 0, 0, 8, 2, 0, 0, 0}, n/8)
+		in := sc.stats.bytesIn.Load()
+		c.writeRaw(b)
+		eventually(t, "the heartbeats read", func() bool { return sc.stats.bytesIn.Load() >= in+int64(len(b)) })
+		return len(b)
+	}
+	beats(256 << 10) // the reader's buffer grows to its most
+
+	// Hold the writer in the encode of a delivery on another link.
+	c.receiver(2, "held/t", 10)
+	eventually(t, "the held receiver's subscription", func() bool { return e.router.Len() == 1 })
+	armed.Store(true)
+	e.router.Publish(context.Background(), &core.Message{Topic: "held/t", Payload: []byte("x")})
+	<-entered
+	c.ack(d0, d0, id)
+	beats(256 << 10) // round the read buffer, over the disposition's bytes
+	close(release)
+
+	wantAccepted(t, c.discharge(id, false), "commit")
+	if n := messages(q); n != 0 {
+		t.Fatalf("queue holds %d once the commit is answered, want 0", n)
 	}
 }

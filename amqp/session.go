@@ -1,6 +1,7 @@
 package amqp
 
 import (
+	"bytes"
 	"errors"
 	"sync/atomic"
 
@@ -367,6 +368,11 @@ func (s *session) disposition(d *frames.Disposition) error {
 		// About deliveries we sent: the writer owns those. They go to it
 		// together, before the next item or the next blocking read
 		// (conn.sendDispositions).
+		if ts, ok := d.State.(*frames.TransactionalState); ok {
+			// The writer reads the txn-id (txnAck) after the reader has
+			// read on into the buffer it aliases: it gets a copy.
+			ts.TxnID = bytes.Clone(ts.TxnID)
+		}
 		s.c.peerDisps = append(s.c.peerDisps, peerDisp{s: s, d: d})
 		return nil
 	}
