@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tolsey/tolsey/amqp/internal/buffer"
+	"github.com/tolsey/tolsey/amqp/internal/encoding"
 	"github.com/tolsey/tolsey/amqp/internal/frames"
 	"github.com/tolsey/tolsey/core"
 	"github.com/tolsey/tolsey/core/queue"
@@ -92,30 +93,37 @@ func TestDispositionBeforeBlockedPublish(t *testing.T) {
 	}
 }
 
-// TestTxnAckOutlivesReadBuffer: the txn-id of a transactional
-// disposition is read by the writer, after the reader has handed it on
-// and read further frames into the same buffer. Here the writer is held
-// (in an encode) while the reader reads the disposition and then enough
-// heartbeats to go round its whole read buffer: the acknowledgement must
-// still count in its transaction, and the commit remove the message.
-func TestTxnAckOutlivesReadBuffer(t *testing.T) {
-	var armed atomic.Bool
-	entered, release := make(chan struct{}), make(chan struct{})
+// heldWriter holds the writers of the server's connections in the next
+// encode of a delivery once armed (encodeHook): a test then has the
+// reader read on while the writer has yet to apply what it was handed.
+type heldWriter struct {
+	armed            atomic.Bool
+	entered, release chan struct{}
+}
+
+func holdWriters(t *testing.T) *heldWriter {
+	h := &heldWriter{entered: make(chan struct{}), release: make(chan struct{})}
 	encodeHook = func() {
-		if armed.CompareAndSwap(true, false) {
-			entered <- struct{}{}
-			<-release
+		if h.armed.CompareAndSwap(true, false) {
+			h.entered <- struct{}{}
+			<-h.release
 		}
 	}
 	t.Cleanup(func() { encodeHook = nil })
-	e, q, _ := filled(t, queue.Config{Name: "txbuf"}, 1)
+	return h
+}
+
+// newConnOf runs dial and returns the server's side of the one connection
+// it opened.
+func newConnOf(t *testing.T, e *env, dial func()) *conn {
+	t.Helper()
 	before := map[*conn]bool{}
 	e.srv.mu.Lock()
 	for sc := range e.srv.conns {
 		before[sc] = true
 	}
 	e.srv.mu.Unlock()
-	c := txnDial(t, e)
+	dial()
 	var sc *conn
 	e.srv.mu.Lock()
 	for x := range e.srv.conns {
@@ -127,31 +135,154 @@ func TestTxnAckOutlivesReadBuffer(t *testing.T) {
 	if sc == nil {
 		t.Fatal("the client's connection not found")
 	}
+	return sc
+}
+
+// heartbeats sends n bytes of empty frames on c and waits until sc has
+// read them: more than its read buffer holds goes round all of it.
+func heartbeats(t *testing.T, c *rawConn, sc *conn, n int) {
+	t.Helper()
+	b := bytes.Repeat([]byte{0, 0, 0, 8, 2, 0, 0, 0}, n/8)
+	in := sc.stats.bytesIn.Load()
+	c.writeRaw(b)
+	eventually(t, "the heartbeats read", func() bool { return sc.stats.bytesIn.Load() >= in+int64(len(b)) })
+}
+
+// TestTxnAckOutlivesReadBuffer: the txn-id of a transactional
+// disposition is read by the writer, after the reader has handed it on
+// and read further frames into the same buffer. Here the writer is held
+// (in an encode) while the reader reads the disposition and then enough
+// heartbeats to go round its whole read buffer: the acknowledgement must
+// still count in its transaction, and the commit remove the message.
+func TestTxnAckOutlivesReadBuffer(t *testing.T) {
+	h := holdWriters(t)
+	e, q, _ := filled(t, queue.Config{Name: "txbuf"}, 1)
+	var c *txnClient
+	sc := newConnOf(t, e, func() { c = txnDial(t, e) })
 	c.receiver(1, "queue://txbuf", 10)
 	d0, _ := c.delivery()
 	id := c.declare()
-
-	beats := func(n int) int {
-		b := bytes.Repeat([]byte{0, 0, 0, 8, 2, 0, 0, 0}, n/8)
-		in := sc.stats.bytesIn.Load()
-		c.writeRaw(b)
-		eventually(t, "the heartbeats read", func() bool { return sc.stats.bytesIn.Load() >= in+int64(len(b)) })
-		return len(b)
-	}
-	beats(256 << 10) // the reader's buffer grows to its most
+	heartbeats(t, c.rawConn, sc, 256<<10) // the reader's buffer grows to its most
 
 	// Hold the writer in the encode of a delivery on another link.
 	c.receiver(2, "held/t", 10)
 	eventually(t, "the held receiver's subscription", func() bool { return e.router.Len() == 1 })
-	armed.Store(true)
+	h.armed.Store(true)
 	e.router.Publish(context.Background(), &core.Message{Topic: "held/t", Payload: []byte("x")})
-	<-entered
+	<-h.entered
 	c.ack(d0, d0, id)
-	beats(256 << 10) // round the read buffer, over the disposition's bytes
-	close(release)
+	heartbeats(t, c.rawConn, sc, 256<<10) // round the read buffer, over the disposition's bytes
+	close(h.release)
 
 	wantAccepted(t, c.discharge(id, false), "commit")
 	if n := messages(q); n != 0 {
 		t.Fatalf("queue holds %d once the commit is answered, want 0", n)
+	}
+}
+
+// TestSettleBackOutlivesReadBuffer: a receiver in rcv-settle-mode second
+// rejects a delivery with error info holding binary; the gateway settles
+// it back with the receiver's state. The writer sends that state after
+// the reader has read round its buffer: it goes back as it came.
+func TestSettleBackOutlivesReadBuffer(t *testing.T) {
+	h := holdWriters(t)
+	e := startServer(t)
+	var c *rawConn
+	sc := newConnOf(t, e, func() {
+		c = rawDial(t, e.addr)
+		c.open(nil)
+	})
+	c.begin(0)
+	second := frames.ReceiverSettleModeSecond
+	a := attachReceiver("r", 0, "back/t")
+	a.RcvSettleMode = &second
+	c.send(0, a, nil)
+	expectFrame[*frames.Attach](c)
+	c.send(0, attachReceiver("h", 1, "held/t"), nil)
+	expectFrame[*frames.Attach](c)
+	for h := range uint32(2) {
+		c.send(0, &frames.Flow{NextIncomingID: ptr(uint32(0)), IncomingWindow: 1000, OutgoingWindow: 1000,
+			Handle: ptr(h), DeliveryCount: ptr(uint32(0)), LinkCredit: ptr(uint32(10))}, nil)
+	}
+	eventually(t, "both subscriptions", func() bool { return e.router.Len() == 2 })
+	e.router.Publish(context.Background(), &core.Message{Topic: "back/t", Payload: []byte("x"), QoS: 1})
+	tr := expectFrame[*frames.Transfer](c)
+	heartbeats(t, c, sc, 256<<10) // the reader's buffer grows to its most
+
+	h.armed.Store(true)
+	e.router.Publish(context.Background(), &core.Message{Topic: "held/t", Payload: []byte("x")})
+	<-h.entered
+	info := []byte("the consumer's own bytes")
+	c.send(0, &frames.Disposition{Role: frames.RoleReceiver, First: *tr.DeliveryID, State: &frames.Rejected{Error: &frames.Error{
+		Condition: "app:bad", Info: encoding.Fields{{Key: "raw", Value: info}}}}}, nil)
+	heartbeats(t, c, sc, 256<<10) // round the read buffer, over the disposition's bytes
+	close(h.release)
+
+	for {
+		_, p, _ := c.next()
+		d, ok := p.(*frames.Disposition)
+		if !ok {
+			continue
+		}
+		rj, ok := d.State.(*frames.Rejected)
+		if d.Role != frames.RoleSender || !d.Settled || !ok || rj.Error == nil || len(rj.Error.Info) != 1 {
+			t.Fatalf("settled back with %+v (state %+v), want the rejected state", d, d.State)
+		}
+		if got, _ := rj.Error.Info[0].Value.([]byte); !bytes.Equal(got, info) {
+			t.Fatalf("error info settled back %q, want %q", got, info)
+		}
+		return
+	}
+}
+
+// TestTxnAckInDispositionBurst: in one burst of dispositions, plain
+// acceptances (acknowledged together, queue.Consumer.AckAll), an
+// acceptance in a transaction and a release: the transactional one
+// waits for the discharge, and a rollback gives it back, counted as a
+// failed delivery, while the plain ones stay acknowledged and the
+// released one comes back uncounted.
+func TestTxnAckInDispositionBurst(t *testing.T) {
+	e, q, _ := filled(t, queue.Config{Name: "txburst"}, 4)
+	c := txnDial(t, e)
+	c.receiver(1, "queue://txburst", 10)
+	var ds [4]uint32
+	for i := range ds {
+		ds[i], _ = c.delivery()
+	}
+	id := c.declare()
+	var b buffer.Buffer
+	add := func(d uint32, st frames.DeliveryState) {
+		t.Helper()
+		p := &frames.Disposition{Role: frames.RoleReceiver, First: d, Settled: true, State: st}
+		if err := frames.AppendFrame(&b, frames.TypeAMQP, 0, p, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add(ds[0], &frames.Accepted{})
+	add(ds[1], &frames.TransactionalState{TxnID: id, Outcome: &frames.Accepted{}})
+	add(ds[2], &frames.Accepted{})
+	add(ds[3], &frames.Released{})
+	c.writeRaw(b.Written())
+	wantAccepted(t, c.discharge(id, true), "rollback")
+	// The released one is delivered again at once, the rolled-back one
+	// after the discharge: either may come first.
+	want := map[string]uint32{"m1": 1, "m3": 0}
+	for range 2 {
+		_, m := c.delivery()
+		count := uint32(0)
+		if m.Header != nil {
+			count = m.Header.DeliveryCount
+		}
+		body := string(m.Data[0])
+		if wc, ok := want[body]; !ok || count != wc {
+			t.Fatalf("delivered %q with delivery-count %d, want m1 with 1 and m3 with 0, once each", body, count)
+		}
+		delete(want, body)
+	}
+	if n := messages(q); n != 2 {
+		t.Fatalf("queue holds %d, want 2 (the rolled-back and the released one)", n)
+	}
+	if a := q.Info().Counters.Acked; a != 2 {
+		t.Fatalf("acked %d, want 2", a)
 	}
 }

@@ -1,7 +1,6 @@
 package amqp
 
 import (
-	"bytes"
 	"errors"
 	"sync/atomic"
 
@@ -368,11 +367,14 @@ func (s *session) disposition(d *frames.Disposition) error {
 		// About deliveries we sent: the writer owns those. They go to it
 		// together, before the next item or the next blocking read
 		// (conn.sendDispositions).
-		if ts, ok := d.State.(*frames.TransactionalState); ok {
-			// The writer reads the txn-id (txnAck) after the reader has
-			// read on into the buffer it aliases: it gets a copy.
-			ts.TxnID = bytes.Clone(ts.TxnID)
+		// The writer reads the state (a txn-id: txnAck; all of it when
+		// it settles back, rcv-settle-mode second) after the reader has
+		// read on into the buffer the state aliases: it gets a copy.
+		st, err := frames.OwnState(d.State)
+		if err != nil {
+			return connErr(frames.ErrCondDecodeError, "disposition state: %v", err)
 		}
+		d.State = st
 		s.c.peerDisps = append(s.c.peerDisps, peerDisp{s: s, d: d})
 		return nil
 	}
