@@ -286,3 +286,53 @@ func TestTxnAckInDispositionBurst(t *testing.T) {
 		t.Fatalf("acked %d, want 2", a)
 	}
 }
+
+// TestUnsubscribeAfterAcceptInBurst: a link of a shared durable
+// subscription accepts its delivery and detaches with closed (a JMS
+// unsubscribe) in one burst, while another link of the subscription
+// stays. The unsubscribe closes the link's consumer on the reader: it
+// must come after the writer has applied the acceptance, or the accepted
+// message goes back to the queue, counted as a failed delivery, and the
+// other link gets it again.
+func TestUnsubscribeAfterAcceptInBurst(t *testing.T) {
+	e := startServer(t)
+	c := rawDial(t, e.addr)
+	c.open(&frames.Open{ContainerID: "jms-burst"})
+	c.begin(0)
+	shared := func(name string, h uint32) *frames.Attach {
+		return &frames.Attach{Name: name, Handle: h, Role: frames.RoleReceiver, Target: &frames.Target{},
+			Source: &frames.Source{Address: "shb/#", Durable: frames.DurabilityUnsettledState, ExpiryPolicy: "never",
+				Capabilities: []encoding.Symbol{"shared"}}}
+	}
+	flow := func(h, credit uint32) {
+		c.send(0, &frames.Flow{NextIncomingID: ptr(uint32(0)), IncomingWindow: 1000, OutgoingWindow: 1000,
+			Handle: ptr(h), DeliveryCount: ptr(uint32(0)), LinkCredit: ptr(credit)}, nil)
+	}
+	c.send(0, shared("sub", 0), nil)
+	expectFrame[*frames.Attach](c)
+	c.send(0, shared("sub|2", 1), nil)
+	expectFrame[*frames.Attach](c)
+	q := e.subQueue(t, "jms-burst", "sub")
+	flow(0, 1) // only the first link may take it
+	e.router.Publish(context.Background(), &core.Message{Topic: "shb/x", Payload: []byte("once"), QoS: 1})
+	tr := expectFrame[*frames.Transfer](c)
+	if tr.Handle != 0 {
+		t.Fatalf("transfer on handle %d, want 0", tr.Handle)
+	}
+	var b buffer.Buffer
+	for _, p := range []frames.Performative{
+		&frames.Disposition{Role: frames.RoleReceiver, First: *tr.DeliveryID, Settled: true, State: &frames.Accepted{}},
+		&frames.Detach{Handle: 0, Closed: true},
+	} {
+		if err := frames.AppendFrame(&b, frames.TypeAMQP, 0, p, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.writeRaw(b.Written())
+	expectFrame[*frames.Detach](c)
+	info := q.Info()
+	if info.Messages != 0 || info.Counters.Acked != 1 || info.Consumers != 1 {
+		t.Fatalf("after the unsubscribe the queue holds %d, acked %d, %d consumers; want 0, 1, 1",
+			info.Messages, info.Counters.Acked, info.Consumers)
+	}
+}

@@ -299,7 +299,14 @@ func (s *session) detach(d *frames.Detach) error {
 	ep.teardown(d.Closed)
 	if d.Closed {
 		s.c.dropTempQueue(ep.base())
-		if l, ok := ep.(*outLink); ok {
+		if l, ok := ep.(*outLink); ok && l.subQueue != "" {
+			// The unsubscribe closes l's consumer here, on the reader:
+			// after the writer has applied the peer's dispositions read
+			// before the detach, or what they accepted goes back to the
+			// queue, for another link of the subscription to get again.
+			if err := s.c.syncWriter(); err != nil {
+				return err
+			}
 			s.c.unsubscribe(l) // JMS unsubscribe: a durable subscription ends
 		}
 	}
