@@ -3,9 +3,12 @@ package amqp
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	goamqp "github.com/Azure/go-amqp"
 
 	"github.com/tolsey/tolsey/amqp/internal/buffer"
 	"github.com/tolsey/tolsey/amqp/internal/encoding"
@@ -334,5 +337,116 @@ func TestUnsubscribeAfterAcceptInBurst(t *testing.T) {
 	if info.Messages != 0 || info.Counters.Acked != 1 || info.Consumers != 1 {
 		t.Fatalf("after the unsubscribe the queue holds %d, acked %d, %d consumers; want 0, 1, 1",
 			info.Messages, info.Counters.Acked, info.Consumers)
+	}
+}
+
+// TestQueueUngetSpreadsExactlyOnce: two consumers of one queue, one of
+// them with a session window of two transfers and messages of three
+// frames, so that the writer gives back most of what it takes
+// (queue.Consumer.Unget) while the other consumer takes from the queue
+// too: every message reaches exactly one of them, each in the queue's
+// order, as a first delivery.
+func TestQueueUngetSpreadsExactlyOnce(t *testing.T) {
+	const n, each = 40, 20
+	e := startDurableServer(t)
+	e.declare(t, queue.Config{Name: "spread"})
+	snd := newSender(t, e.session(t), "queue://spread", nil)
+	for i := range n {
+		send(t, snd, goamqp.NewMessage(append([]byte{byte(i)}, bytes.Repeat([]byte{'x'}, 1000)...)))
+	}
+	// The other consumer: exactly its share of credit, taken meanwhile.
+	r := newReceiver(t, e.session(t), "queue://spread", &goamqp.ReceiverOptions{Credit: -1})
+	got := make(chan []byte, n)
+	errc := make(chan error, 1)
+	go func() {
+		for range each {
+			m, err := r.Receive(ctx5(t), nil)
+			if err != nil {
+				errc <- err
+				return
+			}
+			if m.Header != nil && (m.Header.DeliveryCount != 0 || !m.Header.FirstAcquirer) {
+				errc <- fmt.Errorf("delivery-count %d, first-acquirer %v", m.Header.DeliveryCount, m.Header.FirstAcquirer)
+				return
+			}
+			if err := r.AcceptMessage(context.Background(), m); err != nil {
+				errc <- err
+				return
+			}
+			got <- m.GetData()
+		}
+		errc <- nil
+	}()
+
+	c := rawDial(t, e.addr)
+	c.open(&frames.Open{ContainerID: "raw", MaxFrameSize: 512})
+	c.send(0, &frames.Begin{NextOutgoingID: 0, IncomingWindow: 2, OutgoingWindow: 1000}, nil)
+	expectFrame[*frames.Begin](c)
+	c.send(0, attachReceiver("r", 0, "queue://spread"), nil)
+	expectFrame[*frames.Attach](c)
+	c.send(0, &frames.Flow{NextIncomingID: ptr(uint32(0)), IncomingWindow: 2, OutgoingWindow: 1000,
+		Handle: ptr(uint32(0)), DeliveryCount: ptr(uint32(0)), LinkCredit: ptr(uint32(each))}, nil)
+	if err := r.IssueCredit(each); err != nil {
+		t.Fatal(err)
+	}
+	received := uint32(0)
+	var mine [][]byte
+	var body []byte
+	var id uint32 // of the delivery being received: on its first frame
+	for len(mine) < each {
+		if received%2 == 0 && received > 0 {
+			c.send(0, &frames.Flow{NextIncomingID: ptr(received), IncomingWindow: 2, OutgoingWindow: 1000}, nil)
+		}
+		_, p, payload := c.next()
+		tr, ok := p.(*frames.Transfer)
+		if !ok {
+			continue
+		}
+		received++
+		if tr.DeliveryID != nil {
+			id = *tr.DeliveryID
+		}
+		body = append(body, payload...)
+		if tr.More {
+			continue
+		}
+		var m frames.Message
+		if err := m.Decode(body); err != nil {
+			t.Fatal(err)
+		}
+		body = nil
+		if m.Header == nil || m.Header.DeliveryCount != 0 || !m.Header.FirstAcquirer {
+			t.Fatalf("header %+v, want a first delivery", m.Header)
+		}
+		mine = append(mine, m.Data[0])
+		c.send(0, &frames.Disposition{Role: frames.RoleReceiver, First: id, Settled: true, State: &frames.Accepted{}}, nil)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	close(got)
+	seen := map[byte]bool{}
+	check := func(who string, bodies [][]byte) {
+		last := -1
+		for _, b := range bodies {
+			i := int(b[0])
+			if seen[b[0]] {
+				t.Fatalf("message %d delivered twice", i)
+			}
+			seen[b[0]] = true
+			if i <= last {
+				t.Fatalf("%s got message %d after %d", who, i, last)
+			}
+			last = i
+		}
+	}
+	check("the small window", mine)
+	var theirs [][]byte
+	for b := range got {
+		theirs = append(theirs, b)
+	}
+	check("the other consumer", theirs)
+	if len(seen) != n {
+		t.Fatalf("%d messages delivered, want %d", len(seen), n)
 	}
 }
