@@ -421,6 +421,21 @@ func (c *conn) send(it outItem) error {
 	return c.sendItem(it)
 }
 
+// syncWriter waits until the writer has done what the reader handed it
+// so far, the peer's dispositions read so far included. On the reader.
+func (c *conn) syncWriter() error {
+	done := make(chan struct{})
+	if err := c.send(outItem{do: func(*writer) { close(done) }}); err != nil {
+		return err
+	}
+	select {
+	case <-done:
+		return nil
+	case <-c.wdone:
+		return errWriterGone
+	}
+}
+
 func (c *conn) sendItem(it outItem) error {
 	select {
 	case c.out <- it:

@@ -268,6 +268,16 @@ func (l *inLink) deliver(payload []byte) {
 		return
 	}
 	c := l.sess.c
+	if len(c.peerDisps) > 0 {
+		// The peer's dispositions read before this message are applied
+		// before it is published: the publish may wait on this goroutine
+		// (a full link that blocks on overflow, offer) for room that only
+		// they make, on a link of this connection or of one whose reader
+		// waits on ours.
+		if err := c.sendDispositions(); err != nil {
+			return // the writer is gone: so is the connection
+		}
+	}
 	c.stats.msgsIn.Add(1)
 	opts := &c.s.opts
 	now := time.Now()

@@ -299,7 +299,14 @@ func (s *session) detach(d *frames.Detach) error {
 	ep.teardown(d.Closed)
 	if d.Closed {
 		s.c.dropTempQueue(ep.base())
-		if l, ok := ep.(*outLink); ok {
+		if l, ok := ep.(*outLink); ok && l.subQueue != "" {
+			// The unsubscribe closes l's consumer here, on the reader:
+			// after the writer has applied the peer's dispositions read
+			// before the detach, or what they accepted goes back to the
+			// queue, for another link of the subscription to get again.
+			if err := s.c.syncWriter(); err != nil {
+				return err
+			}
 			s.c.unsubscribe(l) // JMS unsubscribe: a durable subscription ends
 		}
 	}
@@ -367,6 +374,14 @@ func (s *session) disposition(d *frames.Disposition) error {
 		// About deliveries we sent: the writer owns those. They go to it
 		// together, before the next item or the next blocking read
 		// (conn.sendDispositions).
+		// The writer reads the state (a txn-id: txnAck; all of it when
+		// it settles back, rcv-settle-mode second) after the reader has
+		// read on into the buffer the state aliases: it gets a copy.
+		st, err := frames.OwnState(d.State)
+		if err != nil {
+			return connErr(frames.ErrCondDecodeError, "disposition state: %v", err)
+		}
+		d.State = st
 		s.c.peerDisps = append(s.c.peerDisps, peerDisp{s: s, d: d})
 		return nil
 	}

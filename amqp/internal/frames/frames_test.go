@@ -395,3 +395,38 @@ func typicalMessage() *Message {
 		Data: [][]byte{bytes.Repeat([]byte("x"), 64)},
 	}
 }
+
+// TestOwnState: a state decoded from a frame aliases it; OwnState's copy
+// survives the frame's bytes being overwritten, nested (a transactional
+// state's outcome) included.
+func TestOwnState(t *testing.T) {
+	states := []DeliveryState{
+		&TransactionalState{TxnID: []byte("txn-1"), Outcome: &Rejected{Error: &Error{Condition: "app:x", Info: encoding.Fields{{Key: "b", Value: []byte("info")}}}}},
+		&Modified{DeliveryFailed: true, MessageAnnotations: encoding.Fields{{Key: "x-opt-b", Value: []byte("ann")}}},
+	}
+	for _, want := range states {
+		var w buffer.Buffer
+		if err := want.MarshalAMQP(&w); err != nil {
+			t.Fatal(err)
+		}
+		frame := w.Written()
+		st, err := readDeliveryState(buffer.New(frame))
+		if err != nil {
+			t.Fatal(err)
+		}
+		own, err := OwnState(st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range frame {
+			frame[i] = 0xff // the reader reads on into the buffer
+		}
+		if !reflect.DeepEqual(own, want) {
+			t.Fatalf("owned %#v, want %#v", own, want)
+		}
+	}
+	acc := &Accepted{}
+	if own, err := OwnState(acc); err != nil || own != acc {
+		t.Fatalf("accepted owned as %#v, %v: want it as it is (it holds no bytes)", own, err)
+	}
+}

@@ -199,3 +199,20 @@ func (f stateField) UnmarshalAMQP(r *buffer.Buffer) (err error) {
 	*f.p, err = readDeliveryState(r)
 	return err
 }
+
+// OwnState returns st decoded again from a copy of its encoding, or st
+// itself when it holds no bytes. A state decoded from a frame aliases the
+// frame (a txn-id, binary values in a rejected's error info or a
+// modified's message annotations): one kept after the reader has read on
+// (a disposition the writer applies, and may send back) must own them.
+func OwnState(st DeliveryState) (DeliveryState, error) {
+	switch st.(type) {
+	case nil, *Accepted, *Released, *Received:
+		return st, nil
+	}
+	var w buffer.Buffer
+	if err := st.MarshalAMQP(&w); err != nil {
+		return nil, err
+	}
+	return readDeliveryState(buffer.New(w.Written()))
+}
