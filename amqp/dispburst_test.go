@@ -378,14 +378,7 @@ func TestQueueUngetSpreadsExactlyOnce(t *testing.T) {
 		errc <- nil
 	}()
 
-	c := rawDial(t, e.addr)
-	c.open(&frames.Open{ContainerID: "raw", MaxFrameSize: 512})
-	c.send(0, &frames.Begin{NextOutgoingID: 0, IncomingWindow: 2, OutgoingWindow: 1000}, nil)
-	expectFrame[*frames.Begin](c)
-	c.send(0, attachReceiver("r", 0, "queue://spread"), nil)
-	expectFrame[*frames.Attach](c)
-	c.send(0, &frames.Flow{NextIncomingID: ptr(uint32(0)), IncomingWindow: 2, OutgoingWindow: 1000,
-		Handle: ptr(uint32(0)), DeliveryCount: ptr(uint32(0)), LinkCredit: ptr(uint32(each))}, nil)
+	c := rawWindow2Receiver(t, e.addr, "queue://spread", each)
 	if err := r.IssueCredit(each); err != nil {
 		t.Fatal(err)
 	}

@@ -147,14 +147,7 @@ func TestQueueWindowClosesMidMessage(t *testing.T) {
 	for i := range 3 {
 		send(t, snd, goamqp.NewMessage(bytes.Repeat([]byte{byte('a' + i)}, 1000)))
 	}
-	c := rawDial(t, e.addr)
-	c.open(&frames.Open{ContainerID: "raw", MaxFrameSize: 512})
-	c.send(0, &frames.Begin{NextOutgoingID: 0, IncomingWindow: 2, OutgoingWindow: 1000}, nil)
-	expectFrame[*frames.Begin](c)
-	c.send(0, attachReceiver("r", 0, "queue://win"), nil)
-	expectFrame[*frames.Attach](c)
-	c.send(0, &frames.Flow{NextIncomingID: ptr(uint32(0)), IncomingWindow: 2, OutgoingWindow: 1000,
-		Handle: ptr(uint32(0)), DeliveryCount: ptr(uint32(0)), LinkCredit: ptr(uint32(10))}, nil)
+	c := rawWindow2Receiver(t, e.addr, "queue://win", 10)
 	received := uint32(0) // transfers, for our next-incoming-id
 	var body []byte
 	for want := range 3 {
@@ -189,4 +182,21 @@ func TestQueueWindowClosesMidMessage(t *testing.T) {
 			t.Fatalf("delivery %d header %+v, want delivery-count 0 and first-acquirer", want, m.Header)
 		}
 	}
+}
+
+// rawWindow2Receiver opens a raw connection (max frame 512) with a session
+// whose incoming window is 2 transfers, attaches a receiver to source and
+// gives it credit: the shape of a consumer whose session window closes in
+// the middle of a multi-frame message.
+func rawWindow2Receiver(t *testing.T, addr, source string, credit uint32) *rawConn {
+	t.Helper()
+	c := rawDial(t, addr)
+	c.open(&frames.Open{ContainerID: "raw", MaxFrameSize: 512})
+	c.send(0, &frames.Begin{NextOutgoingID: 0, IncomingWindow: 2, OutgoingWindow: 1000}, nil)
+	expectFrame[*frames.Begin](c)
+	c.send(0, attachReceiver("r", 0, source), nil)
+	expectFrame[*frames.Attach](c)
+	c.send(0, &frames.Flow{NextIncomingID: ptr(uint32(0)), IncomingWindow: 2, OutgoingWindow: 1000,
+		Handle: ptr(uint32(0)), DeliveryCount: ptr(uint32(0)), LinkCredit: ptr(credit)}, nil)
+	return c
 }
