@@ -31,12 +31,34 @@ type counter struct {
 
 func countFrames(t *testing.T, server string) *counter {
 	t.Helper()
+	p := &counter{frames: map[byte]int{}, bytes: map[byte]int{}}
+	p.addr = proxy(t, server, func(cc, sc net.Conn) {
+		go func() { _, _ = io.Copy(cc, sc); cc.Close() }()
+		go func() { p.count(bufio.NewReader(cc), sc); sc.Close() }()
+	})
+	return p
+}
+
+// proxy listens on a free port of 127.0.0.1 and returns its address; for
+// each client it accepts it dials server and calls pipe with both
+// connections, which starts the goroutines that forward between them.
+// Every connection and the listener are closed when the test ends.
+func proxy(t *testing.T, server string, pipe func(client, server net.Conn)) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ln.Close() })
-	p := &counter{addr: ln.Addr().String(), frames: map[byte]int{}, bytes: map[byte]int{}}
+	var mu sync.Mutex
+	var conns []net.Conn
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
 	go func() {
 		for {
 			cc, err := ln.Accept()
@@ -48,12 +70,13 @@ func countFrames(t *testing.T, server string) *counter {
 				cc.Close()
 				continue
 			}
-			t.Cleanup(func() { cc.Close(); sc.Close() })
-			go func() { _, _ = io.Copy(cc, sc); cc.Close() }()
-			go func() { p.count(bufio.NewReader(cc), sc); sc.Close() }()
+			mu.Lock()
+			conns = append(conns, cc, sc)
+			mu.Unlock()
+			pipe(cc, sc)
 		}
 	}()
-	return p
+	return ln.Addr().String()
 }
 
 // count forwards what a client writes, counting the frames of type 0

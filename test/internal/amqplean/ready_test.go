@@ -21,75 +21,47 @@ type holder struct {
 
 func holdingProxy(t *testing.T, server string) *holder {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := &holder{addr: ln.Addr().String(), held: make(chan struct{})}
-	var conns []net.Conn
-	var mu sync.Mutex
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
+	h := &holder{held: make(chan struct{})}
+	h.addr = proxy(t, server, func(cc, sc net.Conn) {
+		go func() {
+			buf := make([]byte, 64<<10)
+			for {
+				select {
+				case <-h.held: // read no more: the client's writes fill the socket's buffers
+					return
+				default:
+				}
+				n, err := cc.Read(buf)
+				if n > 0 {
+					if _, err := sc.Write(buf[:n]); err != nil {
+						return
+					}
+				}
+				if err != nil {
+					return
+				}
+			}
+		}()
+		go func() {
+			buf := make([]byte, 64<<10)
+			for {
+				n, err := sc.Read(buf)
+				select {
+				case <-h.held:
+					return
+				default:
+				}
+				if n > 0 {
+					if _, err := cc.Write(buf[:n]); err != nil {
+						return
+					}
+				}
+				if err != nil {
+					return
+				}
+			}
+		}()
 	})
-	go func() {
-		for {
-			cc, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			sc, err := net.Dial("tcp", server)
-			if err != nil {
-				cc.Close()
-				continue
-			}
-			mu.Lock()
-			conns = append(conns, cc, sc)
-			mu.Unlock()
-			go func() {
-				buf := make([]byte, 64<<10)
-				for {
-					select {
-					case <-h.held: // read no more: the client's writes fill the socket's buffers
-						return
-					default:
-					}
-					n, err := cc.Read(buf)
-					if n > 0 {
-						if _, err := sc.Write(buf[:n]); err != nil {
-							return
-						}
-					}
-					if err != nil {
-						return
-					}
-				}
-			}()
-			go func() {
-				buf := make([]byte, 64<<10)
-				for {
-					n, err := sc.Read(buf)
-					select {
-					case <-h.held:
-						return
-					default:
-					}
-					if n > 0 {
-						if _, err := cc.Write(buf[:n]); err != nil {
-							return
-						}
-					}
-					if err != nil {
-						return
-					}
-				}
-			}()
-		}
-	}()
 	return h
 }
 
