@@ -528,13 +528,21 @@ func (cl *Client) writeQueuedPacket(pk *packets.Packet) error {
 	if sp == nil {
 		return cl.WritePacket(*pk)
 	}
-	if cl.Closed() || cl.refused(pk.FixedHeader.Type) {
-		return ErrConnectionClosed
-	}
-	if cl.Net.Conn == nil {
-		return nil
+	if ok, err := cl.writable(pk.FixedHeader.Type); !ok {
+		return err
 	}
 	return cl.writeShared(pk, sp.Bytes())
+}
+
+// writable is what every write of a packet of type typ checks first: a
+// closed client, or one refusing typ, gets ErrConnectionClosed; without a
+// connection (a test's, the inline client) nothing is written and nothing
+// is wrong. ok reports whether to write.
+func (cl *Client) writable(typ byte) (ok bool, err error) {
+	if cl.Closed() || cl.refused(typ) {
+		return false, ErrConnectionClosed
+	}
+	return cl.Net.Conn != nil, nil
 }
 
 // ParseConnect parses the connect parameters and properties for a client.
@@ -1152,15 +1160,8 @@ const (
 
 // writePacketMode is writePacket with the write's mode.
 func (cl *Client) writePacketMode(pk packets.Packet, mode writeMode) error {
-	if cl.Closed() {
-		return ErrConnectionClosed
-	}
-	if cl.refused(pk.FixedHeader.Type) {
-		return ErrConnectionClosed
-	}
-
-	if cl.Net.Conn == nil {
-		return nil
+	if ok, err := cl.writable(pk.FixedHeader.Type); !ok {
+		return err
 	}
 
 	if sp := pk.Mods.Shared; sp != nil {
